@@ -1,0 +1,3 @@
+from clover.cli import main
+
+main()

@@ -1,0 +1,92 @@
+"""The ``clover`` command line. Each sub-command lives in the package it drives; this file only wires them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
+    from clover.model import CloverConfig, CloverForBlockDiffusion, preset
+
+    if args.model:
+        config = CloverConfig.load(f"{args.model}/config.json")
+    else:
+        config = preset(args.preset)
+    with torch.device("meta"):  # no memory, even for 35B
+        model = CloverForBlockDiffusion(config)
+    counts = model.num_parameters()
+    info = {
+        "preset": args.preset if not args.model else None,
+        **counts,
+        "layer_types": config.layer_types,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+        "num_experts": config.num_experts,
+        "num_experts_per_tok": config.num_experts_per_tok,
+        "shift_logits": config.shift_logits,
+        "block_size": config.block_size,
+    }
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Clover model: {args.model or args.preset}")
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    t.add_row("total parameters", f"{counts['total_params']:,} ({counts['total_params'] / 1e9:.2f} B)")
+    t.add_row("active per token", f"{counts['active_params']:,} ({counts['active_params'] / 1e9:.2f} B)")
+    pattern = "".join("A" if x == "full_attention" else "G" for x in config.layer_types)
+    t.add_row("layers (G=GDN, A=attention)", pattern)
+    for k in ("hidden_size", "vocab_size", "num_experts", "num_experts_per_tok", "block_size", "shift_logits"):
+        t.add_row(k, str(info[k]))
+    Console().print(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clover", description="Clover block-diffusion language models")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("info", help="layer pattern and parameter counts of a preset or checkpoint")
+    s.add_argument("--preset", default="small", help="tiny, small, qwen3.6-35b-a3b")
+    s.add_argument("--model", help="a checkpoint directory instead of a preset")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_info)
+    for register in _plugins():
+        register(sub)
+    return p
+
+
+def _plugins():
+    """Sub-commands contributed by the engine, server, training and conversion packages."""
+    import importlib
+
+    for mod in (
+        "clover.engine.cli",
+        "clover.train.cli",
+        "clover.server.cli",
+        "clover.convert.cli",
+        "clover.data.cli",
+        "clover.bench",
+    ):
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:  # that part is not installed/built yet
+                continue
+            raise
+        yield m.register
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code or 0)

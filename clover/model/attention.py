@@ -1,0 +1,84 @@
+"""Block-causal gated attention (design §2.1): GQA, q/k RMSNorm, partial RoPE, output gate.
+
+A token in block b sees all tokens of blocks < b (clean history) and every token of its own
+block. The training forward runs the clean and the noisy stream through one masked call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover.model.cache import AttnCache
+from clover.model.config import CloverConfig
+from clover.model.layers import RMSNorm, apply_rope
+
+
+class Attention(nn.Module):
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        H, D = config.hidden_size, config.head_dim
+        self.nh, self.nkv, self.hd = config.num_attention_heads, config.num_key_value_heads, D
+        self.q_proj = nn.Linear(H, self.nh * D * 2, bias=False)  # query and output gate, per head
+        self.k_proj = nn.Linear(H, self.nkv * D, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * D, bias=False)
+        self.o_proj = nn.Linear(self.nh * D, H, bias=False)
+        self.q_norm = RMSNorm(D, config.rms_norm_eps)
+        self.k_norm = RMSNorm(D, config.rms_norm_eps)
+
+    def _project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """x ``[B, T, H]`` → q ``[B, nh, T, D]``, gate ``[B, T, nh·D]``, k, v ``[B, T, nkv, D]`` (k roped)."""
+        B, T, _ = x.shape
+        q, gate = self.q_proj(x).view(B, T, self.nh, 2 * self.hd).chunk(2, -1)
+        gate = gate.reshape(B, T, -1)
+        q = self.q_norm(q).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd)
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, gate, k.transpose(1, 2), v
+
+    def _attend(self, q, k, v, mask, gate) -> torch.Tensor:
+        """q ``[B, nh, Tq, D]``, k/v ``[B, Tk, nkv, D]``, mask ``[B, Tq, Tk]`` bool → ``[B, Tq, H]``."""
+        rep = self.nh // self.nkv
+        k = k.transpose(1, 2).repeat_interleave(rep, 1)
+        v = v.transpose(1, 2).repeat_interleave(rep, 1)
+        o = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask[:, None])
+        o = o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+        return self.o_proj(o * torch.sigmoid(gate))
+
+    def forward_train(self, xc, xn, rope, valid, block_size):
+        """Both streams ``[B, T, H]`` → (clean out, noisy out). ``valid [B, T]`` marks real tokens."""
+        T = xc.shape[1]
+        qc, gc, kc, vc = self._project(xc, rope)
+        qn, gn, kn, vn = self._project(xn, rope)
+        blk = torch.arange(T, device=xc.device) // block_size
+        bi, bj = blk[:, None], blk[None, :]
+        top = torch.cat([bj <= bi, torch.zeros_like(bi == bj)], 1)  # clean queries: clean keys only
+        bottom = torch.cat([bj < bi, bj == bi], 1)  # noisy queries: clean history + own noisy block
+        kvalid = torch.cat([valid, valid], 1)[:, None, :]  # [B, 1, 2T]
+        mask = torch.cat([top, bottom], 0)[None] & kvalid  # [B, 2T, 2T]
+        out = self._attend(
+            torch.cat([qc, qn], 2), torch.cat([kc, kn], 1), torch.cat([vc, vn], 1), mask, torch.cat([gc, gn], 1)
+        )
+        return out[:, :T], out[:, T:]
+
+    def forward_step(self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int):
+        """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).
+
+        The first ``n_commit`` tokens are clean blocks to commit: their k/v are written to the
+        cache. Any rest is one block being denoised: it sees the cache, the committed blocks and
+        itself, and writes nothing.
+        """
+        T = x.shape[1]
+        q, gate, k, v = self._project(x, rope)
+        L = int(lengths.max()) if lengths.numel() else 0
+        past = torch.arange(L, device=x.device)[None, None, :] < lengths[:, None, None]  # [B, 1, L]
+        blk = torch.arange(T, device=x.device) // block_size
+        new = (blk[None, :] <= blk[:, None])[None].expand(x.shape[0], T, T)
+        mask = torch.cat([past.expand(-1, T, -1), new], 2)
+        out = self._attend(q, torch.cat([cache.k[:, :L], k], 1), torch.cat([cache.v[:, :L], v], 1), mask, gate)
+        if n_commit:
+            cache.write(k[:, :n_commit], v[:, :n_commit], lengths)
+        return out

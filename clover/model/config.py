@@ -1,0 +1,211 @@
+"""Typed model configuration with named presets.
+
+Field names follow transformers' ``qwen3_5_moe`` text config, so a converted checkpoint's
+config reads the same; the Clover-only fields are at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GDN = "linear_attention"
+ATTN = "full_attention"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot describe a valid model."""
+
+
+@dataclass
+class CloverConfig:
+    vocab_size: int = 248320
+    hidden_size: int = 2048
+    num_hidden_layers: int = 40
+    layer_types: list[str] | None = None  # None: 3 GDN layers then 1 attention, repeated
+    full_attention_interval: int = 4
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    initializer_range: float = 0.02
+    max_position_embeddings: int = 262144
+    # block-causal gated attention
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 2
+    head_dim: int = 256
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10_000_000.0
+    # Gated DeltaNet
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 32
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_conv_kernel_dim: int = 4
+    # mixture of experts
+    num_experts: int = 256
+    num_experts_per_tok: int = 8
+    moe_intermediate_size: int = 512
+    shared_expert_intermediate_size: int = 512
+    router_aux_loss_coef: float = 0.001
+    # tokens
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
+    # Clover
+    mask_token_id: int = 0
+    shift_logits: bool = True  # logit i-1 predicts token i (as the AR base); False: i predicts i
+    block_size: int = 32  # default decoding block size
+    max_block_size: int = 128  # largest block the model accepts
+    model_type: str = "clover"
+    extra: dict = field(default_factory=dict)  # free-form provenance (conversion source, recipe)
+
+    def __post_init__(self) -> None:
+        if self.layer_types is None:
+            n = self.full_attention_interval
+            self.layer_types = [ATTN if (i + 1) % n == 0 else GDN for i in range(self.num_hidden_layers)]
+        self.layer_types = list(self.layer_types)
+        problems = []
+        if len(self.layer_types) != self.num_hidden_layers:
+            problems.append(
+                f"layer_types has {len(self.layer_types)} entries, num_hidden_layers is {self.num_hidden_layers}"
+            )
+        bad = sorted(set(self.layer_types) - {GDN, ATTN})
+        if bad:
+            problems.append(f"unknown layer types {bad}; use {GDN!r} or {ATTN!r}")
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "block_size",
+            "max_block_size",
+        ):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not problems:
+            if self.num_attention_heads % self.num_key_value_heads:
+                problems.append("num_attention_heads must be a multiple of num_key_value_heads")
+            if self.linear_num_value_heads % self.linear_num_key_heads:
+                problems.append("linear_num_value_heads must be a multiple of linear_num_key_heads")
+            if self.num_experts_per_tok > self.num_experts:
+                problems.append("num_experts_per_tok cannot exceed num_experts")
+            rd = int(self.head_dim * self.partial_rotary_factor)
+            if rd % 2 or not 0 < self.partial_rotary_factor <= 1:
+                problems.append(f"rotary dim head_dim*partial_rotary_factor={rd} must be even and > 0")
+            if not 0 <= self.mask_token_id < self.vocab_size:
+                problems.append(f"mask_token_id {self.mask_token_id} outside vocabulary of {self.vocab_size}")
+            if self.block_size > self.max_block_size:
+                problems.append(f"block_size {self.block_size} exceeds max_block_size {self.max_block_size}")
+        if problems:
+            raise ConfigError("invalid Clover config: " + "; ".join(problems))
+
+    # -- helpers ---------------------------------------------------------------------------
+    @property
+    def eos_ids(self) -> list[int]:
+        e = self.eos_token_id
+        return [] if e is None else ([e] if isinstance(e, int) else list(e))
+
+    def check_block_size(self, block_size: int) -> int:
+        """Refuse a block size this model cannot take, with a clear message."""
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
+            raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+        if block_size > self.max_block_size:
+            raise ValueError(f"block_size {block_size} exceeds this model's max_block_size {self.max_block_size}")
+        return block_size
+
+    def all_attention(self) -> CloverConfig:
+        """The same shape with every layer attention (a Fast-dLLM-v2-style baseline)."""
+        return self.replace(layer_types=[ATTN] * self.num_hidden_layers)
+
+    def replace(self, **changes) -> CloverConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CloverConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown config keys {unknown}")
+        if d.get("model_type", "clover") != "clover":
+            raise ConfigError(f"model_type is {d.get('model_type')!r}, expected 'clover' (convert it first)")
+        return cls(**d)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CloverConfig:
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a JSON object")
+        return cls.from_dict(d)
+
+
+PRESETS: dict[str, dict] = {
+    # for tests: every mechanism present, tiny dims
+    "tiny": dict(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        max_position_embeddings=8192,
+        rope_theta=10000.0,
+        mask_token_id=96,
+        block_size=8,
+    ),
+    # a CPU-sized model (the default model's shape family)
+    "small": dict(
+        vocab_size=4096,
+        hidden_size=256,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=256,
+        shared_expert_intermediate_size=256,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        mask_token_id=4095,
+    ),
+    # the full Clover-35B-A3B shape (Qwen3.6-35B-A3B backbone); all defaults
+    "qwen3.6-35b-a3b": dict(mask_token_id=248319),
+}
+
+
+def preset(name: str, **overrides) -> CloverConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+    return CloverConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,135 @@
+"""Shared building blocks: zero-centred RMSNorm, gated RMSNorm, partial RoPE, the MoE FFN."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover.model.config import CloverConfig
+
+
+class RMSNorm(nn.Module):
+    """Zero-centred RMSNorm: ``x̂ · (1 + w)``, w initialised to zero (Qwen3.5)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + self.weight.float())).type_as(x)
+
+
+class GatedRMSNorm(nn.Module):
+    """``norm(x) · w · silu(z)`` with a plain (ones-initialised) weight, as the GDN output norm."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = self.weight * y.to(dtype)
+        return (y * F.silu(z.float())).to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Partial RoPE: the first ``head_dim·partial_rotary_factor`` dims rotate (rotate-half form)."""
+
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        dim = int(config.head_dim * config.partial_rotary_factor)
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions ``[B, T]`` → cos, sin ``[B, T, rotary_dim]``."""
+        freqs = positions[..., None].float() * self.inv_freq.to(positions.device)
+        emb = torch.cat([freqs, freqs], -1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x ``[B, H, T, D]``; cos/sin ``[B, T, R]`` with R <= D."""
+    cos, sin = cos[:, None], sin[:, None]
+    R = cos.shape[-1]
+    xr, xp = x[..., :R], x[..., R:]
+    x1, x2 = xr[..., : R // 2], xr[..., R // 2 :]
+    rot = torch.cat([-x2, x1], -1)
+    return torch.cat([xr * cos + rot * sin, xp], -1)
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Router(nn.Module):
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+
+class Experts(nn.Module):
+    """Packed experts: ``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``."""
+
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        E, H, I = config.num_experts, config.hidden_size, config.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, H))
+        self.down_proj = nn.Parameter(torch.empty(E, H, I))
+
+
+class MoE(nn.Module):
+    """Softmax router, top-k renormalised, packed experts, sigmoid-gated shared expert."""
+
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        self.num_experts = config.num_experts
+        self.gate = Router(config)
+        self.experts = Experts(config)
+        self.shared_expert = MLP(config.hidden_size, config.shared_expert_intermediate_size)
+        self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ``[..., H]`` → (y ``[..., H]``, load-balancing loss scalar)."""
+        shape = x.shape
+        h = x.reshape(-1, shape[-1])  # [N, H]
+        logits = F.linear(h, self.gate.weight)
+        probs = logits.float().softmax(-1)
+        top_w, top_i = probs.topk(self.gate.top_k, -1)  # [N, k]
+        top_w = (top_w / top_w.sum(-1, keepdim=True)).to(h.dtype)
+        out = torch.zeros_like(h)
+        # group tokens by expert: one matmul per expert that got any token
+        flat_i = top_i.reshape(-1)
+        order = flat_i.argsort(stable=True)
+        counts = torch.bincount(flat_i, minlength=self.num_experts).tolist()
+        tok = order // self.gate.top_k
+        w = top_w.reshape(-1)[order]
+        start = 0
+        for e, c in enumerate(counts):
+            if c == 0:
+                continue
+            idx = tok[start : start + c]
+            gate, up = F.linear(h[idx], self.experts.gate_up_proj[e]).chunk(2, -1)
+            y = F.linear(F.silu(gate) * up, self.experts.down_proj[e]) * w[start : start + c, None]
+            out.index_add_(0, idx, y.to(out.dtype))
+            start += c
+        out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
+        # Switch-style balance loss: E · Σ_e f_e · P_e (f: routed fraction, P: mean prob)
+        f = torch.bincount(flat_i, minlength=self.num_experts).float() / max(1, flat_i.numel())
+        aux = self.num_experts * (f * probs.mean(0)).sum()
+        return out.reshape(shape), aux

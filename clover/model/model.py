@@ -1,0 +1,237 @@
+"""The Clover block-diffusion model: embeddings, hybrid GDN/attention layers with MoE, head.
+
+Two ways to run, sharing every weight and layer:
+
+* ``forward_train(x0, xt)``: clean stream x0 and noisy stream xt (design §3) → logits
+  aligned so that row i predicts token i, for the noisy stream of every block;
+* ``prefill`` / ``step``: the incremental API of the engine (design §4). ``step`` takes
+  clean blocks to commit and/or one block to denoise; denoising only reads the cache.
+
+The invariant tying them together: for any inputs, ``forward_train`` logits of block b equal
+``step(denoise=block b)`` logits after committing the clean prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from clover.model.attention import Attention
+from clover.model.cache import ModelCache
+from clover.model.config import ATTN, CloverConfig
+from clover.model.gdn import GatedDeltaNetMixer
+from clover.model.layers import MoE, RMSNorm, RotaryEmbedding
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: CloverConfig, layer_type: str):
+        super().__init__()
+        self.layer_type = layer_type
+        if layer_type == ATTN:
+            self.self_attn = Attention(config)
+        else:
+            self.linear_attn = GatedDeltaNetMixer(config)
+        self.mlp = MoE(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, aux = self.mlp(self.post_attention_layernorm(h))
+        return h + y, aux
+
+    def forward_train(self, hc, hn, rope, valid, block_size):
+        xc, xn = self.input_layernorm(hc), self.input_layernorm(hn)
+        if self.layer_type == ATTN:
+            yc, yn = self.self_attn.forward_train(xc, xn, rope, valid, block_size)
+        else:
+            yc, yn = self.linear_attn.forward_train(xc, xn, valid, block_size)
+        T = hc.shape[1]
+        h, aux = self._ffn(torch.cat([hc + yc, hn + yn], 1))  # one MoE call for both streams
+        return h[:, :T], h[:, T:], aux
+
+    def forward_step(self, h, rope, cache, lengths, n_commit, block_size):
+        x = self.input_layernorm(h)
+        if self.layer_type == ATTN:
+            y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size)
+        else:
+            y = self.linear_attn.forward_step(x, cache, n_commit, block_size)
+        return self._ffn(h + y)[0]
+
+
+class CloverBackbone(nn.Module):
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, t) for t in config.layer_types)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config)
+
+
+@dataclass
+class TrainOutput:
+    logits: torch.Tensor | None  # [B, T, V], row i predicts token i (None if return_hidden)
+    hidden: torch.Tensor  # [B, T, H] the final-norm hidden state that row i's logit comes from
+    aux_loss: torch.Tensor  # MoE load-balancing loss, averaged over layers
+
+
+class CloverForBlockDiffusion(nn.Module):
+    def __init__(self, config: CloverConfig):
+        super().__init__()
+        self.config = config
+        self.model = CloverBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.reset_parameters()
+
+    # -- init ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.config.initializer_range
+        for name, p in self.named_parameters():
+            if p.is_meta:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if name.endswith(("layernorm.weight", "norm.weight", "q_norm.weight", "k_norm.weight")):
+                if "linear_attn.norm" in name:
+                    p.fill_(1.0)  # gated norm: plain weight
+                else:
+                    p.zero_()  # zero-centred RMSNorm
+            elif leaf in ("conv_right", "mem_key", "mem_bias"):
+                p.zero_()
+            elif leaf in ("attn_scale", "mem_gamma", "mem_scale", "dt_bias", "A_log"):
+                pass  # set by the mixer's constructor
+            elif "conv1d" in name:
+                nn.init.normal_(p, 0.0, 0.5)
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+    # -- shared pieces ---------------------------------------------------------------------
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype):
+        return self.model.rotary_emb(positions, dtype)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden ``[..., H]`` → logits ``[..., V]``."""
+        return self.lm_head(h)
+
+    def _check_tokens(self, ids: torch.Tensor) -> None:
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab_size}), got range [{int(ids.min())}, {int(ids.max())}]"
+            )
+
+    # -- training forward ------------------------------------------------------------------
+    def forward_train(
+        self,
+        x0: torch.Tensor,
+        xt: torch.Tensor,
+        block_size: int | None = None,
+        valid: torch.Tensor | None = None,
+        return_hidden: bool = False,
+    ) -> TrainOutput:
+        """x0, xt ``[B, T]`` clean and noisy tokens (positions 0..T-1); valid ``[B, T]`` bool marks
+        real tokens (padding only at the end). Returns row-i-predicts-token-i outputs."""
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        self._check_tokens(x0)
+        self._check_tokens(xt)
+        B, T = x0.shape
+        if valid is None:
+            valid = torch.ones(B, T, dtype=torch.bool, device=x0.device)
+        emb = self.model.embed_tokens
+        hc, hn = emb(x0), emb(xt)
+        pos = torch.arange(T, device=x0.device)[None].expand(B, T)
+        rope = self._rope(pos, hc.dtype)
+        aux = hc.new_zeros(())
+        for layer in self.model.layers:
+            hc, hn, a = layer.forward_train(hc, hn, rope, valid, bs)
+            aux = aux + a
+        hc, hn = self.model.norm(hc), self.model.norm(hn)
+        if self.config.shift_logits:
+            # row i reads position i-1: the noisy stream inside the block, the clean stream at
+            # a block start (rule 4: the first token of block b comes from block b-1's commit)
+            i = torch.arange(T, device=x0.device)
+            starts = (i % bs == 0)[None, :, None]
+            prev_c = torch.cat([torch.zeros_like(hc[:, :1]), hc[:, :-1]], 1)
+            prev_n = torch.cat([torch.zeros_like(hn[:, :1]), hn[:, :-1]], 1)
+            hidden = torch.where(starts, prev_c, prev_n)
+        else:
+            hidden = hn
+        logits = None if return_hidden else self.head(hidden)
+        return TrainOutput(logits, hidden, aux / len(self.model.layers))
+
+    # -- incremental API -------------------------------------------------------------------
+    def new_cache(self, batch: int = 1) -> ModelCache:
+        p = self.model.embed_tokens.weight
+        return ModelCache.empty(self.config, batch, p.device, p.dtype)
+
+    def step(
+        self,
+        cache: ModelCache,
+        commit: torch.Tensor | None = None,
+        denoise: torch.Tensor | None = None,
+        block_size: int | None = None,
+    ) -> torch.Tensor | None:
+        """One forward over ``commit [B, n_c]`` (clean, complete blocks, written to ``cache``)
+        followed by ``denoise [B, n_d]`` (one block, read-only). Both start where the cache ends.
+
+        Returns the denoise block's logits ``[B, n_d, V]`` aligned so row i predicts token i,
+        or None when nothing is denoised. Committing with denoise=None is a plain commit;
+        both at once is the fused commit + first denoise pass of the next block.
+        """
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        parts = [t for t in (commit, denoise) if t is not None]
+        if not parts:
+            raise ValueError("step needs tokens to commit or to denoise")
+        x = torch.cat(parts, 1)
+        self._check_tokens(x)
+        n_c = 0 if commit is None else commit.shape[1]
+        n_d = 0 if denoise is None else denoise.shape[1]
+        if n_c % bs and n_d:
+            raise ValueError(f"commit of {n_c} tokens is not whole blocks of {bs}; cannot denoise after it")
+        if n_d > bs:
+            raise ValueError(f"denoise block of {n_d} tokens exceeds block size {bs}")
+        if int(cache.lengths.remainder(bs).abs().sum()):
+            raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
+        B, T = x.shape
+        h = self.model.embed_tokens(x)
+        pos = cache.lengths[:, None] + torch.arange(T, device=x.device)
+        rope = self._rope(pos, h.dtype)
+        for layer, c in zip(self.model.layers, cache.layers):
+            h = layer.forward_step(h, rope, c, cache.lengths, n_c, bs)
+        h = self.model.norm(h)
+        if n_c:
+            cache.lengths = cache.lengths + n_c
+            if self.config.shift_logits:
+                cache.last_logits = self.head(h[:, n_c - 1])
+        if not n_d:
+            return None
+        raw = self.head(h[:, n_c:])
+        if not self.config.shift_logits:
+            return raw
+        first = cache.last_logits if cache.last_logits is not None else torch.zeros_like(raw[:, 0])
+        return torch.cat([first[:, None].to(raw.dtype), raw[:, :-1]], 1)
+
+    def prefill(
+        self, prompt: torch.Tensor, block_size: int | None = None, cache: ModelCache | None = None
+    ) -> tuple[ModelCache, torch.Tensor]:
+        """Commit the prompt's complete blocks (rule 1). ``prompt [B, P]`` (equal lengths).
+
+        Returns the cache and the prompt's tail ``[B, P mod bs]``, which lives inside the first
+        generation block.
+        """
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        cache = cache if cache is not None else self.new_cache(prompt.shape[0])
+        full = prompt.shape[1] // bs * bs
+        if full:
+            self.step(cache, commit=prompt[:, :full], block_size=bs)
+        return cache, prompt[:, full:]
+
+    def num_parameters(self) -> dict:
+        """Total and per-token active parameter counts (embeddings included, head counted once if tied)."""
+        c = self.config
+        total = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        expert = 3 * c.hidden_size * c.moe_intermediate_size
+        inactive = c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * expert
+        return {"total_params": total, "active_params": total - inactive}
