@@ -105,7 +105,7 @@ class MoE(nn.Module):
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[..., H]`` → (y ``[..., H]``, load-balancing loss scalar)."""
+        """x ``[..., H]`` → (y ``[..., H]``, routing stats ``[2, E]``)."""
         shape = x.shape
         h = x.reshape(-1, shape[-1])  # [N, H]
         logits = F.linear(h, self.gate.weight)
@@ -129,7 +129,16 @@ class MoE(nn.Module):
             out.index_add_(0, idx, y.to(out.dtype))
             start += c
         out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
-        # Switch-style balance loss: E · Σ_e f_e · P_e (f: routed fraction, P: mean prob)
-        f = torch.bincount(flat_i, minlength=self.num_experts).float() / max(1, flat_i.numel())
-        aux = self.num_experts * (f * probs.mean(0)).sum()
-        return out.reshape(shape), aux
+        # routing statistics for the Switch-style balance loss E · Σ_e f_e · P_e; returned as
+        # sums so a data-parallel trainer can combine them over ranks before forming the loss
+        counts = torch.bincount(flat_i, minlength=self.num_experts).float()  # tokens routed to e
+        stats = torch.stack([counts, probs.sum(0)])  # [2, E]; row 1 carries the gradient
+        return out.reshape(shape), stats
+
+
+def balance_loss(stats: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Load-balancing loss from summed routing statistics ``[2, E]`` (see ``MoE.forward``)."""
+    counts, prob_sum = stats[0].detach(), stats[1]
+    n_tokens = counts.sum() / top_k
+    f = counts / counts.sum().clamp(min=1)
+    return stats.shape[1] * (f * prob_sum / n_tokens.clamp(min=1)).sum()

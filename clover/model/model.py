@@ -22,7 +22,7 @@ from clover.model.attention import Attention
 from clover.model.cache import ModelCache
 from clover.model.config import ATTN, CloverConfig
 from clover.model.gdn import GatedDeltaNetMixer
-from clover.model.layers import MoE, RMSNorm, RotaryEmbedding
+from clover.model.layers import MoE, RMSNorm, RotaryEmbedding, balance_loss
 
 
 class DecoderLayer(nn.Module):
@@ -41,15 +41,16 @@ class DecoderLayer(nn.Module):
         y, aux = self.mlp(self.post_attention_layernorm(h))
         return h + y, aux
 
-    def forward_train(self, hc, hn, rope, valid, block_size):
+    def forward(self, hc, hn, rope, valid, block_size):
+        """The training call (named ``forward`` so FSDP2 gathers this layer's weights around it)."""
         xc, xn = self.input_layernorm(hc), self.input_layernorm(hn)
         if self.layer_type == ATTN:
             yc, yn = self.self_attn.forward_train(xc, xn, rope, valid, block_size)
         else:
             yc, yn = self.linear_attn.forward_train(xc, xn, valid, block_size)
         T = hc.shape[1]
-        h, aux = self._ffn(torch.cat([hc + yc, hn + yn], 1))  # one MoE call for both streams
-        return h[:, :T], h[:, T:], aux
+        h, stats = self._ffn(torch.cat([hc + yc, hn + yn], 1))  # one MoE call for both streams
+        return h[:, :T], h[:, T:], stats
 
     def forward_step(self, h, rope, cache, lengths, n_commit, block_size):
         x = self.input_layernorm(h)
@@ -74,6 +75,7 @@ class TrainOutput:
     logits: torch.Tensor | None  # [B, T, V], row i predicts token i (None if return_hidden)
     hidden: torch.Tensor  # [B, T, H] the final-norm hidden state that row i's logit comes from
     aux_loss: torch.Tensor  # MoE load-balancing loss, averaged over layers
+    router_stats: torch.Tensor  # [layers, 2, E] summed routing statistics (for data-parallel aux)
 
 
 class CloverForBlockDiffusion(nn.Module):
@@ -130,6 +132,7 @@ class CloverForBlockDiffusion(nn.Module):
         block_size: int | None = None,
         valid: torch.Tensor | None = None,
         return_hidden: bool = False,
+        logits_at: torch.Tensor | None = None,
     ) -> TrainOutput:
         """x0, xt ``[B, T]`` clean and noisy tokens (positions 0..T-1); valid ``[B, T]`` bool marks
         real tokens (padding only at the end). Returns row-i-predicts-token-i outputs."""
@@ -143,10 +146,10 @@ class CloverForBlockDiffusion(nn.Module):
         hc, hn = emb(x0), emb(xt)
         pos = torch.arange(T, device=x0.device)[None].expand(B, T)
         rope = self._rope(pos, hc.dtype)
-        aux = hc.new_zeros(())
+        stats = []
         for layer in self.model.layers:
-            hc, hn, a = layer.forward_train(hc, hn, rope, valid, bs)
-            aux = aux + a
+            hc, hn, st = layer(hc, hn, rope, valid, bs)
+            stats.append(st)
         hc, hn = self.model.norm(hc), self.model.norm(hn)
         if self.config.shift_logits:
             # row i reads position i-1: the noisy stream inside the block, the clean stream at
@@ -158,8 +161,17 @@ class CloverForBlockDiffusion(nn.Module):
             hidden = torch.where(starts, prev_c, prev_n)
         else:
             hidden = hn
-        logits = None if return_hidden else self.head(hidden)
-        return TrainOutput(logits, hidden, aux / len(self.model.layers))
+        if logits_at is not None:  # only where the loss needs them: ``[N, V]`` for the True entries
+            logits = self.head(hidden[logits_at])
+        else:
+            logits = None if return_hidden else self.head(hidden)
+        k = self.config.num_experts_per_tok
+        aux = torch.stack([balance_loss(st, k) for st in stats]).mean()
+        return TrainOutput(logits, hidden, aux, torch.stack(stats))
+
+    def forward(self, *args, **kwargs) -> TrainOutput:
+        """``forward_train`` (so data-parallel wrappers such as FSDP2 hook the training call)."""
+        return self.forward_train(*args, **kwargs)
 
     # -- incremental API -------------------------------------------------------------------
     def new_cache(self, batch: int = 1) -> ModelCache:

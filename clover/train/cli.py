@@ -1,0 +1,108 @@
+"""``clover train``: run a recipe in one process, or under ``torchrun`` with FSDP2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+
+def _export(model, tok, out: Path, extra: dict) -> None:
+    from clover.model.io import save_model
+
+    save_model(model, out)
+    tok.save(out)
+    (out / "training.json").write_text(json.dumps(extra, indent=1))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer
+    from clover.model import CloverForBlockDiffusion
+    from clover.train.objective import build_batch, masked_loss
+    from clover.train.recipes import RECIPES, airspace_source
+    from clover.train.trainer import Trainer, setup_distributed, shard_model
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    rank, world = setup_distributed()
+    recipe = RECIPES[args.recipe]()
+    if args.config:
+        over = json.loads(Path(args.config).read_text())
+        for k, v in over.get("train", {}).items():
+            setattr(recipe.train, k, v)
+        recipe.model.update(over.get("model", {}))
+    if args.steps:
+        recipe.train.steps = args.steps
+    run = Path(args.out)
+    run.mkdir(parents=True, exist_ok=True)
+    if (run / "tokenizer.json").exists():
+        tok = CloverTokenizer.load(run)  # a resumed run keeps its tokenizer
+    else:
+        tok = build_default_tokenizer(recipe.tokenizer_vocab)
+        if rank == 0:
+            tok.save(run)
+    torch.manual_seed(recipe.train.seed)
+    model = CloverForBlockDiffusion(recipe.model_config(tok))
+    if world > 1:
+        model = shard_model(model)
+    counts = model.num_parameters() if world == 1 else {}
+    val_source = airspace_source(tok, recipe, "validation", seed=99)
+    val_batches = [val_source(i) for i in range(4)]
+    cfg = recipe.train
+
+    def evaluate(m, step):
+        m.eval()
+        tot, n = 0.0, 0
+        with torch.no_grad():
+            for i, vb in enumerate(val_batches):
+                b = build_batch(
+                    vb["x0"],
+                    vb["target"],
+                    vb["valid"],
+                    m.config.mask_token_id,
+                    cfg.block_size,
+                    cfg.masking,
+                    torch.Generator().manual_seed(i),
+                )
+                out = m(b["x0"], b["xt"], cfg.block_size, b["valid"], logits_at=b["mask"])
+                tot += float(masked_loss(out.logits, b, cfg.masking)[0])
+                n += 1
+        m.train()
+        res = {"val_loss": tot / n}
+        if args.export and world == 1:
+            _export(
+                m,
+                tok,
+                Path(args.export),
+                {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], **counts, "train": asdict(cfg)},
+            )
+        return res
+
+    trainer = Trainer(model, airspace_source(tok, recipe, "train", seed=cfg.seed), cfg, run, evaluate)
+    if args.resume and trainer.resume() and rank == 0:
+        print(f"resumed from step {trainer.step}")
+    if rank == 0 and counts:
+        print(f"model: {counts['total_params']:,} parameters ({counts['active_params']:,} active); run dir {run}")
+    model.train()
+    trainer.fit(progress=not args.no_progress)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a model with a recipe (one process, or torchrun + FSDP2)")
+    p.add_argument("--recipe", default="airspace", help="recipe name (airspace)")
+    p.add_argument(
+        "--out",
+        default=str(Path.home() / ".cache" / "clover" / "runs" / "airspace"),
+        help="run directory: checkpoints, tokenizer, train_log.jsonl",
+    )
+    p.add_argument("--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}}")
+    p.add_argument("--steps", type=int, help="total optimiser steps")
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    p.add_argument("--export", help="also write the model + tokenizer here at every evaluation")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)

@@ -1,0 +1,108 @@
+"""Training recipes. ``airspace`` trains the bundled default model from scratch on CPU."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from clover.data.chat import render_segments
+from clover.data.corpus import example
+from clover.data.decisions import decision_examples
+from clover.data.tokenizer import CloverTokenizer
+from clover.model import CloverConfig
+from clover.train.objective import MaskingConfig
+from clover.train.trainer import TrainConfig
+
+
+@dataclass
+class AirspaceRecipe:
+    model: dict = field(
+        default_factory=lambda: dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            full_attention_interval=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=32,
+            linear_value_head_dim=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            shared_expert_intermediate_size=128,
+            max_position_embeddings=4096,
+            rope_theta=100_000.0,
+            shift_logits=False,
+            block_size=32,
+            max_block_size=64,
+        )
+    )
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            steps=20_000,
+            lr=2e-3,
+            warmup=200,
+            block_size=32,
+            eval_every=250,
+            ckpt_every=100,
+            log_every=10,
+            masking=MaskingConfig(t_min=0.05, t_max=1.0, weighting="elbo", complementary=False),
+        )
+    )
+    batch_size: int = 8  # doubled by complementary masking
+    max_len: int = 512
+    decision_frac: float = 0.2
+    curriculum_steps: int = 600  # single-action messages only before this step
+    tokenizer_vocab: int = 2048
+
+    def model_config(self, tok: CloverTokenizer) -> CloverConfig:
+        return CloverConfig(
+            vocab_size=tok.vocab_size,
+            mask_token_id=tok.mask_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            extra={"recipe": "airspace"},
+            **self.model,
+        )
+
+
+def encode_example(tok: CloverTokenizer, ex: dict, max_len: int) -> tuple[list[int], list[bool]]:
+    ids, tgt = tok.encode_segments(render_segments(ex["messages"], ex.get("tools")))
+    return ids[:max_len], tgt[:max_len]
+
+
+def collate(rows: list[tuple[list[int], list[bool]]], pad_id: int) -> dict[str, torch.Tensor]:
+    T = max(len(r[0]) for r in rows)
+    x0 = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    target = torch.zeros(len(rows), T, dtype=torch.bool)
+    valid = torch.zeros(len(rows), T, dtype=torch.bool)
+    for i, (ids, tg) in enumerate(rows):
+        x0[i, : len(ids)] = torch.tensor(ids)
+        target[i, : len(ids)] = torch.tensor(tg)
+        valid[i, : len(ids)] = True
+    return {"x0": x0, "target": target, "valid": valid}
+
+
+def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "train", seed: int = 0):
+    """step → batch, a pure function of (seed, step): resumable and identical on every rank."""
+
+    def source(step: int) -> dict[str, torch.Tensor]:
+        rng = random.Random(f"airspace-{split}-{seed}-{step}")
+        max_actions = 1 if step < recipe.curriculum_steps else 5
+        rows = []
+        for _ in range(recipe.batch_size):
+            if rng.random() < recipe.decision_frac:
+                ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
+            else:
+                ex = example(rng, split, max_actions)
+            rows.append(encode_example(tok, ex, recipe.max_len))
+        return collate(rows, tok.pad_token_id)
+
+    return source
+
+
+RECIPES = {"airspace": AirspaceRecipe}

@@ -1,0 +1,197 @@
+"""The training loop: one process, or N processes under ``torchrun`` with PyTorch FSDP2.
+
+Everything a step does is a function of (seed, step): the batch comes from the data source
+for that step and the masks from a generator seeded with it. Resume therefore continues
+bit-exactly, and every rank builds the same global batch and keeps its own rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from clover.model import CloverForBlockDiffusion
+from clover.model.layers import balance_loss
+from clover.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from clover.train.objective import MaskingConfig, build_batch, loss_normalizer, masked_loss
+
+# A data source: step -> {"x0": [B, T] long, "target": [B, T] bool, "valid": [B, T] bool}
+Source = Callable[[int], dict[str, torch.Tensor]]
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    block_size: int = 32
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 500
+    ckpt_every: int = 200
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        p = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def _dist() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def setup_distributed() -> tuple[int, int]:
+    """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return _dist()
+
+
+def shard_model(model: CloverForBlockDiffusion) -> CloverForBlockDiffusion:
+    """FSDP2: shard every decoder layer, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: CloverForBlockDiffusion,
+        source: Source,
+        cfg: TrainConfig,
+        run_dir: str | Path | None,
+        evaluate: Callable[[CloverForBlockDiffusion, int], dict] | None = None,
+    ):
+        self.model, self.source, self.cfg = model, source, cfg
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.evaluate = evaluate
+        self.rank, self.world = _dist()
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+        other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0.0}],
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+        )
+        self.step = 0
+        self.history: list[dict] = []
+
+    def resume(self) -> bool:
+        if self.run_dir is None or (ck := latest_checkpoint(self.run_dir)) is None:
+            return False
+        state = load_checkpoint(ck, self.model, self.opt)
+        self.step = state["step"]
+        return True
+
+    def train_step(self, step: int) -> dict:
+        """One optimiser step on the global batch of ``step``; returns its figures."""
+        cfg, model = self.cfg, self.model
+        for g in self.opt.param_groups:
+            g["lr"] = cfg.lr_at(step)
+        data = self.source(step)
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        batch = build_batch(
+            data["x0"], data["target"], data["valid"], model.config.mask_token_id, cfg.block_size, cfg.masking, gen
+        )
+        norm = loss_normalizer(batch, cfg.masking)  # over the global batch: ranks agree
+        rows = slice(self.rank, None, self.world)
+        local = {k: v[rows] for k, v in batch.items()}
+        out = model(local["x0"], local["xt"], cfg.block_size, local["valid"], logits_at=local["mask"])
+        loss, ce = masked_loss(out.logits, local, cfg.masking, normalizer=norm)
+        stats = out.router_stats  # [L, 2, E] sums over this rank's tokens
+        if self.world > 1:
+            counts = stats[:, 0].detach().clone()
+            dist.all_reduce(counts)  # global routed fractions; probability sums stay local
+            probs = stats[:, 1] * self.world  # x world: FSDP averages the gradients over ranks
+            n_glob = counts.sum(-1, keepdim=True) / model.config.num_experts_per_tok
+            aux = (model.config.num_experts * (counts / counts.sum(-1, keepdim=True)) * probs / n_glob).sum(-1).mean()
+            loss = loss * self.world
+        else:
+            aux = torch.stack([balance_loss(s, model.config.num_experts_per_tok) for s in stats]).mean()
+        total = loss + model.config.router_aux_loss_coef * aux
+        self.opt.zero_grad(set_to_none=True)
+        total.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        self.opt.step()
+        figs = torch.stack([loss.detach() / self.world, aux.detach() / (self.world if self.world > 1 else 1)])
+        if self.world > 1:
+            dist.all_reduce(figs)
+        tokens = int(data["valid"].sum())
+        return {
+            "step": step,
+            "loss": float(figs[0]),
+            "aux": float(figs[1]),
+            "lr": cfg.lr_at(step),
+            "grad_norm": float(gnorm),
+            "tokens": tokens,
+            "masked": int(batch["mask"].sum()),
+        }
+
+    def fit(self, progress: bool = True, until: int | None = None) -> list[dict]:
+        """Train to ``cfg.steps`` (or stop early at step ``until``, as if interrupted)."""
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        if self.run_dir and self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        bar = tqdm(
+            total=cfg.steps, initial=self.step, disable=not progress or self.rank != 0, desc="train", dynamic_ncols=True
+        )
+        log = open(self.run_dir / "train_log.jsonl", "a") if self.run_dir and self.rank == 0 else None
+        t0, tok = time.perf_counter(), 0
+        try:
+            while self.step < min(cfg.steps, until or cfg.steps):
+                figs = self.train_step(self.step)
+                self.step += 1
+                tok += figs["tokens"]
+                figs["tokens_per_s"] = tok / max(1e-9, time.perf_counter() - t0)
+                self.history.append(figs)
+                bar.update(1)
+                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                    bar.set_postfix(loss=f"{figs['loss']:.3f}", tok_s=f"{figs['tokens_per_s']:.0f}")
+                    if log:
+                        log.write(json.dumps({**figs, "time": time.time()}) + "\n")
+                        log.flush()
+                if self.evaluate and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+                    res = self.evaluate(self.model, self.step)
+                    if log and res:
+                        log.write(json.dumps({"step": self.step, "eval": res, "time": time.time()}) + "\n")
+                        log.flush()
+                    if res:
+                        bar.write(
+                            f"step {self.step}: "
+                            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items())
+                        )
+                if (
+                    self.run_dir
+                    and self.world == 1
+                    and (self.step % cfg.ckpt_every == 0 or self.step in (cfg.steps, until))
+                ):
+                    save_checkpoint(self.run_dir, self.step, self.model, self.opt, {"config": asdict(cfg)})
+        finally:
+            bar.close()
+            if log:
+                log.close()
+        return self.history

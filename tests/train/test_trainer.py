@@ -1,0 +1,108 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from clover.model import CloverForBlockDiffusion, preset
+from clover.model.io import CheckpointError
+from clover.train.objective import MaskingConfig, build_batch, sample_mask
+from clover.train.trainer import TrainConfig, Trainer
+from tests.train.copy_task import copy_source
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return CloverForBlockDiffusion(preset("tiny", block_size=4, shift_logits=False))
+
+
+def test_masking_statistics_match_configured_rates():
+    cfg = MaskingConfig(t_min=0.2, t_max=0.6, complementary=False)
+    target = torch.ones(4000, 8, dtype=torch.bool)
+    target[:, :2] = False  # prompt never masked
+    mask, t = sample_mask(target, 4, cfg, torch.Generator().manual_seed(0))
+    assert not mask[:, :2].any()
+    assert 0.2 <= t.min() and t.max() <= 0.6
+    assert abs(mask[:, 2:].float().mean().item() - 0.4) < 0.01  # E[t] = 0.4
+    assert torch.equal(t[:, 0], t[:, 3]) and not torch.equal(t[:, 0], t[:, 4])  # one rate per block
+    comp = build_batch(
+        torch.ones(10, 8, dtype=torch.long),
+        target[:10],
+        target[:10] | True,
+        0,
+        4,
+        MaskingConfig(),
+        torch.Generator().manual_seed(1),
+    )
+    m1, m2 = comp["mask"].chunk(2)
+    assert torch.equal(m1 ^ m2, target[:10]) and not (m1 & m2).any()  # complementary covers each target once
+
+
+def test_loss_decreases_on_a_micro_run():
+    cfg = TrainConfig(steps=60, lr=3e-3, warmup=5, block_size=4, log_every=1000, eval_every=10**9)
+    tr = Trainer(_model(), copy_source(vocab=12), cfg, None)  # a small value range: learnable in 60 steps
+    hist = tr.fit(progress=False)
+    first = sum(h["loss"] for h in hist[:10]) / 10
+    last = sum(h["loss"] for h in hist[-10:]) / 10
+    assert last < 0.8 * first, (first, last)
+
+
+def test_resume_is_bit_exact(tmp_path):
+    cfg = TrainConfig(steps=12, lr=3e-3, warmup=2, block_size=4, ckpt_every=6, log_every=1000, eval_every=10**9)
+    full = Trainer(_model(), copy_source(), cfg, tmp_path / "a").fit(progress=False)
+    Trainer(_model(), copy_source(), cfg, tmp_path / "b").fit(progress=False, until=6)  # killed at step 6
+    tr = Trainer(_model(seed=123), copy_source(), cfg, tmp_path / "b")  # different init: resume must overwrite it
+    assert tr.resume() and tr.step == 6
+    rest = tr.fit(progress=False)
+    assert [h["loss"] for h in full[6:]] == [h["loss"] for h in rest]
+
+
+def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
+    cfg = TrainConfig(steps=2, warmup=1, block_size=4, ckpt_every=2, log_every=1000, eval_every=10**9)
+    Trainer(_model(), copy_source(), cfg, tmp_path).fit(progress=False)
+    other = CloverForBlockDiffusion(preset("tiny", block_size=4, hidden_size=48))
+    with pytest.raises(CheckpointError, match="does not fit|differs"):
+        Trainer(other, copy_source(), cfg, tmp_path).resume()
+    ck = tmp_path / (tmp_path / "latest").read_text()
+    (ck / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        Trainer(_model(), copy_source(), cfg, tmp_path).resume()
+
+
+@pytest.mark.timeout(300)
+def test_two_process_fsdp_matches_one_process(tmp_path):
+    script = Path(__file__).with_name("fsdp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    one = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "one.json")], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    import socket
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={port}",
+            str(script),
+            str(tmp_path / "two.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((tmp_path / "one.json").read_text())
+    b = json.loads((tmp_path / "two.json").read_text())
+    assert len(a) == len(b) == 5
+    for x, y in zip(a, b):
+        assert abs(x - y) < 1e-4 * max(1.0, abs(x)), (a, b)
