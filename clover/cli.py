@@ -73,6 +73,7 @@ def _plugins():
         "clover.convert.cli",
         "clover.data.cli",
         "clover.bench",
+        "clover.evaluate",
     ):
         try:
             m = importlib.import_module(mod)

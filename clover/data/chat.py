@@ -1,65 +1,123 @@
 """The one place for the chat template and for parsing tool calls out of generated text.
 
-Qwen-style ChatML. Tools go in the system turn inside ``<tools>…</tools>`` as one compact
-signature per line (derived from any OpenAI JSON schema, so client tools render too); the
-assistant calls a tool as ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``; tool results
-come back in a user turn inside ``<tool_response>…</tool_response>``, as Qwen does.
-Training, evaluation and the server all use these functions.
+Qwen-style ChatML, made compact for a tiny model::
+
+    <|im_start|>system
+    {system text}
+    <tools>
+    create_no_fly_zone(zone_name: string, lat: number, lon: number, radius_m: integer, start_time?: string, ...)
+    recall_drone(drone_id: string)
+    </tools><|im_end|>
+    <|im_start|>user
+    {operator message}<|im_end|>
+    <|im_start|>assistant
+    <tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call><|im_end|>
+    <|im_start|>user
+    <tool_response>{"status": "returning"}</tool_response><|im_end|>
+
+* tools: one signature per line, derived from any OpenAI JSON schema (``?`` = optional, enums
+  as ``a|b|c``, arrays as ``array[T]``, objects as ``{k: T}``), so client tools render too;
+* assistant tool calls: one ``<tool_call>`` per call, ``\\n`` between them, after the text (if
+  any); canonical JSON = ``json.dumps(obj, ensure_ascii=False)`` (separators ``, `` and ``: ``);
+* tool results: consecutive ``tool`` messages share one user turn, one ``<tool_response>`` each
+  (Qwen's way).
+
+Training, evaluation and the server all use these functions; nothing here knows a tokenizer
+class (``tokenize_segments`` takes any ``encode`` callable).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+RESP_OPEN, RESP_CLOSE = "<tool_response>", "</tool_response>"
+TOOLS_OPEN, TOOLS_CLOSE = "<tools>", "</tools>"
+
+_BARE = re.compile(r"^[\w.\-]+$")  # enum values that need no quoting
 
 
-def _type(schema: dict) -> str:
-    if not isinstance(schema, dict):
+# -- tool signatures ----------------------------------------------------------------------------
+def _literal(v) -> str:
+    return v if isinstance(v, str) and _BARE.match(v) else json.dumps(v, ensure_ascii=False)
+
+
+def schema_type(schema, depth: int = 0) -> str:
+    """A JSON schema as a short type string: ``string``, ``a|b``, ``array[number]``, ``{k: T, o?: T}``."""
+    if not isinstance(schema, dict) or depth > 6:  # depth guard: pathological or recursive schemas
         return "any"
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return "|".join(str(v) for v in schema["enum"])
-    t = schema.get("type", "any")
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return "|".join(_literal(v) for v in schema["enum"])
+    if "const" in schema:
+        return _literal(schema["const"])
+    if isinstance(schema.get("$ref"), str):
+        return schema["$ref"].rsplit("/", 1)[-1] or "any"
+    for key, sep in (("anyOf", "|"), ("oneOf", "|"), ("allOf", "&")):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return sep.join(dict.fromkeys(schema_type(s, depth + 1) for s in schema[key]))
+    t = schema.get("type")
     if isinstance(t, list):
-        t = "|".join(str(x) for x in t)
-    if t == "array":
-        return f"array[{_type(schema.get('items', {}))}]"
-    if t == "object" and isinstance(schema.get("properties"), dict):
-        return "{" + ", ".join(f"{k}: {_type(v)}" for k, v in schema["properties"].items()) + "}"
-    return str(t)
+        return "|".join(schema_type({**schema, "type": x}, depth) for x in t) or "any"
+    if t == "array" or (t is None and "items" in schema):
+        return f"array[{schema_type(schema['items'], depth + 1)}]" if isinstance(schema.get("items"), dict) else "array"
+    if t == "object" or (t is None and "properties" in schema):
+        props = schema.get("properties")
+        if isinstance(props, dict) and props:
+            return "{" + _params(props, schema.get("required"), depth + 1) + "}"
+        return "object"
+    return str(t) if t else "any"
 
 
-def tool_signature(tool: dict) -> str:
+def _params(props: dict, required, depth: int) -> str:
+    req = set(required) if isinstance(required, list) else set()
+    return ", ".join(f"{k}{'' if k in req else '?'}: {schema_type(v, depth)}" for k, v in props.items())
+
+
+def tool_signature(tool: dict, with_description: bool = False) -> str:
     """``name(arg: type, opt?: type)`` for one OpenAI-format tool (or a bare function dict)."""
     fn = tool.get("function", tool) if isinstance(tool, dict) else {}
-    params = fn.get("parameters") or {}
-    props = params.get("properties") or {}
-    required = set(params.get("required") or [])
-    args = ", ".join(f"{k}{'' if k in required else '?'}: {_type(v)}" for k, v in props.items())
-    return f"{fn.get('name', 'unnamed')}({args})"
+    fn = fn if isinstance(fn, dict) else {}
+    params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    sig = f"{fn.get('name') or 'unnamed'}({_params(props, params.get('required'), 0)})"
+    desc = str(fn.get("description") or "").strip().splitlines()
+    return f"{sig} - {desc[0]}" if with_description and desc else sig
 
 
-def tool_call_text(name: str, arguments: dict | str) -> str:
-    if isinstance(arguments, str):
+def tools_block(tools: list[dict], with_descriptions: bool = False) -> str:
+    return TOOLS_OPEN + "\n" + "\n".join(tool_signature(t, with_descriptions) for t in tools) + "\n" + TOOLS_CLOSE
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def content_text(m: dict) -> str:
+    """A message's text; OpenAI content parts are concatenated, dicts (tool results) dumped as JSON."""
+    c = m.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in c)
+    if isinstance(c, dict):
+        return json.dumps(c, ensure_ascii=False)
+    return str(c)
+
+
+def tool_call_text(name: str, arguments: dict | str | None) -> str:
+    """One canonical ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``."""
+    if isinstance(arguments, str):  # OpenAI messages carry arguments as a JSON string
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             arguments = {"_raw": arguments}
-    return TOOL_OPEN + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + TOOL_CLOSE
-
-
-def _content(m: dict) -> str:
-    c = m.get("content") or ""
-    if isinstance(c, list):  # OpenAI content parts
-        c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-    return str(c)
+    obj = {"name": name, "arguments": arguments if arguments is not None else {}}
+    return TOOL_OPEN + json.dumps(obj, ensure_ascii=False) + TOOL_CLOSE
 
 
 def assistant_text(m: dict) -> str:
-    """The assistant turn's body: its text, then one ``<tool_call>`` per call."""
-    parts = [_content(m)] if _content(m) else []
+    """The assistant turn's body: its text, then one ``<tool_call>`` per call (``\\n``-separated)."""
+    parts = [content_text(m)] if content_text(m) else []
     for call in m.get("tool_calls") or []:
         fn = call.get("function", call)
         parts.append(tool_call_text(fn.get("name", ""), fn.get("arguments", {})))
@@ -67,64 +125,175 @@ def assistant_text(m: dict) -> str:
 
 
 def render_segments(
-    messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = False,
+    tool_descriptions: bool = False,
 ) -> list[tuple[str, bool]]:
-    """The conversation as (text, is_assistant) segments; assistant bodies + ``<|im_end|>`` are
-    the trainable parts, everything else is prompt."""
+    """The conversation as ``(text, is_assistant)`` segments whose concatenation is ``render(...)``.
+
+    Each assistant body + ``<|im_end|>`` is one trainable segment (True); everything else,
+    including the ``<|im_start|>assistant\\n`` header, is prompt (False). Leading system/developer
+    messages and the tools block share the first system turn (system text first).
+    """
     segs: list[tuple[str, bool]] = []
-    system = [_content(m) for m in messages if m.get("role") in ("system", "developer")]
+    i = 0
+    system = []
+    while i < len(messages) and messages[i].get("role") in ("system", "developer"):
+        system.append(content_text(messages[i]))
+        i += 1
+    body = "\n".join(s for s in system if s)
+    if tools:
+        body = (body + "\n" if body else "") + tools_block(tools, tool_descriptions)
     if tools or system:
-        body = "\n".join(s for s in system if s)
-        if tools:
-            body = (
-                (body + "\n" if body else "") + "<tools>\n" + "\n".join(tool_signature(t) for t in tools) + "\n</tools>"
-            )
         segs.append((f"{IM_START}system\n{body}{IM_END}\n", False))
-    i, rest = 0, [m for m in messages if m.get("role") not in ("system", "developer")]
-    while i < len(rest):
-        m = rest[i]
-        role = m.get("role")
+    while i < len(messages):
+        m = messages[i]
+        role = m.get("role") or "user"
         if role == "assistant":
             segs.append((f"{IM_START}assistant\n", False))
             segs.append((assistant_text(m) + IM_END, True))
             segs.append(("\n", False))
-        elif role == "tool":  # consecutive tool results share one user turn
+        elif role == "tool":  # consecutive tool results share one user turn, as in Qwen's template
             bodies = []
-            while i < len(rest) and rest[i].get("role") == "tool":
-                bodies.append(f"<tool_response>{_content(rest[i])}</tool_response>")
+            while i < len(messages) and messages[i].get("role") == "tool":
+                bodies.append(RESP_OPEN + content_text(messages[i]) + RESP_CLOSE)
                 i += 1
             segs.append((f"{IM_START}user\n" + "\n".join(bodies) + f"{IM_END}\n", False))
             continue
         else:
-            segs.append((f"{IM_START}{role}\n{_content(m)}{IM_END}\n", False))
+            role = "system" if role == "developer" else role
+            segs.append((f"{IM_START}{role}\n{content_text(m)}{IM_END}\n", False))
         i += 1
     if add_generation_prompt:
         segs.append((f"{IM_START}assistant\n", False))
     return segs
 
 
-def render(messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
-    return "".join(t for t, _ in render_segments(messages, tools, add_generation_prompt))
+def render(
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = False,
+    tool_descriptions: bool = False,
+) -> str:
+    """The whole conversation as one ChatML string."""
+    return "".join(t for t, _ in render_segments(messages, tools, add_generation_prompt, tool_descriptions))
 
 
-_CALL = re.compile(re.escape(TOOL_OPEN) + r"(.*?)(?:" + re.escape(TOOL_CLOSE) + r"|$)", re.S)
+def tokenize_segments(
+    encode: Callable[[str], list[int]] | object, segments: list[tuple[str, bool]]
+) -> tuple[list[int], list[bool]]:
+    """Segments → (ids, is_target), one flag per token. ``encode`` is a callable or has ``.encode``.
+
+    Segments are encoded one by one; this equals encoding the joined text whenever segment
+    boundaries fall where the tokenizer never merges (after special tokens and before/after
+    ``\\n``), which holds for Clover's tokenizer and Qwen's (tested for Clover's).
+    """
+    enc = encode if callable(encode) else encode.encode  # type: ignore[attr-defined]
+    ids: list[int] = []
+    target: list[bool] = []
+    for text, is_target in segments:
+        e = enc(text)
+        ids += e
+        target += [is_target] * len(e)
+    return ids, target
+
+
+def render_for_training(
+    messages: list[dict], tools: list[dict] | None, encode: Callable[[str], list[int]] | object
+) -> tuple[list[int], list[bool]]:
+    """(ids, is_target) for one chat: assistant bodies + ``<|im_end|>`` are the targets."""
+    return tokenize_segments(encode, render_segments(messages, tools))
+
+
+def assistant_turns(messages: list[dict], tools: list[dict] | None = None) -> list[tuple[str, str]]:
+    """For evaluation: one ``(prompt_text, gold_body)`` per assistant turn, where ``prompt_text``
+    ends with the generation prompt and ``gold_body`` excludes ``<|im_end|>``."""
+    out = []
+    for j, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            out.append((render(messages[:j], tools, add_generation_prompt=True), assistant_text(m)))
+    return out
+
+
+# -- parsing ------------------------------------------------------------------------------------
+_DECODER = json.JSONDecoder()
+
+
+def _parse_call(body: str) -> dict | None:
+    body = body.strip()
+    try:
+        obj, _ = _DECODER.raw_decode(body)  # raw_decode: trailing junk after the object is tolerated
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models emit arguments as a JSON string, as OpenAI messages do
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None
+    return {"name": obj["name"], "arguments": args}
 
 
 def parse_assistant(text: str) -> tuple[str, list[dict]]:
-    """Generated assistant text → (content, [{"name", "arguments": dict}]).
+    """Generated assistant text → ``(content, [{"name", "arguments": dict}, ...])``.
 
-    Several calls, surrounding whitespace and a missing final ``</tool_call>`` are fine; a call
-    whose JSON does not parse is skipped (its text stays out of the content).
+    Tolerates surrounding whitespace, several calls, text between calls, a missing final
+    ``</tool_call>`` (the call runs to the end, or to the next ``<tool_call>``) and trailing
+    ``<|im_end|>``/``<|endoftext|>``. A call whose JSON does not parse is skipped and its raw
+    text is kept in ``content`` (nothing is silently dropped, as vLLM's hermes parser does).
     """
-    text = text.split(IM_END)[0]
-    calls = []
-    for m in _CALL.finditer(text):
-        try:
-            obj = json.loads(m.group(1).strip())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
-            args = obj.get("arguments", {})
-            calls.append({"name": obj["name"], "arguments": args if isinstance(args, dict) else {}})
-    content = _CALL.sub("", text).strip()
+    for stop in (IM_END, EOT):
+        text = text.split(stop, 1)[0]
+    calls: list[dict] = []
+    kept: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(TOOL_OPEN, pos)
+        if start < 0:
+            kept.append(text[pos:])
+            break
+        kept.append(text[pos:start])
+        body_start = start + len(TOOL_OPEN)
+        ends = [e for e in (text.find(TOOL_CLOSE, body_start), text.find(TOOL_OPEN, body_start)) if e >= 0]
+        end = min(ends) if ends else len(text)
+        after = end + len(TOOL_CLOSE) if text.startswith(TOOL_CLOSE, end) else end
+        call = _parse_call(text[body_start:end])
+        if call is None:
+            kept.append(text[start:after])
+        else:
+            calls.append(call)
+        pos = after
+    content = "\n".join(p.strip() for p in kept if p.strip())
     return content, calls
+
+
+def content_prefix(text: str) -> str:
+    """For streaming: the part of ``text`` that is certainly plain content, i.e. everything before
+    the first ``<tool_call>`` or before a trailing partial ``<tool_call``."""
+    i = text.find(TOOL_OPEN)
+    if i >= 0:
+        return text[:i]
+    for k in range(min(len(TOOL_OPEN) - 1, len(text)), 0, -1):
+        if text.endswith(TOOL_OPEN[:k]):
+            return text[:-k]
+    return text
+
+
+def openai_tool_calls(calls: list[dict], ids: list[str] | None = None) -> list[dict]:
+    """Parsed calls → OpenAI ``tool_calls`` (arguments as a JSON string); ids default to ``call_<i>``."""
+    ids = ids or [f"call_{i}" for i in range(len(calls))]
+    return [
+        {
+            "id": cid,
+            "type": "function",
+            "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}), ensure_ascii=False)},
+        }
+        for cid, c in zip(ids, calls)
+    ]

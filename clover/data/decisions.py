@@ -1,137 +1,252 @@
-"""Decision groups: a shared context and 2-6 related questions whose answers depend on each other.
+"""Decision groups: one short shared context and 2-8 related questions whose answers depend on
+each other, answered jointly (one constrained slot per question) or one by one.
 
-Rules of the closed world: a zone restricts flights *below* its ceiling while it is active; a
-flight violates the zone when the zone is active during the flight and the flight is below the
-ceiling; the operator approves a flight without violation, delays it when the zone ends within
-an hour of the planned start, reroutes it otherwise; a flight proceeds as planned only when it
-is approved and its battery covers the need.
+The closed world, stated in every context by its numbers::
+
+    Alpha: active 09:00-10:30, ceiling 120 m. Oslo Pier: active 13:00-14:00, ceiling 60 m.
+    Flight D-17 crosses Alpha 10:15-10:45 at 90 m. Battery 64%, needs 40%, detour +15%.
+    Hold if the zone is off 30 min after departure, else reroute.
+
+* active   = the zone's window overlaps the flight's window
+* below    = flight altitude < ceiling
+* conflict = active and below
+* still    = the zone is active at departure + H minutes (H given by the hold rule)
+* detour   = conflict and still           (holding would not clear it)
+* enough   = battery >= need (+ detour extra when a detour is flown)
+* action   = deny if not enough, else approve if no conflict, else reroute if detour, else hold
+* on time  = action is approve
+
+Other zones in the context are decoys. Zone names and drone numbers come from the corpus's
+split pools, so groups of different splits never share a context.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from clover.data.corpus import drone_number, zone_names
+from clover.data.corpus import SPLITS, drone_number, zone_name
 
 YES_NO = ["yes", "no"]
-ACTIONS = ["approve", "delay", "reroute"]
+ACTIONS = ["approve", "hold", "reroute", "deny"]
+HOLD_MINUTES = (15, 20, 30, 45, 60)
 
 
 @dataclass
 class Question:
     text: str
     options: list[str]
-    answer: int  # index into options
+    answer: int | None = None  # index into options; None for a client's unanswered question
+
+    def __post_init__(self):
+        if not 2 <= len(self.options) <= 8 or len(set(self.options)) != len(self.options):
+            raise ValueError(f"a question needs 2-8 distinct options, got {self.options}")
+        if self.answer is not None and not 0 <= self.answer < len(self.options):
+            raise ValueError(f"answer {self.answer} out of range for {self.options}")
 
 
 @dataclass
 class DecisionGroup:
     context: str
-    questions: list[Question]
+    questions: list[Question] = field(default_factory=list)
+
+    @property
+    def answers(self) -> list[int | None]:
+        return [q.answer for q in self.questions]
 
 
-def _hm(m: int) -> str:
-    return f"{m // 60:02d}:{m % 60:02d}"
+def _hm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _scenario(rng: random.Random, split: str) -> dict:
+    """Random numbers for one group, before any answer is derived."""
+    names: list[str] = []
+    while len(names) < rng.choice([1, 1, 2, 3]):
+        z = zone_name(rng, split)
+        names += [z] if z not in names else []
+    zones = []
+    for z in names:
+        start = rng.randrange(6 * 60, 18 * 60, 15)
+        zones.append(
+            {"name": z, "start": start, "end": start + rng.randint(2, 16) * 15, "ceiling": rng.randint(3, 30) * 10}
+        )
+    crossed = rng.choice(zones)
+    fs = crossed["start"] + rng.randrange(-150, 240, 5)  # departure near the zone window, so all cases occur
+    return {
+        "zones": zones,
+        "crossed": crossed,
+        "drone": f"D-{drone_number(rng, split)}",
+        "fs": fs,
+        "fe": fs + rng.randint(2, 18) * 5,
+        "alt": rng.randint(2, 40) * 10,
+        "battery": rng.randint(10, 100),
+        "need": rng.randint(10, 80),
+        "extra": rng.choice([5, 10, 15, 20, 25]),
+        "hold": rng.choice(HOLD_MINUTES),
+    }
+
+
+def _facts(s: dict) -> dict:
+    z = s["crossed"]
+    active = s["fs"] < z["end"] and z["start"] < s["fe"]
+    below = s["alt"] < z["ceiling"]
+    conflict = active and below
+    still = z["start"] <= s["fs"] + s["hold"] < z["end"]
+    detour = conflict and still
+    enough = s["battery"] >= s["need"] + (s["extra"] if detour else 0)
+    action = "deny" if not enough else "approve" if not conflict else "reroute" if detour else "hold"
+    return {
+        "active": active,
+        "below": below,
+        "conflict": conflict,
+        "still": still,
+        "detour": detour,
+        "enough": enough,
+        "action": action,
+        "on_time": action == "approve",
+    }
+
+
+def _context(s: dict) -> str:
+    zones = " ".join(
+        f"{z['name']}: active {_hm(z['start'])}-{_hm(z['end'])}, ceiling {z['ceiling']} m." for z in s["zones"]
+    )
+    return (
+        f"{zones}\nFlight {s['drone']} crosses {s['crossed']['name']} {_hm(s['fs'])}-{_hm(s['fe'])} at "
+        f"{s['alt']} m. Battery {s['battery']}%, needs {s['need']}%, detour +{s['extra']}%.\n"
+        f"Hold if the zone is off {s['hold']} min after departure, else reroute."
+    )
+
+
+def _questions(s: dict, f: dict) -> list[Question]:
+    """All eight questions in dependency order (later answers follow from earlier ones)."""
+    z, yn = s["crossed"]["name"], lambda b: 0 if b else 1
+    return [
+        Question(f"Is {z} active during the flight?", YES_NO, yn(f["active"])),
+        Question(f"Is the flight below the ceiling of {z}?", YES_NO, yn(f["below"])),
+        Question(f"Does the flight conflict with {z}?", YES_NO, yn(f["conflict"])),
+        Question(f"Is {z} still active {s['hold']} min after departure?", YES_NO, yn(f["still"])),
+        Question("Is a detour needed?", YES_NO, yn(f["detour"])),
+        Question("Is the battery enough?", YES_NO, yn(f["enough"])),
+        Question("What should the operator do?", ACTIONS, ACTIONS.index(f["action"])),
+        Question("Can the flight leave on time?", YES_NO, yn(f["on_time"])),
+    ]
 
 
 def make_group(rng: random.Random, split: str, n_questions: int | None = None) -> DecisionGroup:
-    zone = rng.choice(zone_names(split))
-    d = f"D-{drone_number(rng, split)}"
-    zs = rng.randint(6 * 60, 18 * 60) // 15 * 15
-    ze = zs + rng.randint(2, 16) * 15
-    ceiling = rng.randint(3, 30) * 10
-    fs = rng.randint(5 * 60, 20 * 60) // 5 * 5
-    fe = fs + rng.randint(2, 12) * 5
-    alt = rng.randint(2, 40) * 10
-    battery, need = rng.randint(10, 100), rng.randint(10, 90)
-    active = fs < ze and zs < fe
-    above = alt >= ceiling
-    violates = active and not above
-    action = "approve" if not violates else ("delay" if ze - fs <= 60 else "reroute")
-    enough = battery >= need
-    proceed = action == "approve" and enough
-    context = (
-        f"Zone {zone} is active {_hm(zs)}-{_hm(ze)} below {ceiling} m. "
-        f"Flight {d} crosses {zone} {_hm(fs)}-{_hm(fe)} at {alt} m. Battery {battery}%, needs {need}%."
-    )
-    yn = lambda b: 0 if b else 1  # noqa: E731
-    qs = [
-        Question(f"Is {zone} active during the flight?", YES_NO, yn(active)),
-        Question("Is the flight at or above the ceiling?", YES_NO, yn(above)),
-        Question(f"Does the flight violate {zone}?", YES_NO, yn(violates)),
-        Question("What should the operator do?", ACTIONS, ACTIONS.index(action)),
-        Question("Is the battery enough?", YES_NO, yn(enough)),
-        Question("Can the flight proceed as planned?", YES_NO, yn(proceed)),
-    ]
+    """One group; the final action is balanced over approve/hold/reroute/deny by rejection."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    want = rng.choice(ACTIONS)
+    for _ in range(200):
+        s = _scenario(rng, split)
+        f = _facts(s)
+        if f["action"] == want:
+            break
+    qs = _questions(s, f)
     n = n_questions or rng.randint(2, len(qs))
-    keep = sorted(rng.sample(range(len(qs)), n))
-    return DecisionGroup(context, [qs[i] for i in keep])
+    keep = (
+        sorted(rng.sample(range(len(qs) - 1), n - 1)) + [len(qs) - 1]
+        if rng.random() < 0.3
+        else sorted(rng.sample(range(len(qs)), n))
+    )  # often ending on the question that needs all the others
+    return DecisionGroup(_context(s), [qs[i] for i in keep])
 
 
 def generate_groups(split: str, n: int, seed: int = 0) -> list[DecisionGroup]:
-    rng = random.Random(f"decisions-{split}-{seed}")
+    rng = random.Random(f"clover-decisions-{split}-{seed}")
     return [make_group(rng, split) for _ in range(n)]
 
 
-def load_groups(split: str, n: int = 100) -> list[DecisionGroup]:
-    return generate_groups(split, n, seed={"train": 0, "validation": 1, "test": 2}[split] + 777)
+def load_groups(split: str, n: int = 200) -> list[DecisionGroup]:
+    """The fixed evaluation groups of a split."""
+    return generate_groups(split, n, seed=2_000_003 + SPLITS.index(split))
 
 
-def question_block(questions: list[Question], numbered: bool = True) -> str:
-    lines = []
-    for i, q in enumerate(questions):
-        opts = "/".join(q.options)
-        lines.append(f"{i + 1}. {q.text} ({opts})" if numbered else f"{q.text} ({opts})")
-    return "\n".join(lines)
+# -- chat renderings ----------------------------------------------------------------------------
+def question_line(q: Question) -> str:
+    return f"{q.text} ({'/'.join(q.options)})"
 
 
-def joint_user(context: str, questions: list[Question]) -> str:
-    return f"{context}\nAnswer each question:\n{question_block(questions)}"
+def joint_user(group: DecisionGroup) -> str:
+    lines = [f"{i + 1}. {question_line(q)}" for i, q in enumerate(group.questions)]
+    return group.context + "\nAnswer each question:\n" + "\n".join(lines)
 
 
-def answer_slots(n_questions: int) -> list[str]:
-    """Text before each answer in the joint assistant turn: answer i follows prefix i."""
-    return [("" if i == 0 else "\n") + f"{i + 1}: " for i in range(n_questions)]
+def answer_slots(group: DecisionGroup, mode: str = "joint") -> list[tuple[str, list[str]]]:
+    """The assistant answer's layout as ``[(prefix, options), ...]``: the answer text is
+    ``prefix_1 + option_1 + prefix_2 + option_2 + ...`` (then ``<|im_end|>``), so an engine can
+    force the prefixes and put one constrained slot per question.
+
+    joint: ``[("1: ", opts1), ("\\n2: ", opts2), ...]``; independent (a one-question group): ``[("", opts)]``.
+    """
+    if mode == "joint":
+        return [(("\n" if i else "") + f"{i + 1}: ", q.options) for i, q in enumerate(group.questions)]
+    if mode == "independent":
+        if len(group.questions) != 1:
+            raise ValueError("independent mode renders one question: use single_question(group, i)")
+        return [("", group.questions[0].options)]
+    raise ValueError(f"unknown mode {mode!r}; choose 'joint' or 'independent'")
 
 
-def joint_answer(group: DecisionGroup) -> str:
-    return "".join(p + q.options[q.answer] for p, q in zip(answer_slots(len(group.questions)), group.questions))
+def answer_text(group: DecisionGroup, choices: list[int] | None = None, mode: str = "joint") -> str:
+    """The assistant answer for ``choices`` (default: the gold answers)."""
+    choices = group.answers if choices is None else choices
+    if any(c is None for c in choices):
+        raise ValueError("every question needs an answer to render the answer text")
+    return "".join(p + opts[c] for (p, opts), c in zip(answer_slots(group, mode), choices))
 
 
-def parse_joint(text: str, questions: list[Question]) -> list[int | None]:
-    """Chosen option index per question from a joint answer text (None if unreadable)."""
+def single_question(group: DecisionGroup, index: int) -> DecisionGroup:
+    """The group reduced to question ``index`` (same context), for independent mode."""
+    return DecisionGroup(group.context, [group.questions[index]])
+
+
+def decision_messages(group: DecisionGroup, mode: str = "joint", with_answer: bool = True) -> list[dict]:
+    """Chat messages for a group: ``joint`` (all questions, one ``i: option`` line each) or
+    ``independent`` (a one-question group, see :func:`single_question`; the bare option).
+    Without ``with_answer`` the messages end with the user turn (the engine's prompt)."""
+    if mode == "joint":
+        user = joint_user(group)
+    elif mode == "independent":
+        answer_slots(group, mode)  # validates: one question
+        user = group.context + "\n" + question_line(group.questions[0])
+    else:
+        raise ValueError(f"unknown mode {mode!r}; choose 'joint' or 'independent'")
+    msgs = [{"role": "user", "content": user}]
+    if with_answer:
+        msgs.append({"role": "assistant", "content": answer_text(group, mode=mode)})
+    return msgs
+
+
+def parse_answers(text: str, group: DecisionGroup, mode: str = "joint") -> list[int | None]:
+    """Chosen option index per question from an answer text (None where unreadable)."""
+    text = text.split("<|im_end|>")[0].strip()
+    if mode == "independent":
+        opts = group.questions[0].options
+        return [opts.index(text) if text in opts else None]
     got: dict[int, str] = {}
-    for line in text.split("<|im_end|>")[0].splitlines():
+    for line in text.splitlines():
         k, _, v = line.partition(":")
         if k.strip().isdigit():
             got[int(k) - 1] = v.strip()
-    return [q.options.index(got[i]) if got.get(i) in q.options else None for i, q in enumerate(questions)]
+    return [q.options.index(got[i]) if got.get(i) in q.options else None for i, q in enumerate(group.questions)]
 
 
-def decision_messages(group: DecisionGroup, mode: str = "joint", index: int = 0) -> list[dict]:
-    """Chat messages for a group: ``joint`` (all questions, one line per answer) or
-    ``independent`` (question ``index`` alone, the bare option as answer)."""
-    if mode == "joint":
-        return [
-            {"role": "user", "content": joint_user(group.context, group.questions)},
-            {"role": "assistant", "content": joint_answer(group)},
-        ]
-    q = group.questions[index]
-    return [
-        {"role": "user", "content": f"{group.context}\n{question_block([q], numbered=False)}"},
-        {"role": "assistant", "content": q.options[q.answer]},
-    ]
+def parse_joint(text: str, questions: list[Question]) -> list[int | None]:
+    """``parse_answers`` for a joint answer, given the questions only."""
+    return parse_answers(text, DecisionGroup("", questions), "joint")
 
 
-def decision_examples(split: str, n: int, seed: int = 0) -> list[dict]:
-    """Training chats: joint groups and single questions, mixed."""
-    rng = random.Random(f"decision-examples-{split}-{seed}")
+def decision_examples(split: str, n: int, seed: int = 0, joint_frac: float = 0.6) -> list[dict]:
+    """Training chats in the corpus format: joint groups and single questions, mixed."""
+    rng = random.Random(f"clover-decision-examples-{split}-{seed}")
     out = []
     for g in generate_groups(split, n, seed):
-        if rng.random() < 0.6:
+        if rng.random() < joint_frac:
             out.append({"kind": "decision_joint", "tools": None, "messages": decision_messages(g, "joint")})
         else:
-            i = rng.randrange(len(g.questions))
-            out.append({"kind": "decision_single", "tools": None, "messages": decision_messages(g, "independent", i)})
+            one = single_question(g, rng.randrange(len(g.questions)))
+            out.append({"kind": "decision_single", "tools": None, "messages": decision_messages(one, "independent")})
     return out

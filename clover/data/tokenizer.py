@@ -1,19 +1,27 @@
-"""Byte-level BPE tokenizer trained with the ``tokenizers`` library, shaped for copying.
+"""Byte-level BPE tokenizer (``tokenizers``), shaped so that a tiny model can copy cheaply.
 
-* digits are one token each;
-* spaces and punctuation are their own pre-tokens, so a name is the same tokens in the
-  operator's message (`` Alpha``) and inside JSON (``"Alpha``);
-* frequent JSON fragments and tool names are single (added) tokens.
+* digits are one token each (numbers are copied digit by digit, never re-segmented);
+* letter runs, each space and each punctuation mark are separate pre-tokens, so a word is the
+  same tokens wherever it stands: ``Alpha`` in `` Alpha,`` (operator message) and in ``"Alpha"``
+  (JSON answer) is one and the same token sequence;
+* frequent whole JSON fragments (``{"name": "``, ``", "arguments": {``, ``", "radius_m": ``,
+  ``"}}``), tool names and the default tools' signature lines are single added tokens, so the
+  rigid parts of an answer and the repeated tools block cost few positions;
+* byte-level, so any text round-trips: ``decode(encode(s)) == s``.
+
+``CloverTokenizer`` wraps a ``tokenizers.Tokenizer`` (Clover's or a Hugging Face
+``tokenizer.json``) with the ids Clover needs: mask, eos (``<|im_end|>``), pad.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-SPECIAL = [
+SPECIAL_TOKENS = [
     "<|endoftext|>",
     "<|im_start|>",
     "<|im_end|>",
@@ -25,116 +33,209 @@ SPECIAL = [
     "<tools>",
     "</tools>",
 ]
+# ids dropped by decode(skip_special=True); the tool markup stays so tool calls can be parsed
+CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
+MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mask_token|>")
+# one pre-token per letter run, per digit, per whitespace char, per other char
+PRE_TOKEN_PATTERN = r"\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
+# keys of the corpus's tool results, which fill the prompt side of tool-result chats
+RESULT_KEYS = (
+    "drone_id",
+    "battery_pct",
+    "lat",
+    "lon",
+    "altitude_m",
+    "state",
+    "status",
+    "eta_min",
+    "zone_name",
+    "waypoint_index",
+    "mission_id",
+    "error",
+)
 
 
-def json_fragments(tools: list[dict]) -> list[str]:
-    # whole key fragments including the separator before them: added tokens match leftmost
-    # first, so a generic '", "' must not exist or it would split every key
-    frags = ['{"name": "', '", "arguments": {', '"}}', "}}", '"}']
-    for t in tools:
-        fn = t["function"]
-        frags.append(fn["name"])
-        for p in fn["parameters"]["properties"]:
-            frags += [f'"{p}": "', f'"{p}": ', f'", "{p}": "', f'", "{p}": ', f', "{p}": "', f', "{p}": ']
+def json_fragments(tools: list[dict], extra_keys: Iterable[str] = RESULT_KEYS) -> list[str]:
+    """Whole JSON fragments as canonical ``json.dumps`` writes them: the call envelope, each key
+    with the separator before it and the opening quote after it, the closers, the tool names.
+
+    The separator belongs to the key's fragment (``", "lat": ``) because added tokens match
+    leftmost-longest: a separate ``", "`` token would split every key.
+    """
+    frags = ['{"name": "', '", "arguments": {', '"}}', "}}", '"}', "{}"]
+    keys = [p for t in tools for p in (t.get("function", t).get("parameters") or {}).get("properties", {})]
+    for k in dict.fromkeys([*keys, *extra_keys]):
+        frags += [
+            f'{{"{k}": "',
+            f'{{"{k}": ',
+            f'"{k}": "',
+            f'"{k}": ',
+            f'", "{k}": "',
+            f'", "{k}": ',
+            f', "{k}": "',
+            f', "{k}": ',
+        ]
+    frags += [t.get("function", t)["name"] for t in tools]
     return list(dict.fromkeys(frags))
 
 
-def train_tokenizer(texts: list[str], vocab_size: int = 2048, extra_tokens: list[str] | None = None) -> Tokenizer:
-    tok = Tokenizer(models.BPE(unk_token=None))
+def default_added_tokens() -> list[str]:
+    """The default model's added tokens: JSON fragments, tool names, one token per signature line."""
+    from clover.data.chat import tool_signature
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    return json_fragments(AIRSPACE_TOOLS) + [tool_signature(t) for t in AIRSPACE_TOOLS]
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 3072, added_tokens: list[str] | None = None, min_frequency: int = 2
+) -> Tokenizer:
+    """Train a byte-level BPE on ``texts`` (seconds for a few MB). ``vocab_size`` counts the special
+    tokens, the 256 bytes and the merges; ``added_tokens`` come on top (ids after the BPE vocab)."""
+    added_tokens = [t for t in (added_tokens or []) if t]
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(r"\d|[A-Za-z]+|\s|[^\sA-Za-z\d]"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(PRE_TOKEN_PATTERN), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL,
-        show_progress=False,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer)
-    if extra_tokens:
-        tok.add_tokens(extra_tokens)
+    # the added tokens will cover these strings, so BPE should not spend merges on them
+    longest_first = sorted(added_tokens, key=len, reverse=True)
+
+    def stripped():
+        for text in texts:
+            for a in longest_first:
+                text = text.replace(a, "\n")
+            yield text
+
+    tok.train_from_iterator(stripped(), trainer)
+    if added_tokens:
+        tok.add_tokens([AddedToken(a, normalized=False, special=False) for a in added_tokens])
     return tok
 
 
+def _token_str(v) -> str | None:
+    return v.get("content") if isinstance(v, dict) else v if isinstance(v, str) else None
+
+
 class CloverTokenizer:
-    """A thin wrapper: ids ↔ text, and the special ids Clover needs."""
+    """ids ↔ text plus the special ids Clover needs.
 
-    def __init__(self, tok: Tokenizer):
+    ``eos_token_id`` is ``<|im_end|>`` when the vocabulary has it (chat models end turns with
+    it), ``eos_token_ids`` every id that should stop generation; ``mask_token_id`` is the
+    diffusion ``[MASK]`` (``None`` when a Hugging Face vocabulary has none).
+    """
+
+    def __init__(
+        self, tok: Tokenizer, mask_token: str | None = None, eos_token: str | None = None, pad_token: str | None = None
+    ):
         self.tok = tok
-        self.mask_token_id = self._find("<|mask|>", "[MASK]", "<mask>")
-        self.eos_token_id = self._find("<|im_end|>", "<|endoftext|>", "</s>")
-        self.pad_token_id = self._find("<|endoftext|>", "<pad>") or self.eos_token_id
+        self.mask_token_id = self._first(mask_token, *MASK_NAMES)
+        self.eos_token_id = self._first("<|im_end|>", eos_token, "<|endoftext|>", "</s>", "<eos>")
+        self.eos_token_ids = sorted(
+            {i for i in (self.eos_token_id, self._first(eos_token), self._first("<|endoftext|>")) if i is not None}
+        )
+        pad = self._first(pad_token, "<|endoftext|>", "<pad>", "[PAD]")
+        self.pad_token_id = pad if pad is not None else self.eos_token_id
+        self._control = {i for i in (self._first(t) for t in CONTROL_TOKENS) if i is not None}
+        if self.mask_token_id is not None:
+            self._control.add(self.mask_token_id)
 
-    def _find(self, *names: str) -> int | None:
+    def _first(self, *names: str | None) -> int | None:
         for n in names:
-            i = self.tok.token_to_id(n)
+            i = self.tok.token_to_id(n) if n else None
             if i is not None:
                 return i
         return None
 
     @property
     def vocab_size(self) -> int:
-        return self.tok.get_vocab_size()
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: list[int], skip_special: bool = False) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
-    def token_to_id(self, t: str) -> int | None:
-        return self.tok.token_to_id(t)
-
-    def id_to_token(self, i: int) -> str | None:
-        return self.tok.id_to_token(i)
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """Text of ``ids``; ``skip_special`` drops control tokens (eos, pad, mask, im_start) but keeps
+        tool markup such as ``<tool_call>``."""
+        ids = [int(i) for i in ids]
+        if skip_special:
+            ids = [i for i in ids if i not in self._control]
+        return self.tok.decode(ids, skip_special_tokens=False)
 
     def encode_segments(self, segments: list[tuple[str, bool]]) -> tuple[list[int], list[bool]]:
-        """Tokenise (text, is_target) segments separately → ids and per-token target flags."""
-        ids, tgt = [], []
-        for text, is_t in segments:
-            e = self.encode(text)
-            ids += e
-            tgt += [is_t] * len(e)
-        return ids, tgt
+        """(text, is_target) segments (``chat.render_segments``) → ids and one target flag per id."""
+        from clover.data.chat import tokenize_segments
+
+        return tokenize_segments(self.encode, segments)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self.tok.id_to_token(int(i))
 
     def save(self, directory: str | Path) -> None:
+        """``tokenizer.json`` + a ``tokenizer_config.json`` that transformers' AutoTokenizer reads."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self.tok.save(str(d / "tokenizer.json"))
-        (d / "tokenizer_config.json").write_text(
-            json.dumps(
-                {
-                    "tokenizer_class": "PreTrainedTokenizerFast",
-                    "eos_token": "<|im_end|>",
-                    "pad_token": "<|endoftext|>",
-                    "mask_token": "<|mask|>",
-                    "additional_special_tokens": SPECIAL,
-                },
-                indent=1,
-            )
-        )
+        name = lambda i: self.id_to_token(i) if i is not None else None  # noqa: E731
+        cfg = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": name(self.eos_token_id),
+            "pad_token": name(self.pad_token_id),
+            "mask_token": name(self.mask_token_id),
+            "model_max_length": 1 << 20,
+            "clean_up_tokenization_spaces": False,
+        }
+        (d / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v}, indent=1) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> CloverTokenizer:
-        f = Path(directory) / "tokenizer.json"
-        if not f.exists():
-            raise FileNotFoundError(f"{directory}: no tokenizer.json")
-        return cls(Tokenizer.from_file(str(f)))
+    def load(cls, directory: str | Path, mask_token: str | None = None) -> CloverTokenizer:
+        """Load Clover's tokenizer dir or a Hugging Face one (``tokenizer.json`` + optional
+        ``tokenizer_config.json``, whose eos/pad/mask tokens are honoured)."""
+        d = Path(directory)
+        if not (d / "tokenizer.json").exists():
+            raise FileNotFoundError(f"{d}: no tokenizer.json (a fast tokenizer file is required)")
+        cfg = {}
+        if (d / "tokenizer_config.json").exists():
+            cfg = json.loads((d / "tokenizer_config.json").read_text())
+        return cls(
+            Tokenizer.from_file(str(d / "tokenizer.json")),
+            mask_token=mask_token or _token_str(cfg.get("mask_token")),
+            eos_token=_token_str(cfg.get("eos_token")),
+            pad_token=_token_str(cfg.get("pad_token")),
+        )
 
     from_pretrained = load
 
 
-def build_default_tokenizer(vocab_size: int = 2048, n_texts: int = 6000, seed: int = 0) -> CloverTokenizer:
-    """Train the default model's tokenizer on rendered training chats (a few seconds)."""
+def training_texts(n_texts: int = 4000, seed: int = 0) -> list[str]:
+    """Rendered training chats (corpus + decision groups) to train the tokenizer on."""
     from clover.data.chat import render
     from clover.data.corpus import generate
     from clover.data.decisions import decision_examples
-    from clover.data.tools import AIRSPACE_TOOLS
 
-    exs = generate("train", n_texts, seed=seed) + decision_examples("train", n_texts // 6, seed=seed)
-    texts = [render(e["messages"], e["tools"]) for e in exs]
-    return CloverTokenizer(train_tokenizer(texts, vocab_size, json_fragments(AIRSPACE_TOOLS)))
+    exs = generate("train", n_texts, seed=seed) + decision_examples("train", max(1, n_texts // 5), seed=seed)
+    return [render(e["messages"], e["tools"]) for e in exs]
+
+
+def build_default_tokenizer(vocab_size: int = 3072, n_texts: int = 4000, seed: int = 0) -> CloverTokenizer:
+    """The default model's tokenizer, trained on train-split chats only (a few seconds)."""
+    return CloverTokenizer(train_tokenizer(training_texts(n_texts, seed), vocab_size, default_added_tokens()))

@@ -1,0 +1,96 @@
+"""``clover eval airspace``: tool-call exact match and decision-group accuracy with the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def prompt_of(ex: dict) -> list[dict]:
+    """The messages before the first assistant turn."""
+    out = []
+    for m in ex["messages"]:
+        if m["role"] == "assistant":
+            break
+        out.append(m)
+    return out
+
+
+def evaluate_airspace(model, tok, split: str = "test", policy: str = "threshold", threshold: float = 0.9,
+                      n: int = 200, n_groups: int = 50, block_size: int | None = None, batch_size: int = 16,
+                      progress: bool = True) -> dict:
+    from tqdm import tqdm
+
+    from clover.data.chat import parse_assistant, render
+    from clover.data.corpus import gold_calls, load_split, score_tool_calls
+    from clover.data.decisions import decision_messages, load_groups, parse_joint
+    from clover.engine import Engine, SamplingParams
+
+    engine = Engine(model, tok, max_batch_size=batch_size)
+    params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
+    exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
+    groups = load_groups(split, n_groups)
+    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
+    prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True))
+                for g in groups]
+    t0 = time.perf_counter()
+    outs = []
+    bar = tqdm(total=len(prompts), desc=f"eval {policy}", disable=not progress)
+    for i in range(0, len(prompts), batch_size):
+        outs += engine.generate_batch(prompts[i : i + batch_size], params)
+        bar.update(len(prompts[i : i + batch_size]))
+    bar.close()
+    wall = time.perf_counter() - t0
+    ok = [score_tool_calls(parse_assistant(o.text or "")[1], gold_calls(e)) for o, e in zip(outs, exs)]
+    g_ok = [parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
+            for o, g in zip(outs[len(exs) :], groups)]
+    tokens = sum(len(o.token_ids) for o in outs)
+    forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
+    return {"split": split, "policy": policy, "threshold": threshold, "n": len(exs),
+            "exact_match": sum(ok) / max(1, len(ok)), "decision_groups": len(groups),
+            "decision_group_acc": sum(g_ok) / max(1, len(g_ok)), "tpf": tokens / max(1, forwards),
+            "tokens_per_s": tokens / max(1e-9, wall), "wall_s": wall}
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from clover.data import default_model_dir
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.model.io import load_model
+
+    torch.set_num_threads(args.threads)
+    path = Path(args.model) if args.model else default_model_dir()
+    model = load_model(path)
+    tok = CloverTokenizer.load(path)
+    res = evaluate_airspace(model, tok, args.split, args.policy, args.threshold, args.n, args.groups,
+                            args.block_size, progress=not args.json)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"airspace {args.split} ({path})")
+        for k in res:
+            t.add_column(k)
+        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in res.values()])
+        Console().print(t)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a model on a task")
+    p.add_argument("task", choices=["airspace"])
+    p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
+    p.add_argument("--policy", default="threshold", choices=["ar", "threshold", "fixed", "edit"])
+    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--block-size", type=int)
+    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    p.add_argument("--n", type=int, default=200, help="tool-call turns")
+    p.add_argument("--groups", type=int, default=50, help="decision groups")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
