@@ -1,0 +1,86 @@
+"""Model-core figures: chunked vs recurrent delta rule at T=2048, and training-forward throughput.
+
+    python benchmarks/bench_model.py [--json out.json] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from clover.model import CloverForBlockDiffusion, preset
+from clover.ops.delta_rule import delta_rule_chunked, delta_rule_recurrent
+
+
+def _time(fn, reps=1):
+    fn()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) / reps
+
+
+def delta_rule_figures(T=2048, B=1, H=4, d=64):
+    g = torch.Generator().manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
+    v, gg, beta = torch.randn(B, T, H, d, generator=g), -torch.rand(B, T, H, generator=g), torch.rand(B, T, H, generator=g)
+    bl = list(range(31, T, 32))
+    out = {}
+    for name, fn in (("recurrent", delta_rule_recurrent), ("chunked", delta_rule_chunked)):
+        with torch.no_grad():
+            out[f"{name}_fwd_s"] = _time(lambda fn=fn: fn(q, k, v, gg, beta, boundaries=bl))
+        ins = [t.clone().requires_grad_() for t in (q, k, v, gg, beta)]
+
+        def fb(fn=fn, ins=ins):
+            o, s = fn(*ins, boundaries=bl)
+            (o.sum() + s.sum()).backward()
+
+        out[f"{name}_fwd_bwd_s"] = _time(fb)
+    out["fwd_speedup"] = out["recurrent_fwd_s"] / out["chunked_fwd_s"]
+    out["fwd_bwd_speedup"] = out["recurrent_fwd_bwd_s"] / out["chunked_fwd_bwd_s"]
+    return out
+
+
+def train_forward_figures(batch=4, T=512, block=32):
+    torch.manual_seed(0)
+    m = CloverForBlockDiffusion(preset("small")).train()
+    x0 = torch.randint(0, 4000, (batch, T))
+    xt = torch.where(torch.rand(batch, T) < 0.5, torch.full_like(x0, m.config.mask_token_id), x0)
+    with torch.no_grad():
+        fwd = _time(lambda: m.forward_train(x0, xt, block), reps=2)
+
+    def fb():
+        m.forward_train(x0, xt, block).logits.float().logsumexp(-1).mean().backward()
+
+    fwdbwd = _time(fb)
+    return {"small_params": m.num_parameters()["total_params"], "batch": batch, "seq_len": T,
+            "train_forward_tokens_per_s": batch * T / fwd, "train_step_tokens_per_s": batch * T / fwdbwd}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--json")
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    res = {"threads": a.threads, **delta_rule_figures(), **train_forward_figures()}
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Clover model core (CPU)")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    for k, v in res.items():
+        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    Console().print(t)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
