@@ -92,8 +92,14 @@ class ModelCache:
                 layers.append(AttnCache(torch.cat([pad(p.k) for p in parts]), torch.cat([pad(p.v) for p in parts])))
             else:
                 layers.append(GDNCache(torch.cat([p.S for p in parts]), torch.cat([p.tail for p in parts])))
-        lasts = [c.last_logits for c in caches]
-        last = None if any(x is None for x in lasts) else torch.cat(lasts)
+        # a row with no committed block has no clean logit yet: zeros, never used for a prompt
+        # token, but they keep the other rows' logits (dropping them all was a bug)
+        known = [c.last_logits for c in caches if c.last_logits is not None]
+        last = None
+        if known:
+            V, ref = known[0].shape[-1], known[0]
+            last = torch.cat([c.last_logits if c.last_logits is not None else ref.new_zeros(c.batch_size, V)
+                              for c in caches])
         return ModelCache(layers, torch.cat([c.lengths for c in caches]), last)
 
     def nbytes(self) -> int:

@@ -77,3 +77,15 @@ def test_rows_with_different_history_lengths_in_one_batch():
     lb = m.step(cb.select([0]), denoise=blk[1:], block_size=4)
     both = m.step(ModelCache.cat([ca, cb]), denoise=blk, block_size=4)
     assert torch.allclose(both[0], la[0], atol=1e-10) and torch.allclose(both[1], lb[0], atol=1e-10)
+
+
+def test_cat_keeps_last_logits_when_a_row_has_none():
+    from clover.model import ModelCache
+
+    m = make_model(shift=True, block_size=8)
+    a, _ = m.prefill(torch.randint(0, 96, (1, 8)), 8)
+    b, _ = m.prefill(torch.randint(0, 96, (1, 3)), 8)  # shorter than a block: no clean logit yet
+    blk = torch.full((1, 8), m.config.mask_token_id)
+    alone = m.step(a.select([0]), denoise=blk, block_size=8)
+    both = m.step(ModelCache.cat([a, b]), denoise=blk.repeat(2, 1), block_size=8)
+    assert torch.allclose(alone[0], both[0], atol=1e-10)

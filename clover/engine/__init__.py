@@ -1,0 +1,46 @@
+"""The block-diffusion inference engine (design §4, API in docs/engine-api.md).
+
+Names are imported on first use, so ``clover --help`` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "Engine": "clover.engine.engine",
+    "Event": "clover.engine.outputs",
+    "Finished": "clover.engine.outputs",
+    "RequestOutput": "clover.engine.outputs",
+    "StepEvent": "clover.engine.outputs",
+    "TextDelta": "clover.engine.outputs",
+    "SamplingParams": "clover.engine.params",
+    "POLICIES": "clover.engine.policies",
+    "Policy": "clover.engine.policies",
+    "register": "clover.engine.policies",
+}
+__all__ = [
+    "POLICIES",
+    "Engine",
+    "Event",
+    "Finished",
+    "Policy",
+    "RequestOutput",
+    "SamplingParams",
+    "StepEvent",
+    "TextDelta",
+    "register",
+]
+
+if TYPE_CHECKING:
+    from clover.engine.engine import Engine
+    from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent, TextDelta
+    from clover.engine.params import SamplingParams
+    from clover.engine.policies import POLICIES, Policy, register
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'clover.engine' has no attribute {name!r}")

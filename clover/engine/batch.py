@@ -1,0 +1,134 @@
+"""A batch: the running requests that share a block size, one cache row each.
+
+Their active blocks live here as ``[R, bs]`` tensors, so a denoise pass costs a few tensor
+ops for the whole batch, not Python per request. Rows join and leave only at block
+boundaries (continuous batching at block granularity).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clover.engine.policies import Policy
+from clover.engine.request import Request
+from clover.model import ModelCache
+
+# per-row tensors, kept in the order of ``requests`` (and of the cache rows)
+ROW_TENSORS = ("x", "masked", "wanted", "need", "to_commit", "pending", "step", "edits")
+ROW_SETTINGS = ("threshold", "steps", "max_edits", "stop_ids")
+
+
+class Batch:
+    def __init__(self, block_size: int, mask_id: int, device: torch.device):
+        self.bs, self.mask_id, self.device = block_size, mask_id, device
+        self.requests: list[Request] = []
+        self.cache: ModelCache | None = None
+        z = lambda dtype: torch.zeros(0, block_size, dtype=dtype, device=device)  # noqa: E731
+        self.x = z(torch.long)  # the active blocks: clean prompt tail, committed tokens, mask ids
+        self.masked = z(torch.bool)  # positions still masked
+        self.wanted = z(torch.bool)  # generated positions the request needs (before max_tokens)
+        self.need = z(torch.bool)  # wanted and not after a committed EOS (see refresh_need)
+        self.to_commit = z(torch.long)  # a finished block waiting to be committed with the next pass
+        r = lambda dtype: torch.zeros(0, dtype=dtype, device=device)  # noqa: E731
+        self.pending = r(torch.bool)  # row has a block in to_commit
+        self.step = r(torch.long)  # denoise passes so far in the active block
+        self.edits = r(torch.long)  # edits so far in the active block
+        self.threshold = r(torch.float)
+        self.steps = r(torch.long)  # "fixed": passes per block
+        self.max_edits = r(torch.long)
+        self.stop_ids = torch.full((0, 1), -1, dtype=torch.long, device=device)  # [R, S], -1 padded
+        self.allowed: list[dict[int, torch.Tensor]] = []  # per row: constrained slots of the active block
+        self.policies: list[tuple[Policy, torch.Tensor]] = []  # each policy in use and its rows [R, 1]
+        self.editing = r(torch.bool)  # rows whose policy edits
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    # -- joining and leaving ---------------------------------------------------------------
+    def join(self, reqs: list[Request], caches: list[ModelCache], tails: list[torch.Tensor]) -> None:
+        """Add freshly prefilled requests; their first block holds the prompt tail, then masks."""
+        self.cache = ModelCache.cat(([self.cache] if self.cache is not None else []) + caches)
+        n = len(reqs)
+        x = torch.full((n, self.bs), self.mask_id, dtype=torch.long, device=self.device)
+        for i, t in enumerate(tails):
+            x[i, : t.shape[-1]] = t.reshape(-1)
+        wanted = self._wanted(reqs)
+        new = {
+            "x": x,
+            "masked": self._positions(reqs) >= self._vec([r.gen_lo for r in reqs])[:, None],
+            "wanted": wanted,
+            "need": wanted,
+            "to_commit": torch.zeros_like(x),
+            "pending": torch.zeros(n, dtype=torch.bool, device=self.device),
+            "step": torch.zeros(n, dtype=torch.long, device=self.device),
+            "edits": torch.zeros(n, dtype=torch.long, device=self.device),
+            "threshold": self._vec([r.params.threshold for r in reqs], torch.float),
+            "steps": self._vec([r.steps_per_block for r in reqs]),
+            "max_edits": self._vec([r.params.max_edits for r in reqs]),
+        }
+        width = max([self.stop_ids.shape[1]] + [len(r.stop_ids) for r in reqs])
+        new["stop_ids"] = self._vec([r.stop_ids + [-1] * (width - len(r.stop_ids)) for r in reqs]).view(n, width)
+        self.stop_ids = torch.nn.functional.pad(self.stop_ids, (0, width - self.stop_ids.shape[1]), value=-1)
+        for name, t in new.items():
+            setattr(self, name, torch.cat([getattr(self, name), t]))
+        self.requests += reqs
+        self.allowed += [r.block_allowed() for r in reqs]
+        self._members_changed()
+
+    def leave(self, keep: list[int]) -> None:
+        """Keep only rows ``keep``; the others' cache rows are freed now."""
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.requests = [self.requests[i] for i in keep]
+        self.allowed = [self.allowed[i] for i in keep]
+        self.cache = self.cache.select(idx) if keep else None
+        for name in ROW_TENSORS + ROW_SETTINGS:
+            setattr(self, name, getattr(self, name)[idx])
+        self._members_changed()
+
+    def next_block(self, rows: list[int]) -> None:
+        """Rows whose block is final and who go on: queue the block for commit, start a fresh one."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        reqs = [self.requests[i] for i in rows]
+        self.to_commit[idx] = self.x[idx]
+        self.pending[idx] = True
+        self.x[idx] = self.mask_id
+        self.masked[idx] = True
+        self.wanted[idx] = self.need[idx] = self._wanted(reqs)
+        self.step[idx] = 0
+        self.edits[idx] = 0
+        for i, r in zip(rows, reqs):
+            self.allowed[i] = r.block_allowed()
+
+    # -- a pass ----------------------------------------------------------------------------
+    def apply(self, tok: torch.Tensor, commit: torch.Tensor, edit: torch.Tensor) -> torch.Tensor:
+        """Write the chosen tokens at committed and edited positions; returns what changed ``[R, bs]``."""
+        changed = commit | edit
+        self.x = torch.where(changed, tok, self.x)
+        self.masked &= ~commit
+        if self.editing.any():
+            self.edits += edit.sum(1)
+        self.step += 1
+        return changed
+
+    def refresh_need(self) -> None:
+        """Positions whose token the request will keep: wanted, and not after an EOS already
+        committed in the block (those are dropped, so never worth a pass)."""
+        eos = ~self.masked & self.wanted & (self.x[:, :, None] == self.stop_ids[:, None, :]).any(-1)
+        self.need = self.wanted & ((eos.cumsum(1) - eos.long()) == 0)
+
+    def _members_changed(self) -> None:
+        kinds = {id(r.policy): r.policy for r in self.requests}.values()
+        self.policies = [(p, self._vec([r.policy is p for r in self.requests], torch.bool)[:, None]) for p in kinds]
+        self.editing = self._vec([r.policy.edits for r in self.requests], torch.bool)
+
+    def _wanted(self, reqs: list[Request]) -> torch.Tensor:
+        i = self._positions(reqs)
+        lo = self._vec([r.gen_lo for r in reqs])[:, None]
+        hi = self._vec([r.limit() for r in reqs])[:, None]
+        return (i >= lo) & (i < hi)
+
+    def _positions(self, reqs: list[Request]) -> torch.Tensor:
+        return torch.arange(self.bs, device=self.device).expand(len(reqs), self.bs)
+
+    def _vec(self, values, dtype=torch.long) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=self.device)

@@ -1,0 +1,148 @@
+"""``clover generate`` and ``clover chat``: the engine from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
+    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
+    if model_dir is None:
+        try:
+            from clover.data import default_model_dir
+        except ImportError:
+            raise SystemExit("clover: no bundled default model in this install; pass --model DIR") from None
+        try:
+            model_dir = default_model_dir()
+        except FileNotFoundError as e:
+            raise SystemExit(f"clover: {e}") from None
+    from clover.model.io import load_model
+
+    path = Path(model_dir)
+    model = load_model(path)
+    tokenizer = None
+    if (path / "tokenizer.json").exists():
+        from clover.data.tokenizer import CloverTokenizer
+
+        tokenizer = CloverTokenizer.load(path)
+    return model, tokenizer
+
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
+    p.add_argument("--policy", default="threshold", help="threshold, fixed, ar or edit")
+    p.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a position (threshold/edit)")
+    p.add_argument("--steps-per-block", type=int, help="passes per block for --policy fixed")
+    p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--tools", choices=["airspace", "none"], default="none", help="offer the airspace tool set (chat)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+
+
+def sampling_params(args: argparse.Namespace):
+    from clover.engine import SamplingParams
+
+    return SamplingParams(
+        max_tokens=args.max_tokens,
+        block_size=args.block_size,
+        policy=args.policy,
+        threshold=args.threshold,
+        steps_per_block=args.steps_per_block,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+    )
+
+
+def _tools(args):
+    if args.tools != "airspace":
+        return None
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    return AIRSPACE_TOOLS
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    if tokenizer is None:
+        raise SystemExit("clover: this checkpoint has no tokenizer.json; cannot encode a text prompt")
+    return tokenizer.encode(text)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from clover.engine import Engine, Finished, TextDelta
+
+    try:
+        params = sampling_params(args)
+    except ValueError as e:
+        raise SystemExit(f"clover: {e}") from None
+    model, tokenizer = load_model_and_tokenizer(args.model, args.threads)
+    text = args.prompt
+    if args.chat:
+        from clover.data.chat import render
+
+        text = render([{"role": "user", "content": text}], tools=_tools(args), add_generation_prompt=True)
+    engine = Engine(model, tokenizer)
+    out = None
+    try:
+        for ev in engine.stream(_encode(tokenizer, text), params):
+            if isinstance(ev, TextDelta) and not args.json:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            elif isinstance(ev, Finished):
+                out = ev.output
+    except ValueError as e:
+        raise SystemExit(f"clover: {e}") from None
+    if args.json:
+        d = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason, "stats": out.stats}
+        if args.chat:
+            from clover.data.chat import parse_assistant
+
+            d["content"], d["tool_calls"] = parse_assistant(out.text or "")
+        print(json.dumps(d))
+    else:
+        s = out.stats
+        print(
+            f"\n[{out.finish_reason}: {s['tokens']} tokens, {s['forward_passes']} passes, TPF {s['tpf']:.2f}, "
+            f"{s['tokens_per_s']:.1f} tok/s, TTFT {s['ttft_s'] * 1e3:.0f} ms]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from clover.engine.chat_ui import run_chat
+
+    try:
+        params = sampling_params(args)
+    except ValueError as e:
+        raise SystemExit(f"clover: {e}") from None
+    model, tokenizer = load_model_and_tokenizer(args.model, args.threads)
+    if tokenizer is None:
+        raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
+    return run_chat(model, tokenizer, params, tools=_tools(args), system=args.system)
+
+
+def register(sub) -> None:
+    g = sub.add_parser("generate", help="complete a prompt (or one chat turn with --chat)")
+    g.add_argument("prompt", help="prompt text")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the chat template")
+    g.add_argument("--json", action="store_true", help="print one JSON object (text, token ids, stats)")
+    add_decoding_args(g)
+    g.set_defaults(func=cmd_generate)
+    c = sub.add_parser("chat", help="interactive chat; the active block fills in place, live")
+    c.add_argument("--system", help="system prompt")
+    add_decoding_args(c)
+    c.set_defaults(func=cmd_chat)

@@ -1,0 +1,231 @@
+"""The engine (docs/engine-api.md): requests in, events out, one scheduler iteration per ``step``.
+
+The chain: ``Request`` (state of one request) → ``Batch`` (active blocks and cache rows of
+the requests sharing a block size) → ``Scheduler`` (who runs) → ``Runner`` (model calls) →
+``sampler`` + ``policies`` (what to commit) → ``Engine`` (this file: ties them together).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import torch
+
+from clover.engine.batch import Batch
+from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
+from clover.engine.params import SamplingParams
+from clover.engine.policies import PassView
+from clover.engine.request import Request
+from clover.engine.runner import Runner
+from clover.engine.sampler import choose
+from clover.engine.scheduler import Scheduler
+from clover.engine.text import tokenizer_eos_ids
+from clover.model import CloverForBlockDiffusion
+
+
+class Engine:
+    def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True):
+        self.model = model.eval()
+        self.config = model.config
+        self.tokenizer = tokenizer
+        self.runner = Runner(model, fuse=fuse)
+        self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device)
+        self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them
+        self._live: set[str] = set()
+        self._lock = threading.RLock()  # add_request / abort may come from another thread than step
+        self.totals = {"requests": 0, "tokens": 0, "forward_passes": 0, "busy_s": 0.0}
+
+    # -- the API -----------------------------------------------------------------------------
+    def add_request(
+        self, prompt_ids: list[int], params: SamplingParams | None = None, request_id: str | None = None
+    ) -> str:
+        params = params or SamplingParams()
+        req = self._make_request(list(prompt_ids), params, request_id)
+        with self._lock:
+            if req.id in self._live:
+                raise ValueError(f"request id {req.id!r} is already in use")
+            self._live.add(req.id)
+            if params.max_tokens == 0:
+                self._events.append(self._retire(req.finish("length")))
+            else:
+                self.scheduler.add(req)
+        return req.id
+
+    @torch.inference_mode()
+    def step(self) -> list[Event]:
+        """One scheduler iteration: every running request gets one denoise pass."""
+        with self._lock:
+            t0 = time.perf_counter()
+            events, self._events = self._events, []
+            self.scheduler.admit(self.runner.prefill)  # new requests join at block boundaries
+            for batch in self.scheduler.running():
+                logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
+                events += self._denoise(batch, logits)  # each request's policy commits some positions
+                events += self._finish_blocks(batch)  # final blocks: EOS, stop strings, text deltas
+            self.scheduler.release_finished()  # finished requests free their cache rows now
+            self._account(events, t0)
+            return events
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request now and free its caches; the next ``step`` reports it ``Finished``."""
+        with self._lock:
+            req = self.scheduler.remove(request_id)
+            if req is None:
+                return None
+            self._events.append(self._retire(req.finish("abort")))
+            return req.output
+
+    def has_unfinished(self) -> bool:
+        """Requests waiting or running, or events not yet returned by ``step``."""
+        return bool(self._events) or self.num_active > 0 or self.num_waiting > 0
+
+    @property
+    def num_active(self) -> int:
+        return self.scheduler.num_active
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams | None = None) -> RequestOutput:
+        """Blocking, one request (other requests in the engine progress too; their events are dropped)."""
+        return self.generate_batch([prompt_ids], params)[0]
+
+    def generate_batch(self, prompts: list[list[int]], params=None) -> list[RequestOutput]:
+        """Blocking: all prompts decoded together (continuous batching); outputs in prompt order."""
+        plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        outs: dict[str, RequestOutput] = {}
+        while len(outs) < len(ids):
+            for ev in self.step():
+                if isinstance(ev, Finished) and ev.request_id in ids:
+                    outs[ev.request_id] = ev.output
+        return [outs[i] for i in ids]
+
+    def stream(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Iterator[Event]:
+        """Events of one request as they happen; closing the iterator early aborts the request."""
+        rid = self.add_request(prompt_ids, params)
+        done = False
+        try:
+            while not done:
+                for ev in self.step():
+                    if ev.request_id == rid:
+                        done = done or isinstance(ev, Finished)
+                        yield ev
+        finally:
+            if not done:
+                self.abort(rid)
+
+    async def astream(self, prompt_ids: list[int], params: SamplingParams | None = None) -> AsyncIterator[Event]:
+        """``stream`` for asyncio: each step runs in a worker thread, never on the event loop."""
+        it = self.stream(prompt_ids, params)
+        sentinel = object()
+        try:
+            while (ev := await asyncio.to_thread(next, it, sentinel)) is not sentinel:
+                yield ev
+        finally:
+            await asyncio.to_thread(it.close)
+
+    def stats(self) -> dict:
+        """Figures of the run so far (finished requests)."""
+        t = dict(self.totals, forward_calls=self.runner.forwards)
+        t["tpf"] = t["tokens"] / t["forward_passes"] if t["forward_passes"] else 0.0
+        t["tokens_per_s"] = t["tokens"] / t["busy_s"] if t["busy_s"] else 0.0
+        return t
+
+    # -- a pass ------------------------------------------------------------------------------
+    def _denoise(self, batch: Batch, logits: torch.Tensor) -> list[Event]:
+        """Choose tokens, let each request's policy pick what to commit (or edit), apply it."""
+        cand = batch.masked & batch.need  # masked positions still worth a token
+        settled = ~batch.masked & batch.need & batch.editing[:, None]  # committed, may be edited
+        tok, conf, cur_p = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id)
+        view = PassView(
+            tok, conf, cur_p, batch.x, cand, settled, batch.threshold,
+            steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
+        )  # fmt: skip
+        commit, edit = torch.zeros_like(cand), torch.zeros_like(cand)
+        for policy, rows in batch.policies:
+            commit |= rows & policy.commit(view)
+            if (e := policy.edit(view)) is not None:
+                edit |= rows & e
+        return self._step_events(batch, batch.apply(tok, commit, edit))
+
+    def _step_events(self, batch: Batch, changed: torch.Tensor) -> list[Event]:
+        """One ``StepEvent`` per request: the positions this pass set, absolute."""
+        r_i = changed.nonzero()
+        n = r_i.shape[0]
+        flat = torch.cat([r_i.T.reshape(-1), batch.x[changed], batch.step - 1]).tolist()  # one sync
+        per_row: list[tuple[list[int], list[int]]] = [([], []) for _ in batch.requests]
+        for r, i, t in zip(flat[:n], flat[n : 2 * n], flat[2 * n : 3 * n]):
+            per_row[r][0].append(batch.requests[r].block_start + i)
+            per_row[r][1].append(t)
+        events: list[Event] = []
+        for req, (pos, toks), step in zip(batch.requests, per_row, flat[3 * n :]):
+            req.passes += 1
+            events.append(StepEvent(req.id, req.block_start, pos, toks, step))
+        return events
+
+    def _finish_blocks(self, batch: Batch) -> list[Event]:
+        """Blocks with nothing left to fill are final: hand their tokens to their requests."""
+        batch.refresh_need()
+        done = (~(batch.masked & batch.need).any(1)).nonzero()[:, 0].tolist()
+        if not done:
+            return []
+        events: list[Event] = []
+        go_on = []
+        for r, xs, nd in zip(done, batch.x[done].tolist(), batch.need[done].tolist()):
+            req = batch.requests[r]
+            events += req.finish_block([t for t, n in zip(xs, nd) if n])
+            if not req.finished:
+                go_on.append(r)
+        if go_on:
+            batch.next_block(go_on)
+        return events
+
+    # -- requests ----------------------------------------------------------------------------
+    def _make_request(self, prompt: list[int], params: SamplingParams, rid: str | None) -> Request:
+        cfg = self.config
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        bs = cfg.check_block_size(cfg.block_size if params.block_size is None else params.block_size)
+        V = cfg.vocab_size
+        if not all(isinstance(t, int) and 0 <= t < V for t in prompt):
+            raise ValueError(f"prompt token ids must be integers in [0, {V})")
+        if not prompt and cfg.shift_logits:
+            raise ValueError("the prompt is empty: this model (shift_logits) predicts each token from the one before")
+        if len(prompt) + params.max_tokens > cfg.max_position_embeddings:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens + max_tokens {params.max_tokens} exceeds the model's "
+                f"max_position_embeddings {cfg.max_position_embeddings}"
+            )
+        for i, ids in (params.allowed or {}).items():
+            if max(ids) >= V:
+                raise ValueError(f"allowed[{i}] has token id {max(ids)} outside the vocabulary of {V}")
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need an engine with a tokenizer")
+        stop_ids = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer)) | set(params.stop_token_ids or [])
+        rid = uuid.uuid4().hex if rid is None else str(rid)
+        return Request(rid, prompt, params, bs, stop_ids, self.tokenizer, self.runner.device)
+
+    def _account(self, events: list[Event], t0: float) -> None:
+        for ev in events:
+            if isinstance(ev, Finished):
+                self._retire_output(ev.output)
+        self.totals["busy_s"] += time.perf_counter() - t0
+
+    def _retire(self, ev: Finished) -> Finished:
+        self._retire_output(ev.output)
+        return ev
+
+    def _retire_output(self, out: RequestOutput) -> None:
+        if out.request_id in self._live:
+            self._live.discard(out.request_id)
+            self.totals["requests"] += 1
+            self.totals["tokens"] += out.stats["tokens"]
+            self.totals["forward_passes"] += out.stats["forward_passes"]

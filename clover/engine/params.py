@@ -1,0 +1,79 @@
+"""Per-request decoding settings (docs/engine-api.md), validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clover.engine.policies import POLICIES
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass
+class SamplingParams:
+    """How one request is decoded. Greedy by default; invalid values raise ``ValueError``.
+
+    Checks that need the model (block size against ``max_block_size``, token ids against the
+    vocabulary, stop strings against a tokenizer) run when the request is added to an engine.
+    """
+
+    max_tokens: int = 256  # new tokens, >= 0
+    block_size: int | None = None  # None: model.config.block_size
+    policy: str = "threshold"  # which positions of the active block to commit each pass
+    threshold: float = 0.9  # "threshold"/"edit": commit where p(chosen) >= threshold
+    steps_per_block: int | None = None  # "fixed": passes per block (None: block_size // 4)
+    max_edits: int = 4  # "edit": re-predictions allowed per block
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    seed: int | None = None  # per-request generator when sampling
+    stop: list[str] = field(default_factory=list)  # stop strings (need a tokenizer); removed from the text
+    stop_token_ids: list[int] | None = None  # added to the model's (and tokenizer's) EOS ids
+    allowed: dict[int, list[int]] | None = None  # generated-position index -> allowed token ids
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        problems = []
+        if not _is_int(self.max_tokens) or self.max_tokens < 0:
+            problems.append(f"max_tokens must be an integer >= 0, got {self.max_tokens!r}")
+        if self.block_size is not None and (not _is_int(self.block_size) or self.block_size <= 0):
+            problems.append(f"block_size must be a positive integer, got {self.block_size!r}")
+        if self.policy not in POLICIES:
+            problems.append(f"unknown policy {self.policy!r}; choose from {', '.join(sorted(POLICIES))}")
+        if not _is_num(self.threshold) or not 0 < self.threshold <= 1:
+            problems.append(f"threshold must lie in (0, 1], got {self.threshold!r}")
+        if self.steps_per_block is not None and (not _is_int(self.steps_per_block) or self.steps_per_block <= 0):
+            problems.append(f"steps_per_block must be a positive integer, got {self.steps_per_block!r}")
+        if not _is_int(self.max_edits) or self.max_edits < 0:
+            problems.append(f"max_edits must be an integer >= 0, got {self.max_edits!r}")
+        if not _is_num(self.temperature) or self.temperature < 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature!r}")
+        if not _is_num(self.top_p) or not 0 < self.top_p <= 1:
+            problems.append(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            problems.append(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if self.seed is not None and not _is_int(self.seed):
+            problems.append(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop):
+            problems.append(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if self.stop_token_ids is not None and not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            problems.append(f"stop_token_ids must be token ids >= 0, got {self.stop_token_ids!r}")
+        if self.allowed is not None:
+            for k, v in self.allowed.items():
+                if not _is_int(k) or k < 0:
+                    problems.append(f"allowed: position {k!r} must be an integer >= 0 (index of a generated token)")
+                elif not isinstance(v, (list, tuple)) or not v or not all(_is_int(t) and t >= 0 for t in v):
+                    problems.append(f"allowed[{k}] must be a non-empty list of token ids, got {v!r}")
+        if problems:
+            raise ValueError("invalid sampling parameters: " + "; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

@@ -1,0 +1,104 @@
+"""Unmasking policies: which positions of the active block to commit in a denoise pass.
+
+A policy sees one pass of the rows that use it (a ``PassView``, tensors ``[R, bs]``) and
+returns the positions to commit and, optionally, committed positions to re-predict (edit).
+Every decision is made per row from that row's own numbers, so a request decodes the same
+whatever else is in the batch. Add a policy by subclassing ``Policy`` and ``register``-ing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+EDIT_MARGIN = 0.5  # "edit": replace a committed token only if p(new) - p(current) >= this
+
+
+@dataclass
+class PassView:
+    tok: torch.Tensor  # [R, bs] chosen token per position
+    conf: torch.Tensor  # [R, bs] its probability (the confidence) where computed, else -1
+    cur_p: torch.Tensor  # [R, bs] probability of the token now in the block (edit rows), else 0
+    x: torch.Tensor  # [R, bs] the block's tokens now (mask id where masked)
+    cand: torch.Tensor  # [R, bs] bool: masked positions that still need a token
+    settled: torch.Tensor  # [R, bs] bool: generated positions committed in earlier passes
+    threshold: torch.Tensor  # [R] float
+    steps_left: torch.Tensor  # [R] long, >= 1: passes left in the block for "fixed"
+    edits_left: torch.Tensor  # [R] long
+
+
+def most_confident(score: torch.Tensor, where: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``[R, bs]`` bool: the ``k[r]`` highest-``score`` positions among ``where`` (ties: leftmost)."""
+    s = score.masked_fill(~where, -float("inf"))
+    rank = s.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+    return where & (rank < k[:, None])
+
+
+class Policy:
+    name = ""
+    edits = False  # re-predicts committed positions (their probabilities are then computed)
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        raise NotImplementedError
+
+    def edit(self, v: PassView) -> torch.Tensor | None:
+        return None
+
+
+class Threshold(Policy):
+    """Commit every position with p(chosen) >= τ; at least the most confident one (Fast-dLLM)."""
+
+    name = "threshold"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        sure = v.cand & (v.conf >= v.threshold[:, None])
+        alone = v.cand.any(1) & ~sure.any(1)  # nothing sure: take the most confident (leftmost on ties)
+        best = v.conf.masked_fill(~v.cand, -float("inf")).argmax(1)
+        pos = torch.arange(v.cand.shape[1], device=v.cand.device)
+        return sure | (alone[:, None] & (pos == best[:, None]))
+
+
+class Fixed(Policy):
+    """A fixed number of passes per block: the ceil(remaining / passes left) most confident."""
+
+    name = "fixed"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        remaining = v.cand.sum(1)
+        k = (remaining + v.steps_left - 1) // v.steps_left
+        return most_confident(v.conf, v.cand, k)
+
+
+class AR(Policy):
+    """One token per pass, left to right: the autoregressive baseline on the same model and caches."""
+
+    name = "ar"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        return v.cand & (v.cand.cumsum(1) == 1)
+
+
+class Edit(Threshold):
+    """Threshold, plus re-predicting committed positions of the active block when another token
+    is now far more likely (LLaDA 2.1-style editing), at most ``max_edits`` per block."""
+
+    name = "edit"
+    edits = True
+
+    def edit(self, v: PassView) -> torch.Tensor:
+        gain = v.conf - v.cur_p
+        want = v.settled & (v.tok != v.x) & (v.conf >= v.threshold[:, None]) & (gain >= EDIT_MARGIN)
+        return most_confident(gain, want, v.edits_left)
+
+
+POLICIES: dict[str, Policy] = {}
+
+
+def register(policy: Policy) -> Policy:
+    POLICIES[policy.name] = policy
+    return policy
+
+
+for _p in (Threshold(), Fixed(), AR(), Edit()):
+    register(_p)

@@ -1,0 +1,82 @@
+"""Model calls: prefill one request, and one forward pass of a batch.
+
+A pass commits the blocks that finished in the previous pass and denoises every active
+block. When every row has a block to commit, both happen in one forward (the fused commit +
+first denoise pass of the next block). The model commits the same number of tokens for
+every row of a call, so when only some rows finished, those rows are committed on their own
+(gathered, committed, written back) and then the whole batch denoises together.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clover.engine.batch import Batch
+from clover.engine.request import Request
+from clover.model import CloverForBlockDiffusion, ModelCache
+from clover.model.cache import AttnCache
+
+
+class Runner:
+    def __init__(self, model: CloverForBlockDiffusion, fuse: bool = True):
+        self.model = model
+        self.fuse = fuse
+        p = model.lm_head.weight
+        self.device, self.dtype = p.device, p.dtype
+        self.forwards = 0  # model calls, prefill excluded
+
+    def prefill(self, req: Request) -> tuple[ModelCache, torch.Tensor]:
+        """Commit the prompt's complete blocks (batch of one); the tail goes to the first block."""
+        prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
+        cache, tail = self.model.prefill(prompt, req.block_size)
+        if self.model.config.shift_logits and cache.last_logits is None:
+            # nothing committed yet: block 0's row-0 logit is never used (token 0 is the prompt's),
+            # but the row needs one so that ModelCache.cat keeps the other rows' logits
+            cache.last_logits = torch.zeros(1, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
+        return cache, tail
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """One pass over ``batch``: commit pending blocks, denoise the active ones → logits ``[R, bs, V]``."""
+        step, bs, cache = self.model.step, batch.bs, batch.cache
+        pending = batch.pending
+        if not bool(pending.any()):
+            logits = step(cache, denoise=batch.x, block_size=bs)
+        elif self.fuse and bool(pending.all()):
+            logits = step(cache, commit=batch.to_commit, denoise=batch.x, block_size=bs)
+        else:
+            rows = pending.nonzero()[:, 0]
+            if len(rows) == len(batch):
+                step(cache, commit=batch.to_commit, block_size=bs)
+            else:
+                self._commit_rows(batch, rows)
+            for i in rows.tolist():
+                batch.requests[i].commit_passes += 1
+            self.forwards += 1
+            logits = step(cache, denoise=batch.x, block_size=bs)
+        batch.pending = torch.zeros_like(pending)
+        self.forwards += 1
+        return logits
+
+    def _commit_rows(self, batch: Batch, rows: torch.Tensor) -> None:
+        """Commit ``batch.to_commit`` of some rows only: gather their cache rows, commit, write back."""
+        cache = batch.cache
+        sub = cache.select(rows)
+        old = sub.lengths.clone()
+        self.model.step(sub, commit=batch.to_commit[rows], block_size=batch.bs)
+        pos = old[:, None] + torch.arange(batch.bs, device=self.device)  # [n, bs] the new block
+        sub_rows = torch.arange(len(rows), device=self.device)[:, None]
+        for c, s in zip(cache.layers, sub.layers):
+            if isinstance(c, AttnCache):
+                need = int(pos.max()) + 1
+                if need > c.k.shape[1]:
+                    cap = max(need, 2 * c.k.shape[1])
+                    grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], cap - t.shape[1], *t.shape[2:])], 1)  # noqa: E731
+                    c.k, c.v = grow(c.k), grow(c.v)
+                c.k[rows[:, None], pos] = s.k[sub_rows, pos]
+                c.v[rows[:, None], pos] = s.v[sub_rows, pos]
+            else:
+                c.S[rows] = s.S
+                c.tail[rows] = s.tail
+        cache.lengths[rows] = sub.lengths
+        if sub.last_logits is not None:
+            cache.last_logits[rows] = sub.last_logits.to(cache.last_logits.dtype)

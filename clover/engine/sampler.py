@@ -1,0 +1,60 @@
+"""From logits to one chosen token and its probability per position.
+
+Constrained slots are masked to their allowed set first, so nothing else can ever come out;
+the mask token is never produced unless a slot allows it. Greedy rows are done together;
+sampled rows use their own ``torch.Generator`` (temperature, top-k, top-p) and draw once per
+position of the block each pass, so a seeded request is reproducible in any batch.
+The confidence is the probability of the chosen token under the distribution it came from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clover.engine.request import Request
+
+
+def choose(
+    logits: torch.Tensor, sel: torch.Tensor, x: torch.Tensor, requests: list[Request], allowed, mask_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits ``[R, bs, V]`` (modified in place), sel ``[R, bs]`` bool, x ``[R, bs]`` the block now.
+
+    Returns tok (x where not selected), conf (-1 where not selected) and cur_p (probability
+    of the token now in x), all ``[R, bs]``. Every position is computed (a few vector ops,
+    cheap next to the LM head that made the logits); ``sel`` only masks the result.
+    """
+    lg = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lg[..., mask_id] = -float("inf")
+    for r, slots in enumerate(allowed):
+        for i, ids in slots.items():  # constrained slot: only its allowed tokens survive
+            keep = lg[r, i, ids]
+            lg[r, i] = -float("inf")
+            lg[r, i, ids] = keep
+    tok, conf, cur_p = _greedy(lg, x)
+    for r, req in enumerate(requests):
+        if req.generator is not None:
+            tok[r], conf[r], cur_p[r] = _sample(lg[r], x[r], req)
+    return torch.where(sel, tok, x), conf.masked_fill(~sel, -1.0), cur_p
+
+
+def _greedy(logits: torch.Tensor, cur: torch.Tensor):
+    """logits ``[..., V]``, cur ``[...]`` → argmax token, its probability, p(cur)."""
+    lse = logits.logsumexp(-1)
+    top, tok = logits.max(-1)
+    cur_logit = logits.gather(-1, cur[..., None])[..., 0]
+    return tok, (top - lse).exp(), (cur_logit - lse).exp()
+
+
+def _sample(logits: torch.Tensor, cur: torch.Tensor, req: Request):
+    p = req.params
+    z = logits / p.temperature
+    if p.top_k and p.top_k < z.shape[-1]:
+        kth = z.topk(p.top_k, -1).values[:, -1:]
+        z = z.masked_fill(z < kth, -float("inf"))
+    if p.top_p < 1:
+        sp, si = z.softmax(-1).sort(-1, descending=True)
+        drop = sp.cumsum(-1) - sp > p.top_p  # keep the smallest prefix reaching top_p (>= 1 token)
+        z = z.masked_fill(torch.zeros_like(drop).scatter(-1, si, drop), -float("inf"))
+    probs = z.softmax(-1)
+    tok = torch.multinomial(probs, 1, generator=req.generator)[:, 0]  # one draw per position of the block
+    return tok, probs.gather(1, tok[:, None])[:, 0], probs.gather(1, cur[:, None])[:, 0]

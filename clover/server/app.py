@@ -1,0 +1,171 @@
+"""The app factory: ``create_app(engine_or_model_dir)`` → a FastAPI app over an engine thread.
+
+The app owns an ``AsyncEngine`` (started and stopped with the app's lifespan), checks the API
+key and the body size in a small ASGI guard that also counts requests for ``/metrics``, and
+answers every error, expected or not, in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from clover.engine import Engine
+from clover.server.async_engine import AsyncEngine
+from clover.server.errors import APIError, from_validation, server_error, too_large, unauthorized
+from clover.server.metrics import Metrics
+from clover.server.protocol import Limits
+from clover.server.routes import router
+from clover.server.state import ServerState
+
+log = logging.getLogger("clover.server")
+MAX_BODY_BYTES = 4 << 20
+
+
+def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None) -> Engine:
+    """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    if model_dir is None:
+        from clover.data import default_model_dir
+
+        model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.model.io import load_model
+
+    path = Path(model_dir)
+    if not (path / "tokenizer.json").exists():
+        raise FileNotFoundError(f"{path}: no tokenizer.json; the server needs the checkpoint's tokenizer")
+    return Engine(load_model(path), CloverTokenizer.load(path), max_batch_size=max_batch_size)
+
+
+def create_app(
+    engine_or_model_dir: Engine | str | Path | None = None,
+    *,
+    model_name: str = "clover",
+    api_key: str | None = None,
+    max_queue: int = 64,
+    max_prompt_tokens: int | None = None,
+    max_batch_size: int = 16,
+    max_tools: int = 128,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    default_max_tokens: int = 256,
+    threads: int | None = None,
+) -> FastAPI:
+    if isinstance(engine_or_model_dir, Engine):
+        engine = engine_or_model_dir
+    else:
+        engine = load_engine(engine_or_model_dir, max_batch_size, threads)
+    if engine.tokenizer is None:
+        raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
+    cfg = engine.model.config
+    context = cfg.max_position_embeddings
+    limits = Limits(
+        max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1), context=context,
+        max_block_size=cfg.max_block_size, block_size=cfg.block_size, vocab_size=cfg.vocab_size, max_tools=max_tools,
+        default_max_tokens=default_max_tokens,
+    )  # fmt: skip
+    aengine = AsyncEngine(engine, max_queue=max_queue)
+    metrics = Metrics(aengine)
+    aengine.on_finished = metrics.observe_output
+    state = ServerState(aengine, engine.tokenizer, model_name, limits, metrics, api_key)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        aengine.start()
+        try:
+            yield
+        finally:
+            aengine.stop()
+
+    app = FastAPI(title="Clover", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.clover = state
+    app.include_router(router)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, metrics=metrics)
+    _error_handlers(app)
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, e: APIError):
+        return e.response()
+
+    async def http_error(request: Request, e: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
+        return APIError(e.status_code, str(e.detail), code=code, headers=getattr(e, "headers", None)).response()
+
+    async def validation_error(request: Request, e: RequestValidationError):
+        return from_validation(list(e.errors())).response()
+
+    async def anything(request: Request, e: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return server_error(f"internal server error ({type(e).__name__})").response()
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, anything)
+
+
+class Guard:
+    """ASGI middleware: Bearer API key on ``/v1/*``, request body size limit, request metrics."""
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int, metrics: Metrics):
+        self.app, self.api_key, self.max_body, self.metrics = app, api_key, max_body_bytes, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            err = self._refuse(scope)
+            if err is not None:
+                await err.response()(scope, receive, send_status)
+                return
+            await self.app(scope, self._limited(receive), send_status)
+        finally:
+            self.metrics.observe_http(scope["path"], status[0], time.perf_counter() - t0)
+
+    def _refuse(self, scope) -> APIError | None:
+        headers = dict(scope.get("headers") or [])
+        if self.api_key is not None and scope["path"].startswith("/v1/"):
+            auth = headers.get(b"authorization", b"").decode("latin-1")
+            if not auth:
+                return unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+            scheme, _, token = auth.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+                return unauthorized("incorrect API key")
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return too_large(f"request body of {int(length)} bytes exceeds the limit of {self.max_body}")
+        return None
+
+    def _limited(self, receive):
+        seen = [0]
+
+        async def wrapped():
+            message = await receive()
+            if message["type"] == "http.request":
+                seen[0] += len(message.get("body", b""))
+                if seen[0] > self.max_body:
+                    raise too_large(f"request body exceeds the limit of {self.max_body} bytes")
+            return message
+
+        return wrapped

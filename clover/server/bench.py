@@ -1,0 +1,282 @@
+"""``clover bench decisions`` and ``clover bench serve``.
+
+decisions: on the decision test groups (``clover.data.decisions.load_groups("test")``), the
+same model answers each group ``joint`` (one request, all answer slots in one block) and
+``independent`` (one request per question, submitted together; and, as a client without joint
+decisions would do it, one call after another): group all-correct rate, per-question
+accuracy, wall time per group.
+
+serve: a live ``clover serve`` on 127.0.0.1 (a subprocess on a free port) and N concurrent
+streaming clients (official ``openai`` client) on the airspace test prompts: requests/s,
+tokens/s, p50/p95 latency and time to first token, errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+
+
+# -- decisions -----------------------------------------------------------------------------------
+def add_decisions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--n", type=int, default=100, help="decision groups of the test split")
+    p.add_argument("--block-size", type=int, help="default: the model's, or the smallest that holds the answers")
+    p.add_argument("--policy", default="threshold")
+    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+
+
+def _client_group(g):
+    """The group as a client sends it: questions and options, no answers."""
+    from clover.data.decisions import DecisionGroup, Question
+
+    return DecisionGroup(g.context, [Question(q.text, list(q.options)) for q in g.questions])
+
+
+def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) -> dict:
+    from clover.data.decisions import single_question
+    from clover.server.decisions import decide_sync
+
+    knobs = {"policy": args.policy, "threshold": args.threshold}
+    right_groups = right_q = n_q = 0
+    wall = decode = passes = 0.0
+    blocks = {}
+    for g in groups:
+        cg = _client_group(g)
+        if sequential:
+            chosen, t0 = [], time.perf_counter()
+            for i in range(len(cg.questions)):
+                r = decide_sync(engine, tok, single_question(cg, i), "independent", args.block_size, knobs)
+                chosen.append(r["answers"][0]["option_index"])
+                decode += r["timing"]["decode_s"]
+                passes += r["timing"]["forward_passes"]
+            wall += time.perf_counter() - t0
+        else:
+            r = decide_sync(engine, tok, cg, mode, args.block_size, knobs)
+            chosen = [a["option_index"] for a in r["answers"]]
+            wall += r["timing"]["wall_s"]
+            decode += r["timing"]["decode_s"]
+            passes += r["timing"]["forward_passes"]
+            key = f"{r['block_size']}x{r['blocks']}"
+            blocks[key] = blocks.get(key, 0) + 1
+        ok = [c == q.answer for c, q in zip(chosen, g.questions)]
+        right_groups += all(ok)
+        right_q += sum(ok)
+        n_q += len(ok)
+    n = len(groups)
+    return {"group_acc": right_groups / n, "question_acc": right_q / n_q, "s_per_group": wall / n,
+            "decode_s_per_group": decode / n, "passes_per_group": passes / n, "blocks": blocks}  # fmt: skip
+
+
+def _expressible(engine, tok, groups) -> list:
+    """Groups whose every option is one token for this tokenizer (others cannot be asked)."""
+    from clover.server.decisions import DecisionError, plan_joint
+
+    ok = []
+    for g in groups:
+        try:
+            plan_joint(tok, engine.model.config, _client_group(g))
+            ok.append(g)
+        except DecisionError:
+            pass
+    return ok
+
+
+def run_decisions(args: argparse.Namespace) -> int:
+    from clover.data.decisions import load_groups
+    from clover.server.app import load_engine
+
+    set_threads(args.threads)
+    try:
+        engine = load_engine(args.model, max_batch_size=16)
+    except FileNotFoundError as e:
+        raise SystemExit(f"clover bench decisions: {e}") from None
+    tok = engine.tokenizer
+    asked = load_groups("test", args.n)
+    groups = _expressible(engine, tok, asked)
+    if not groups:
+        raise SystemExit("clover bench decisions: no test group has only single-token options for this tokenizer")
+    _run_mode(engine, tok, groups[:2], "joint", args)  # warm-up
+    _run_mode(engine, tok, groups[:2], "independent", args)
+    res = {"joint": _run_mode(engine, tok, groups, "joint", args),
+           "independent": _run_mode(engine, tok, groups, "independent", args)}  # fmt: skip
+    if not args.no_sequential:
+        res["independent_sequential"] = _run_mode(engine, tok, groups, "independent", args, sequential=True)
+    figures = {"n_groups": len(groups), "skipped_groups": len(asked) - len(groups), "n_questions": sum(len(g.questions) for g in groups),
+               "model": str(args.model or "bundled default"), "policy": args.policy, "threshold": args.threshold}  # fmt: skip
+    for mode, r in res.items():
+        for k, v in r.items():
+            figures[f"{mode}_{k}"] = v
+    j, i = res["joint"], res["independent"]
+    figures["group_acc_gain_points"] = 100 * (j["group_acc"] - i["group_acc"])
+    figures["speedup_vs_independent"] = i["s_per_group"] / j["s_per_group"]
+    if "independent_sequential" in res:
+        figures["speedup_vs_sequential"] = res["independent_sequential"]["s_per_group"] / j["s_per_group"]
+    rows = [[m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], 1e3 * r["decode_s_per_group"],
+             r["passes_per_group"]] for m, r in res.items()]  # fmt: skip
+    print_table(
+        f"clover bench decisions ({len(groups)} test groups, {figures['n_questions']} questions, {args.policy} "
+        f"{args.threshold}, {args.threads} thread(s))",
+        ["mode", "group all-correct", "question acc", "ms / group", "decode ms / group", "request passes / group"],
+        rows,
+        [f"joint block size x blocks spanned: {j['blocks']}",
+         f"{len(asked) - len(groups)} of {len(asked)} groups skipped: an option is not one token for this tokenizer",
+         "ms / group includes the scoring pass that gives each answer's probability; decode ms excludes it",
+         f"joint vs independent: {figures['group_acc_gain_points']:+.1f} points, "
+         f"{figures['speedup_vs_independent']:.2f}x faster per group"],
+    )  # fmt: skip
+    write_json(args.json, figures)
+    return 0
+
+
+# -- serve ---------------------------------------------------------------------------------------
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--concurrency", default="1,8,32", help="concurrent streaming clients, one run each")
+    p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the server")
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(args, port: int) -> subprocess.Popen:
+    import httpx
+
+    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
+           "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
+           str(args.threads)]  # fmt: skip
+    if args.model:
+        cmd += ["--model", args.model]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.Popen(cmd, env=env)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        if proc.poll() is not None:
+            raise SystemExit(f"clover bench serve: the server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("clover bench serve: the server did not come up")
+
+
+def _prompts(n: int) -> list[dict]:
+    from clover.data.corpus import load_split
+
+    out = []
+    for ex in load_split("test", 4 * n):
+        msgs = []
+        for m in ex["messages"]:
+            if m["role"] == "assistant":
+                break
+            msgs.append(m)
+        out.append({"messages": msgs, "tools": ex.get("tools")})
+        if len(out) == n:
+            break
+    return out
+
+
+async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: list[dict]) -> dict:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
+    lat, ttft, tokens, errors = [], [], 0, 0
+
+    async def one(k: int) -> None:
+        nonlocal tokens, errors
+        p = prompts[k % len(prompts)]
+        t0 = time.perf_counter()
+        first = None
+        try:
+            kw = {"tools": p["tools"]} if p["tools"] else {}
+            stream = await client.chat.completions.create(
+                model="clover", messages=p["messages"], max_tokens=max_tokens, stream=True,
+                stream_options={"include_usage": True}, **kw,
+            )  # fmt: skip
+            n = None
+            async for ch in stream:
+                if first is None and ch.choices and (ch.choices[0].delta.content or ch.choices[0].delta.tool_calls):
+                    first = time.perf_counter() - t0
+                if ch.usage is not None:
+                    n = ch.usage.completion_tokens
+            if n is None:
+                raise RuntimeError("no usage chunk")
+            tokens += n
+            lat.append(time.perf_counter() - t0)
+            ttft.append(first if first is not None else lat[-1])
+        except Exception as e:  # noqa: BLE001 - counted, reported
+            errors += 1
+            print(f"  request failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    async def worker(w: int) -> None:
+        for r in range(per_client):
+            await one(w * per_client + r)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(c)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    q = lambda xs, f: statistics.quantiles(xs, n=100)[int(f * 100) - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)  # noqa: E731
+    return {"clients": c, "requests": c * per_client, "errors": errors, "wall_s": wall,
+            "requests_per_s": len(lat) / wall, "tokens_per_s": tokens / wall,
+            "p50_latency_s": q(lat, 0.5), "p95_latency_s": q(lat, 0.95), "p50_ttft_s": q(ttft, 0.5)}  # fmt: skip
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    levels = [int(x) for x in args.concurrency.split(",") if x]
+    port = _free_port()
+    proc = _start_server(args, port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        prompts = _prompts(64)
+        asyncio.run(_level(url, 2, 1, args.max_tokens, prompts))  # warm-up
+        results = [asyncio.run(_level(url, c, args.requests_per_client, args.max_tokens, prompts)) for c in levels]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    rows = [[r["clients"], r["requests"], r["requests_per_s"], r["tokens_per_s"], r["p50_latency_s"],
+             r["p95_latency_s"], r["p50_ttft_s"], r["errors"]] for r in results]  # fmt: skip
+    print_table(
+        f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
+        f"{args.max_batch_size}, {args.threads} server thread(s))",
+        ["clients", "requests", "req/s", "tok/s", "p50 s", "p95 s", "p50 TTFT s", "errors"],
+        rows,
+        ["streaming chat completions with the airspace tools, official openai client, server in a subprocess"],
+    )
+    figures = {"max_tokens": args.max_tokens, "max_batch_size": args.max_batch_size, "levels": results,
+               "errors": sum(r["errors"] for r in results)}  # fmt: skip
+    for r in results:
+        for k in ("requests_per_s", "tokens_per_s", "p50_latency_s", "p95_latency_s", "errors"):
+            figures[f"c{r['clients']}_{k}"] = r[k]
+    write_json(args.json, figures)
+    return 1 if figures["errors"] else 0
+
+
+BENCHMARKS["decisions"] = ("joint vs independent decisions on the decision test groups: accuracy and time per group",
+                           add_decisions_args, run_decisions)  # fmt: skip
+BENCHMARKS["serve"] = ("N concurrent streaming clients against a live server: req/s, tok/s, p50/p95 latency, errors",
+                       add_serve_args, run_serve)  # fmt: skip

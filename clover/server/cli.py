@@ -1,0 +1,50 @@
+"""``clover serve``: the OpenAI-compatible server on uvicorn (loopback by default)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from clover.server.app import create_app
+
+    try:
+        app = create_app(
+            args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
+            max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
+            default_max_tokens=args.default_max_tokens,
+        )  # fmt: skip
+    except (FileNotFoundError, ValueError) as e:
+        print(f"clover serve: {e}", file=sys.stderr)
+        if args.model is None:
+            print("Pass --model DIR (a Clover checkpoint: config.json, safetensors, tokenizer.json).", file=sys.stderr)
+        return 2
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print(f"clover serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
+    print(f"clover serve: http://{args.host}:{args.port}  (playground at /, OpenAI API at /v1)", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("CLOVER_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1/* (default: $CLOVER_API_KEY, else none)",
+    )
+    p.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond the running batch; then 429")
+    p.add_argument("--max-batch-size", type=int, default=16, help="requests decoded together")
+    p.add_argument("--max-prompt-tokens", type=int, help="longer prompts get 413 (default: the model's context)")
+    p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
+    p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_serve)

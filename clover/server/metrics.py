@@ -1,0 +1,61 @@
+"""Prometheus metrics of one server (its own registry, so several apps can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+
+ENDPOINTS = {
+    "/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/models", "/health", "/metrics", "/",
+}  # fmt: skip
+
+
+class Metrics:
+    def __init__(self, aengine=None):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("clover_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
+                                registry=r)  # fmt: skip
+        self.latency = Histogram("clover_request_latency_seconds", "HTTP request latency (streams: to the last byte)",
+                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.prompt_tokens = Counter("clover_prompt_tokens", "prompt tokens of finished requests", registry=r)
+        self.generation_tokens = Counter("clover_generation_tokens", "generated tokens", registry=r)
+        self.forward_passes = Counter("clover_forward_passes", "denoise passes of finished requests", registry=r)
+        self.finished = Counter("clover_engine_requests", "engine requests finished, by reason", ["reason"],
+                                registry=r)  # fmt: skip
+        self.tpf = Histogram("clover_tokens_per_forward", "tokens per forward pass (TPF) per request",
+                             buckets=TPF_BUCKETS, registry=r)  # fmt: skip
+        self.ttft = Histogram("clover_time_to_first_token_seconds", "engine time to first final token",
+                              buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.engine_latency = Histogram("clover_engine_request_seconds", "engine wall time per request",
+                                        buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.decisions = Counter("clover_decisions", "decision groups answered, by mode", ["mode"], registry=r)
+        self.queue_depth = Gauge("clover_queue_depth", "requests waiting for a batch slot", registry=r)
+        self.active = Gauge("clover_active_requests", "requests in the running batch", registry=r)
+        self.outstanding = Gauge("clover_outstanding_requests", "requests accepted and not finished", registry=r)
+        if aengine is not None:
+            self.queue_depth.set_function(lambda: aengine.snapshot["waiting"])
+            self.active.set_function(lambda: aengine.snapshot["active"])
+            self.outstanding.set_function(lambda: aengine.outstanding)
+
+    def observe_http(self, path: str, status: int, seconds: float) -> None:
+        endpoint = path if path in ENDPOINTS else "other"
+        self.requests.labels(endpoint, str(status)).inc()
+        self.latency.labels(endpoint).observe(seconds)
+
+    def observe_output(self, out) -> None:
+        """A finished engine request (called in the engine thread; prometheus_client is thread-safe)."""
+        s = out.stats
+        self.finished.labels(out.finish_reason).inc()
+        self.prompt_tokens.inc(len(out.prompt_ids))
+        self.generation_tokens.inc(s.get("tokens", len(out.token_ids)))
+        self.forward_passes.inc(s.get("forward_passes", 0))
+        if s.get("forward_passes"):
+            self.tpf.observe(s.get("tpf", 0.0))
+        if s.get("tokens"):
+            self.ttft.observe(s.get("ttft_s", 0.0))
+        self.engine_latency.observe(s.get("wall_s", 0.0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,252 @@
+"""OpenAI chat / text completions ↔ Clover: prompt, sampling parameters, responses, stream deltas.
+
+The chat template and tool-call parsing are ``clover.data.chat`` (the one place for both);
+this module only decides what to render and how to phrase the answer in OpenAI's shapes.
+
+``tool_choice``: ``none`` renders no tools and parses none; ``auto`` renders them and parses
+whatever calls come out; ``required`` puts ``<tool_call>`` in the prompt (prefilled as the start
+of the assistant turn); a named function prefills ``<tool_call>{"name": "NAME`` (cut before the
+closing quote, so the tokens are exactly those of the trained canonical call).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
+from clover.engine import RequestOutput, SamplingParams, StepEvent
+from clover.server.errors import APIError, bad_request, too_large
+from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
+
+
+@dataclass
+class Limits:
+    max_prompt_tokens: int
+    context: int  # max_position_embeddings: prompt + generated
+    max_block_size: int
+    block_size: int  # the model's default
+    vocab_size: int = 0
+    max_tools: int = 128
+    default_max_tokens: int = 256
+
+
+@dataclass
+class Prepared:
+    prompt_ids: list[int]
+    params: SamplingParams
+    prefill: str = ""  # assistant text already placed in the prompt (tool_choice required / named)
+    parse_tools: bool = False
+    block_size: int = 0
+
+
+# -- requests -----------------------------------------------------------------------------------
+def check_common(req: Sampling, limits: Limits) -> None:
+    if req.n not in (None, 1):
+        raise bad_request(f"n={req.n} is not supported: Clover returns one choice per request (n=1)", "n")
+    if req.block_size is not None and req.block_size > limits.max_block_size:
+        raise bad_request(
+            f"block_size {req.block_size} is out of range: this model takes 1..{limits.max_block_size}", "block_size"
+        )
+
+
+def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, bool]:
+    """→ (prompt text incl. prefill, prefill, parse tool calls?)."""
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    if tools and len(tools) > limits.max_tools:
+        raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
+    choice = req.tool_choice or "auto"
+    prefill = ""
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if not tools or name not in {t["function"]["name"] for t in tools}:
+            raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        prefill = f'{TOOL_OPEN}{{"name": "{name}'
+    elif choice == "required":
+        if not tools:
+            raise bad_request("tool_choice 'required' needs a non-empty tools list", "tool_choice")
+        prefill = TOOL_OPEN
+    if choice == "none":
+        tools = None
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    text = render(messages, tools, add_generation_prompt=True) + prefill
+    return text, prefill, bool(tools)
+
+
+def completion_prompt(req: CompletionRequest, tokenizer, limits: Limits) -> list[int]:
+    if req.suffix:
+        raise bad_request("suffix is not supported", "suffix")
+    if req.echo:
+        raise bad_request("echo is not supported", "echo")
+    p = req.prompt
+    if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
+        if limits.vocab_size and not all(0 <= x < limits.vocab_size for x in p):
+            raise bad_request(f"prompt token ids must lie in [0, {limits.vocab_size})", "prompt")
+        return list(p)
+    if isinstance(p, list):
+        if len(p) != 1:
+            raise bad_request(f"one prompt per request (got {len(p)})", "prompt")
+        p = p[0]
+    return tokenizer.encode(p)
+
+
+def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids: list[int] | None = None,
+            max_tokens: int | None = None) -> Prepared:  # fmt: skip
+    """Length checks and SamplingParams; every problem is an APIError (400 / 413)."""
+    n = len(prompt_ids)
+    if n == 0:
+        raise bad_request("the prompt is empty", "prompt")
+    if n > limits.max_prompt_tokens:
+        raise too_large(
+            f"the prompt is {n} tokens; this server accepts at most {limits.max_prompt_tokens}",
+            code="prompt_too_long", param="messages" if isinstance(req, ChatRequest) else "prompt",
+        )  # fmt: skip
+    room = limits.context - n
+    if room <= 0:
+        raise too_large(f"the prompt is {n} tokens; the model's context is {limits.context}", code="prompt_too_long")
+    if max_tokens is not None and max_tokens > room:
+        raise bad_request(
+            f"prompt ({n} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {limits.context}",
+            "max_tokens", "context_length_exceeded",
+        )  # fmt: skip
+    if max_tokens is None:
+        max_tokens = min(limits.default_max_tokens, room)
+    knobs = {
+        "block_size": req.block_size, "threshold": req.threshold, "policy": req.policy,
+        "steps_per_block": req.steps_per_block, "temperature": req.temperature, "top_p": req.top_p,
+        "top_k": req.top_k, "seed": req.seed,
+    }  # fmt: skip
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    try:
+        params = SamplingParams(
+            max_tokens=max_tokens, stop=stop, stop_token_ids=stop_token_ids,
+            **{k: v for k, v in knobs.items() if v is not None},
+        )  # fmt: skip
+    except ValueError as e:
+        raise bad_request(str(e), _param_of(str(e))) from None
+    return Prepared(list(prompt_ids), params, block_size=req.block_size or limits.block_size)
+
+
+def _param_of(message: str) -> str | None:
+    for name in ("max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
+                 "top_k", "seed", "stop"):  # fmt: skip
+        if name in message:
+            return name
+    return None
+
+
+# -- responses -----------------------------------------------------------------------------------
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(out: RequestOutput) -> dict:
+    p, c = len(out.prompt_ids), len(out.token_ids)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def clover_stats(out: RequestOutput, block_size: int) -> dict:
+    keys = ("forward_passes", "tokens", "tpf", "tokens_per_s", "ttft_s", "time_per_block_s", "wall_s")
+    return {"type": "stats", "block_size": block_size, **{k: out.stats[k] for k in keys if k in out.stats}}
+
+
+def assistant_message(text: str, parse_tools: bool) -> tuple[str | None, list[dict]]:
+    """Full assistant text (prefill included) → (content, OpenAI tool_calls)."""
+    if not parse_tools:
+        return text.strip(), []
+    content, calls = parse_assistant(text)
+    tool_calls = openai_tool_calls(calls, [new_id("call") for _ in calls])
+    return (content or None) if tool_calls else content, tool_calls
+
+
+def finish_reason(out: RequestOutput, tool_calls: list) -> str:
+    if tool_calls:
+        return "tool_calls"
+    return "length" if out.finish_reason == "length" else "stop"
+
+
+def chat_response(rid: str, model: str, prep: Prepared, out: RequestOutput) -> dict:
+    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools)
+    message: dict = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(out, calls), "logprobs": None}],
+        "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+    }  # fmt: skip
+
+
+def completion_response(rid: str, model: str, prep: Prepared, out: RequestOutput) -> dict:
+    return {
+        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "text": out.text or "", "finish_reason": finish_reason(out, []), "logprobs": None}],
+        "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+    }  # fmt: skip
+
+
+def step_record(ev: StepEvent, tokenizer) -> dict:
+    """A denoise pass for the playground: positions committed in it and their token texts."""
+    return {"type": "step", "block_start": ev.block_start, "step": ev.step, "positions": ev.positions,
+            "tokens": ev.tokens, "pieces": [tokenizer.decode([t]) for t in ev.tokens]}  # fmt: skip
+
+
+def start_record(prep: Prepared, tokenizer) -> dict:
+    """The first block holds the prompt's tail: the playground draws it before any step."""
+    P, bs = len(prep.prompt_ids), prep.block_size
+    start = P // bs * bs
+    tail = prep.prompt_ids[start:]
+    return {"type": "start", "prompt_tokens": P, "block_size": bs, "block_start": start,
+            "prompt_tail": [tokenizer.decode([t]) for t in tail]}  # fmt: skip
+
+
+class AssistantStream:
+    """Committed assistant text in, OpenAI chat ``delta`` dicts out.
+
+    Content is streamed up to the first ``<tool_call>`` (whitespace at either end held back, so
+    the streamed content equals the non-streamed one); each call is sent as one tool-call delta
+    once its ``</tool_call>`` is final; ``finish`` flushes what only the end decides.
+    """
+
+    def __init__(self, prefill: str, parse_tools: bool):
+        self.text = prefill
+        self.parse_tools = parse_tools
+        self.content = ""  # content sent so far
+        self.calls: list[dict] = []  # tool calls sent so far (OpenAI shape)
+
+    def feed(self, delta: str) -> list[dict]:
+        self.text += delta
+        visible = content_prefix(self.text) if self.parse_tools else self.text
+        out = self._content(visible.strip())
+        if self.parse_tools and TOOL_CLOSE in self.text:
+            end = self.text.rfind(TOOL_CLOSE) + len(TOOL_CLOSE)
+            out += self._calls(parse_assistant(self.text[:end])[1])
+        return out
+
+    def finish(self) -> list[dict]:
+        if not self.parse_tools:
+            return self._content(self.text.strip())
+        content, calls = parse_assistant(self.text)
+        return self._content(content) + self._calls(calls)
+
+    def _content(self, target: str) -> list[dict]:
+        if len(target) > len(self.content) and target.startswith(self.content):
+            piece, self.content = target[len(self.content) :], target
+            return [{"content": piece}]
+        return []
+
+    def _calls(self, calls: list[dict]) -> list[dict]:
+        out = []
+        for call in openai_tool_calls(calls[len(self.calls) :], [new_id("call") for _ in calls[len(self.calls) :]]):
+            out.append({"tool_calls": [{"index": len(self.calls), **call}]})
+            self.calls.append(call)
+        return out
+
+
+def as_api_error(e: Exception) -> APIError:
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ValueError):
+        return bad_request(str(e), _param_of(str(e)))
+    return APIError(500, f"engine error: {e}", type="server_error", code="engine_error")

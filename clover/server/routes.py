@@ -1,0 +1,239 @@
+"""The HTTP routes: OpenAI models / chat / completions, joint decisions, health, metrics, playground."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from clover.engine import Finished, StepEvent, TextDelta
+from clover.server import decisions as dec
+from clover.server.async_engine import EngineFailure
+from clover.server.errors import APIError, bad_request, too_large
+from clover.server.protocol import (
+    AssistantStream,
+    Prepared,
+    as_api_error,
+    chat_prompt,
+    chat_response,
+    check_common,
+    clover_stats,
+    completion_prompt,
+    completion_response,
+    finish_reason,
+    prepare,
+    start_record,
+    step_record,
+    usage,
+)
+from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest
+from clover.server.state import ClientGone, ServerState
+
+STATIC = Path(__file__).parent / "static"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+router = APIRouter()
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.clover
+
+
+def _sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+# -- models, health, metrics, playground ----------------------------------------------------------
+@router.get("/v1/models")
+async def list_models(request: Request):
+    return {"object": "list", "data": [_model_card(_state(request))]}
+
+
+@router.get("/v1/models/{name:path}")
+async def get_model(name: str, request: Request):
+    s = _state(request)
+    s.check_model(name)
+    return _model_card(s)
+
+
+def _model_card(s: ServerState) -> dict:
+    c = s.config
+    return {"id": s.model_name, "object": "model", "created": s.started, "owned_by": "clover",
+            "clover": {"block_size": c.block_size, "max_block_size": c.max_block_size,
+                       "context": s.limits.context, "vocab_size": c.vocab_size}}  # fmt: skip
+
+
+@router.get("/health")
+async def health(request: Request):
+    s = _state(request)
+    a = s.aengine
+    body = {"status": "ok" if a.alive else "engine_down", "model": s.model_name, "active": a.snapshot["active"],
+            "waiting": a.snapshot["waiting"], "outstanding": a.outstanding, "capacity": a.capacity}  # fmt: skip
+    return JSONResponse(body, status_code=200 if a.alive else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/")
+async def playground():
+    return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
+
+
+@router.get("/playground/config")
+async def playground_config(request: Request):
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    s = _state(request)
+    return {"model": s.model_name, "block_size": s.config.block_size, "max_block_size": s.config.max_block_size,
+            "auth": s.api_key is not None, "tools": AIRSPACE_TOOLS}  # fmt: skip
+
+
+# -- chat and text completions --------------------------------------------------------------------
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    s = _state(request)
+    req: ChatRequest = await s.read(request, ChatRequest)
+    s.check_model(req.model)
+    check_common(req, s.limits)
+    text, prefill, parse_tools = chat_prompt(req, s.tokenizer, s.limits)
+    prep = prepare(
+        req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
+    )
+    prep.prefill, prep.parse_tools = prefill, parse_tools
+    opts = req.stream_options
+    steps = bool(req.stream and opts and opts.include_steps)
+    (handle,) = s.submit([(prep.prompt_ids, prep.params)], "chatcmpl", steps=steps)
+    if not req.stream:
+        try:
+            (out,) = await s.wait([handle], request)
+        except ClientGone:
+            return Response(status_code=499)
+        return chat_response(handle.request_id, s.model_name, prep, out)
+    gen = _chat_stream(s, handle, prep, bool(opts and opts.include_usage), steps)
+    return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _chat_stream(s: ServerState, handle, prep: Prepared, include_usage: bool, steps: bool):
+    rid, created = handle.request_id, int(time.time())
+
+    def chunk(delta: dict | None = None, reason: str | None = None, **extra) -> str:
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]
+        d = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": s.model_name,
+             "choices": choices, **extra}  # fmt: skip
+        if include_usage:
+            d.setdefault("usage", None)
+        return _sse(d)
+
+    stream = AssistantStream(prep.prefill, prep.parse_tools)
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        if steps:
+            yield chunk(clover=start_record(prep, s.tokenizer))
+        async for ev in handle.events():
+            if isinstance(ev, TextDelta):
+                for d in stream.feed(ev.text):
+                    yield chunk(d)
+            elif isinstance(ev, StepEvent):
+                yield chunk(clover=step_record(ev, s.tokenizer))
+            elif isinstance(ev, Finished):
+                out = ev.output
+                for d in stream.finish():
+                    yield chunk(d)
+                yield chunk({}, finish_reason(out, stream.calls), clover=clover_stats(out, prep.block_size))
+                if include_usage:
+                    yield chunk(usage=usage(out))
+        yield _sse("[DONE]")
+    except (ValueError, EngineFailure) as e:
+        yield _sse(as_api_error(e).body())
+    finally:
+        handle.abort()  # a no-op once finished; a client that went away frees its slot here
+
+
+@router.post("/v1/completions")
+async def completions(request: Request):
+    s = _state(request)
+    req: CompletionRequest = await s.read(request, CompletionRequest)
+    s.check_model(req.model)
+    check_common(req, s.limits)
+    prep = prepare(req, completion_prompt(req, s.tokenizer, s.limits), s.limits, None, req.max_tokens)
+    (handle,) = s.submit([(prep.prompt_ids, prep.params)], "cmpl")
+    if not req.stream:
+        try:
+            (out,) = await s.wait([handle], request)
+        except ClientGone:
+            return Response(status_code=499)
+        return completion_response(handle.request_id, s.model_name, prep, out)
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return StreamingResponse(_text_stream(s, handle, prep, include_usage), media_type="text/event-stream",
+                             headers=SSE_HEADERS)  # fmt: skip
+
+
+async def _text_stream(s: ServerState, handle, prep: Prepared, include_usage: bool):
+    rid, created = handle.request_id, int(time.time())
+
+    def chunk(text: str | None, reason: str | None = None, **extra) -> str:
+        choices = [] if text is None else [{"index": 0, "text": text, "finish_reason": reason, "logprobs": None}]
+        d = {"id": rid, "object": "text_completion", "created": created, "model": s.model_name, "choices": choices,
+             **extra}  # fmt: skip
+        if include_usage:
+            d.setdefault("usage", None)
+        return _sse(d)
+
+    try:
+        async for ev in handle.events():
+            if isinstance(ev, TextDelta) and ev.text:
+                yield chunk(ev.text)
+            elif isinstance(ev, Finished):
+                yield chunk("", finish_reason(ev.output, []), clover=clover_stats(ev.output, prep.block_size))
+                if include_usage:
+                    yield chunk(None, usage=usage(ev.output))
+        yield _sse("[DONE]")
+    except (ValueError, EngineFailure) as e:
+        yield _sse(as_api_error(e).body())
+    finally:
+        handle.abort()
+
+
+# -- joint decisions ------------------------------------------------------------------------------
+@router.post("/v1/decisions")
+async def decisions(request: Request):
+    s = _state(request)
+    req: DecisionRequest = await s.read(request, DecisionRequest)
+    s.check_model(req.model)
+    if req.block_size is not None and req.block_size > s.config.max_block_size:
+        raise bad_request(f"block_size {req.block_size} is out of range: this model takes 1..{s.config.max_block_size}",
+                          "block_size")  # fmt: skip
+    knobs = {k: v for k, v in (("threshold", req.threshold), ("policy", req.policy)) if v is not None}
+    t0 = time.perf_counter()
+    try:
+        group = dec.check_questions(req.context, [q.model_dump() for q in req.questions])
+        plans = dec.PLANS[req.mode](s.tokenizer, s.config, group, req.block_size, knobs)
+        items = [(p.prompt_ids, p.params()) for p in plans]
+    except dec.DecisionError as e:
+        raise bad_request(str(e), e.param) from None
+    except ValueError as e:
+        raise as_api_error(e) from None
+    longest = max(len(p.prompt_ids) for p in plans)
+    if longest > s.limits.max_prompt_tokens:
+        raise too_large(f"the decision prompt is {longest} tokens; this server accepts at most "
+                        f"{s.limits.max_prompt_tokens}", code="prompt_too_long", param="context")  # fmt: skip
+    handles = s.submit(items, "dec")
+    try:
+        outs = await s.wait(handles, request)
+    except ClientGone:
+        return Response(status_code=499)
+    t1 = time.perf_counter()
+    gen = [o.token_ids for o in outs]
+    try:
+        probs = await s.aengine.call(lambda: dec.score(s.model, plans, gen))
+    except Exception as e:
+        raise APIError(500, f"scoring failed: {e}", type="server_error", code="engine_error") from None
+    body = dec.result(group, req.mode, plans, outs, probs, t0, t1, time.perf_counter())
+    s.metrics.decisions.labels(req.mode).inc()
+    return {"id": handles[0].request_id, "object": "clover.decisions", "model": s.model_name, **body}

@@ -1,0 +1,107 @@
+"""Request bodies (pydantic). Unknown fields are accepted and ignored, as OpenAI clients send many;
+Clover extras (``block_size``, ``threshold``, ``policy``, ``steps_per_block``, ``top_k``,
+``stream_options.include_steps``) sit next to the OpenAI ones."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCall(_Open):
+    name: str
+    arguments: str | dict = "{}"
+
+
+class ToolCall(_Open):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(_Open):
+    name: str = Field(pattern=_NAME)
+    description: str | None = None
+    parameters: dict | None = None
+
+
+class Tool(_Open):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Open):
+    name: str = Field(pattern=_NAME)
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+    include_steps: bool = False  # Clover: denoise-step events (what the playground draws)
+
+
+class Sampling(_Open):
+    """The knobs shared by chat and text completions."""
+
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)  # default 0: greedy
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: str | list[str] | None = Field(None, max_length=16)
+    n: int | None = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # Clover extras
+    block_size: int | None = Field(None, ge=1)
+    threshold: float | None = Field(None, gt=0, le=1)
+    policy: str | None = None
+    steps_per_block: int | None = Field(None, ge=1)
+
+
+class ChatRequest(Sampling):
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class CompletionRequest(Sampling):
+    prompt: str | list[str] | list[int]
+    echo: bool = False
+    suffix: str | None = None
+
+
+class DecisionQuestion(_Open):
+    question: str = Field(min_length=1, max_length=2000)
+    options: list[str] = Field(min_length=2, max_length=8)
+
+
+class DecisionRequest(_Open):
+    model: str | None = None
+    context: str = Field(max_length=20000)
+    questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.server.decisions
+    mode: Literal["joint", "independent"] = "joint"
+    block_size: int | None = Field(None, ge=1)
+    threshold: float | None = Field(None, gt=0, le=1)
+    policy: str | None = None

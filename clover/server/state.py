@@ -1,0 +1,83 @@
+"""What the routes share: the engine bridge, tokenizer, limits, metrics, and the waiting helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from clover.engine import RequestOutput, SamplingParams
+from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
+from clover.server.errors import APIError, bad_request, from_validation, queue_full
+from clover.server.metrics import Metrics
+from clover.server.protocol import Limits, as_api_error
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready (its requests were aborted)."""
+
+
+class ServerState:
+    def __init__(self, aengine: AsyncEngine, tokenizer, model_name: str, limits: Limits, metrics: Metrics,
+                 api_key: str | None = None):  # fmt: skip
+        self.aengine = aengine
+        self.engine = aengine.engine
+        self.model = aengine.engine.model
+        self.config = self.model.config
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.limits = limits
+        self.metrics = metrics
+        self.api_key = api_key
+        self.started = int(time.time())
+        eot = tokenizer.token_to_id("<|endoftext|>") if hasattr(tokenizer, "token_to_id") else None
+        self.chat_stop_ids = [eot] if eot is not None else None
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
+                           param="model", code="model_not_found")  # fmt: skip
+
+    async def read(self, request: Request, schema: type[BaseModel]):
+        raw = await request.body()  # the size limit is enforced by the middleware as it is read
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise bad_request("the request body must be a JSON object", code="invalid_json")
+        try:
+            return schema.model_validate(data)
+        except ValidationError as e:
+            raise from_validation(e.errors(include_url=False)) from None
+
+    def submit(self, items: list[tuple[list[int], SamplingParams]], prefix: str, steps: bool = False):
+        if not self.aengine.alive:
+            raise APIError(503, "the engine is not running", type="server_error", code="engine_down")
+        try:
+            return self.aengine.submit_many(items, prefix=prefix, steps=steps)
+        except QueueFull:
+            raise queue_full(self.aengine.capacity) from None
+
+    async def wait(self, handles: list[RequestHandle], request: Request) -> list[RequestOutput]:
+        """Final outputs of ``handles``; if the client goes away meanwhile, abort them all."""
+        tasks = [asyncio.ensure_future(h.result()) for h in handles]
+        try:
+            while True:
+                done, pending = await asyncio.wait(tasks, timeout=0.5, return_when=asyncio.ALL_COMPLETED)
+                if not pending:
+                    break
+                if await request.is_disconnected():
+                    raise ClientGone()
+            try:
+                return [t.result() for t in tasks]
+            except Exception as e:
+                raise as_api_error(e) from None
+        finally:
+            for t, h in zip(tasks, handles):
+                if not t.done():
+                    t.cancel()
+                h.abort()

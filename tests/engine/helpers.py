@@ -1,0 +1,37 @@
+import torch
+
+from clover.model import CloverForBlockDiffusion, preset
+
+
+def peaky_model(shift=True, seed=0, eos=5, scale=16.0, dtype=torch.float64, **over):
+    """A tiny random model (fp64 so no decision sits on a rounding tie) whose head is scaled up,
+    so the threshold policy commits several tokens per pass and EOS shows up now and then."""
+    torch.manual_seed(seed)
+    cfg = preset("tiny", shift_logits=shift, eos_token_id=eos, initializer_range=0.2, **over)
+    m = CloverForBlockDiffusion(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
+                p.normal_(0, 0.3)
+        m.lm_head.weight.mul_(scale)
+    return m
+
+
+def prompts(lengths, seed=0, vocab=96):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+class CharTokenizer:
+    """Token i decodes to a fixed 1-2 letter string; id 7 is the tokenizer's own EOS."""
+
+    eos_token_id = 7
+
+    def piece(self, i: int) -> str:
+        return chr(97 + i % 26) + ("" if i < 26 else chr(65 + i // 26))
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.piece(i) for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) - 97 for c in text]

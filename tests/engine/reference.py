@@ -1,0 +1,75 @@
+"""The engine's slow, obviously-correct twin: no caches, no batching, the full training
+forward over the whole sequence for every denoise pass, the same sampler and policies."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from clover.engine import SamplingParams
+from clover.engine.policies import POLICIES, PassView
+from clover.engine.sampler import choose
+
+
+@torch.inference_mode()
+def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[list[int], str]:
+    """→ (generated token ids without EOS, finish reason "stop" | "length")."""
+    cfg = model.config
+    bs = params.block_size or cfg.block_size
+    mask = cfg.mask_token_id
+    stop_ids = set(cfg.eos_ids) | set(params.stop_token_ids or [])
+    policy = POLICIES[params.policy]
+    steps = params.steps_per_block or max(1, bs // 4)
+    gen = None
+    if params.temperature > 0:
+        gen = torch.Generator().manual_seed(params.seed)
+    req = SimpleNamespace(generator=gen, params=params)
+    out: list[int] = []
+    if params.max_tokens == 0:
+        return out, "length"
+    while True:
+        seq = list(prompt) + out
+        start = len(seq) // bs * bs  # the block holds the prompt tail first (rule 1)
+        lo = len(seq) - start
+        hi = min(bs, lo + params.max_tokens - len(out))
+        block = torch.tensor(seq[start:] + [mask] * (bs - lo))
+        masked = torch.arange(bs) >= lo
+        wanted = (torch.arange(bs) >= lo) & (torch.arange(bs) < hi)
+        first_gen = len(out) - lo  # generated index of block position 0
+        allowed = {
+            i - first_gen: torch.tensor(v) for i, v in (params.allowed or {}).items() if lo <= i - first_gen < bs
+        }
+        step = edits = 0
+        while True:
+            needed = wanted.clone()
+            for i in range(bs):  # nothing after a committed EOS is needed
+                if wanted[i] and not masked[i] and int(block[i]) in stop_ids:
+                    needed[i + 1 :] = False
+                    break
+            cand = masked & needed
+            if not cand.any():
+                break
+            x = torch.tensor(seq[:start], dtype=torch.long)
+            x = torch.cat([x, block])[None]
+            logits = model.forward_train(x, x, bs).logits[:, start : start + bs]  # [1, bs, V]
+            settled = ~masked & needed & policy.edits
+            tok, conf, cur_p = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
+            v = PassView(
+                tok, conf, cur_p, block[None], cand[None], settled[None],
+                torch.tensor([params.threshold], dtype=torch.float), torch.tensor([max(1, steps - step)]),
+                torch.tensor([params.max_edits - edits]),
+            )  # fmt: skip
+            commit = policy.commit(v)[0]
+            edit = policy.edit(v)
+            edit = torch.zeros_like(commit) if edit is None else edit[0]
+            block = torch.where(commit | edit, tok[0], block)
+            masked = masked & ~commit
+            edits += int(edit.sum())
+            step += 1
+        for t in block[needed].tolist():
+            if t in stop_ids:
+                return out, "stop"
+            out.append(t)
+        if len(out) >= params.max_tokens:
+            return out, "length"

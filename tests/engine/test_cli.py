@@ -1,0 +1,94 @@
+"""The command line and benchmark entry points, on a tiny checkpoint (smoke tests)."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+import clover.bench
+import clover.engine.cli
+from clover.model import CloverForBlockDiffusion, preset
+from clover.model.io import save_model
+
+
+def main(argv):
+    """``clover ARGV`` with only the engine's sub-commands (the other packages' are not needed)."""
+    p = argparse.ArgumentParser(prog="clover")
+    sub = p.add_subparsers(required=True)
+    clover.engine.cli.register(sub)
+    clover.bench.register(sub)
+    args = p.parse_args(argv)
+    raise SystemExit(args.func(args) or 0)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from clover.data.tokenizer import CloverTokenizer, train_tokenizer
+
+    texts = ['<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call> hello drone'] * 20
+    tok = CloverTokenizer(train_tokenizer(texts, vocab_size=300))
+    torch.manual_seed(0)
+    cfg = preset("tiny", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=tok.eos_token_id)
+    d = tmp_path_factory.mktemp("ckpt")
+    save_model(CloverForBlockDiffusion(cfg), d)
+    tok.save(d)
+    return d, tok
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_generate_prints_json(checkpoint, capsys):
+    d, _ = checkpoint
+    out = json.loads(_run(["generate", "hello drone", "--model", str(d), "--max-tokens", "12", "--json"], capsys))
+    assert len(out["token_ids"]) <= 12 and out["finish_reason"] in ("stop", "length")
+    assert out["stats"]["forward_passes"] >= 1
+    out = json.loads(_run(["generate", "hello", "--chat", "--model", str(d), "--max-tokens", "5", "--json"], capsys))
+    assert "tool_calls" in out
+
+
+def test_generate_refuses_bad_settings(checkpoint):
+    d, _ = checkpoint
+    with pytest.raises(SystemExit, match="threshold"):
+        main(["generate", "hi", "--model", str(d), "--threshold", "2"])
+
+
+def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
+    d, tok = checkpoint
+    prompts = tmp_path / "p.jsonl"
+    gold = [{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}]
+    prompts.write_text("\n".join(json.dumps({"prompt": f"hello drone {i}", "gold_calls": gold}) for i in range(3)))
+    out = tmp_path / "decode.json"
+    argv = ["bench", "decode", "--model", str(d), "--prompts", str(prompts), "--n", "3", "--max-tokens", "8"]
+    _run(argv + ["--batch-sizes", "1,2", "--thresholds", "0.9", "--json", str(out), "--no-hf"], capsys)
+    fig = json.loads(out.read_text())
+    for k in ("ar_tokens_per_s", "threshold_tokens_per_s", "speedup_vs_ar", "threshold_tpf", "ar_exact_match",
+              "threshold_exact_match", "hf_tokens_per_s"):  # fmt: skip
+        assert k in fig
+    assert 0 <= fig["ar_exact_match"] <= 1 and fig["threshold_tpf"] > 0 and fig["fused_same_tokens"]
+
+
+def test_transformers_baseline_has_the_clovers_shape():
+    from clover.engine.bench import _run_hf, hf_twin
+
+    cfg = preset("tiny")
+    hf = hf_twin(cfg)
+    clover_params = CloverForBlockDiffusion(cfg).num_parameters()["total_params"]
+    hf_params = sum(p.numel() for p in hf.parameters())
+    assert abs(hf_params - clover_params) / clover_params < 0.02  # Clover adds a few per-head parameters
+    assert _run_hf(hf, [([1, 2, 3], None), ([4, 5], None)], [3, 2], batch=2)["tokens"] == 6
+
+
+def test_bench_context_writes_its_figures(tmp_path, capsys):
+    out = tmp_path / "context.json"
+    _run(["bench", "context", "--preset", "tiny", "--lengths", "64,128", "--tokens", "8", "--json", str(out)], capsys)
+    fig = json.loads(out.read_text())
+    assert fig["context_lengths"] == [64, 128]
+    for k in ("clover_ms_per_token", "attention_ms_per_token", "clover_cache_bytes", "attention_cache_bytes"):
+        assert len(fig[k]) == 2
+    assert fig["clover_cache_bytes"][1] < fig["attention_cache_bytes"][1]

@@ -1,0 +1,97 @@
+"""Chat and text completions through the official openai client against a live server."""
+
+import json
+
+import httpx
+
+from clover.data.chat import render
+from tests.server.conftest import API_KEY
+
+MSG = [{"role": "user", "content": "Recall drone 17 please"}]
+
+
+def test_models(client):
+    assert [m.id for m in client.models.list().data] == ["clover"]
+    assert client.models.retrieve("clover").id == "clover"
+
+
+def test_plain_chat_and_usage(client, tokenizer):
+    r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12)
+    (choice,) = r.choices
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    prompt = tokenizer.encode(render(MSG, add_generation_prompt=True))
+    assert r.usage.prompt_tokens == len(prompt)
+    assert 0 < r.usage.completion_tokens <= 12 or choice.finish_reason == "stop"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    stats = r.model_extra["clover"]
+    assert stats["tokens"] == r.usage.completion_tokens and stats["forward_passes"] >= 1
+
+
+def test_streamed_chat_equals_non_streamed(client):
+    kw = dict(model="clover", messages=MSG, max_tokens=20)
+    full = client.chat.completions.create(**kw)
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content  # greedy + batch-invariant engine: same tokens
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert reasons == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_sampling_seed_is_reproducible(client):
+    kw = dict(model="clover", messages=MSG, max_tokens=16, temperature=1.0, top_p=0.9, seed=123)
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+
+
+def test_text_completions_plain_stream_and_stop(client):
+    kw = dict(model="clover", prompt="Zone Alpha is", max_tokens=16)
+    r = client.completions.create(**kw)
+    text = r.choices[0].text
+    assert r.object == "text_completion" and r.usage.completion_tokens > 0
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True) if c.choices)
+    assert streamed == text
+    stop = text[4:7]
+    if stop:
+        r2 = client.completions.create(**kw, stop=[stop])
+        assert r2.choices[0].text == text[: text.find(stop)] and r2.choices[0].finish_reason == "stop"
+
+
+def test_clover_extras_are_accepted(client):
+    r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=8,
+                                       extra_body={"block_size": 4, "policy": "ar", "threshold": 0.5})  # fmt: skip
+    assert r.model_extra["clover"]["block_size"] == 4
+    assert r.model_extra["clover"]["forward_passes"] >= r.usage.completion_tokens  # ar: one token per pass
+
+
+def test_step_events_in_the_stream(server):
+    body = {"model": "clover", "messages": MSG, "max_tokens": 12, "stream": True,
+            "stream_options": {"include_steps": True}}  # fmt: skip
+    events = []
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {API_KEY}"}) as r:  # fmt: skip
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+    clover = [e["clover"] for e in events if "clover" in e]
+    assert clover[0]["type"] == "start" and clover[0]["block_size"] == 8
+    steps = [c for c in clover if c["type"] == "step"]
+    assert steps and sum(len(s["positions"]) for s in steps) >= 12
+    assert all(len(s["pieces"]) == len(s["tokens"]) == len(s["positions"]) for s in steps)
+    assert clover[-1]["type"] == "stats"
+
+
+def test_health_and_metrics(server, client):
+    client.chat.completions.create(model="clover", messages=MSG, max_tokens=4)
+    h = httpx.get(server.url + "/health").json()
+    assert h["status"] == "ok" and h["model"] == "clover" and h["capacity"] == 16 + 64
+    m = httpx.get(server.url + "/metrics").text
+    for name in ('clover_requests_total{endpoint="/v1/chat/completions",status="200"}', "clover_tokens_per_forward_bucket",
+                 "clover_queue_depth", "clover_request_latency_seconds_bucket", "clover_generation_tokens_total",
+                 "clover_time_to_first_token_seconds"):  # fmt: skip
+        assert name in m, name

@@ -1,0 +1,79 @@
+"""Many concurrent streams; a full queue answers 429; a cancelled stream frees its slot."""
+
+import asyncio
+import time
+
+import httpx
+import openai
+
+MSG = [{"role": "user", "content": "Status of drone 3?"}]
+
+
+def test_32_concurrent_streams(server):
+    from tests.server.conftest import API_KEY
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+        async def one(i):
+            stream = await client.chat.completions.create(
+                model="clover", messages=[{"role": "user", "content": f"Recall drone {i}"}], max_tokens=10 + i % 7,
+                stream=True, stream_options={"include_usage": True},
+            )  # fmt: skip
+            reasons, usage = [], None
+            async for ch in stream:
+                if ch.choices and ch.choices[0].finish_reason:
+                    reasons.append(ch.choices[0].finish_reason)
+                usage = ch.usage or usage
+            return reasons, usage
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(32)))
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    assert len(results) == 32
+    for reasons, usage in results:
+        assert len(reasons) == 1 and usage is not None and usage.completion_tokens > 0
+
+
+def _wait_idle(url: str, timeout: float = 20) -> dict:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        h = httpx.get(url + "/health").json()
+        if h["outstanding"] == 0 and h["active"] == 0:
+            return h
+        time.sleep(0.05)
+    raise AssertionError(f"not idle: {h}")
+
+
+def test_queue_full_then_cancelled_stream_frees_its_slot(live):
+    with live(max_batch_size=1, max_queue=0) as srv:
+        body = {"model": "clover", "messages": MSG, "max_tokens": 1500, "stream": True}
+        with httpx.Client(timeout=60) as http:
+            with http.stream("POST", srv.url + "/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                lines = r.iter_lines()
+                next(lines)  # the role chunk: the request is in the engine
+                assert httpx.get(srv.url + "/health").json()["outstanding"] == 1
+                busy = httpx.post(srv.url + "/v1/chat/completions", json={**body, "stream": False}, timeout=30)
+                assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
+                assert busy.json()["error"]["code"] == "queue_full"
+            # the client went away mid-stream: its request is aborted and the slot freed
+        _wait_idle(srv.url)
+        ok = httpx.post(srv.url + "/v1/chat/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60)
+        assert ok.status_code == 200
+        metrics = httpx.get(srv.url + "/metrics").text
+        assert 'clover_engine_requests_total{reason="abort"}' not in metrics  # aborts are not counted as served
+        assert 'status="429"' in metrics
+
+
+def test_non_streaming_client_that_disconnects_is_aborted(live):
+    with live(max_batch_size=1, max_queue=0) as srv:
+        body = {"model": "clover", "messages": MSG, "max_tokens": 1500}
+        try:
+            httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=1.0)
+        except httpx.TimeoutException:
+            pass
+        _wait_idle(srv.url)

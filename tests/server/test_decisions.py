@@ -1,0 +1,91 @@
+"""/v1/decisions: joint (one request, one block of constrained slots) and independent."""
+
+import httpx
+import pytest
+
+from clover.data.chat import render
+from clover.data.decisions import DecisionGroup, Question, answer_text, decision_messages
+from clover.engine import Engine
+from clover.server.decisions import decide_sync, plan_independent, plan_joint, score
+
+CONTEXT = "Alpha: active 09:00-10:30, ceiling 120 m.\nFlight D-17 crosses Alpha 10:15-10:45 at 90 m."
+QUESTIONS = [
+    {"question": "Is Alpha active during the flight?", "options": ["yes", "no"]},
+    {"question": "Does the flight conflict with Alpha?", "options": ["yes", "no"]},
+    {"question": "What should the operator do?", "options": ["approve", "hold", "reroute", "deny"]},
+]
+
+
+def _post(server, body):
+    from tests.server.conftest import API_KEY
+
+    return httpx.post(server.url + "/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"},
+                      timeout=60)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["joint", "independent"])
+def test_decisions(server, mode):
+    r = _post(server, {"context": CONTEXT, "questions": QUESTIONS, "mode": mode})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["object"] == "clover.decisions" and d["mode"] == mode
+    assert [a["index"] for a in d["answers"]] == [0, 1, 2]
+    for a, q in zip(d["answers"], QUESTIONS):
+        assert a["option"] in q["options"] and q["options"][a["option_index"]] == a["option"]
+        assert 0 < a["probability"] <= 1 and abs(sum(a["probabilities"].values()) - 1) < 1e-4
+        assert a["probabilities"][a["option"]] == a["probability"]
+        if mode == "independent":  # one slot, one pass: the engine's greedy choice is the argmax
+            assert a["probability"] == max(a["probabilities"].values())
+    t = d["timing"]
+    assert t["requests"] == (1 if mode == "joint" else 3) and t["wall_s"] >= t["decode_s"] > 0
+    assert d["blocks"] == 1 and d["usage"]["completion_tokens"] == (11 if mode == "joint" else 3)
+
+
+def test_decision_errors(server):
+    nine = [{"question": f"Q{i}?", "options": ["yes", "no"]} for i in range(9)]
+    r = _post(server, {"context": CONTEXT, "questions": nine})
+    assert r.status_code == 400 and "at most 8" in r.json()["error"]["message"]
+    r = _post(server, {"context": CONTEXT, "questions": [{"question": "Q?", "options": ["yes", "perhaps not"]}]})
+    err = r.json()["error"]
+    assert r.status_code == 400 and "exactly one token" in err["message"] and err["param"] == "questions.0.options"
+    for bad in ({"questions": []}, {"questions": [{"question": "Q?", "options": ["yes"]}]},
+                {"questions": [{"question": "Q?", "options": ["yes", "yes"]}]},
+                {"questions": QUESTIONS, "mode": "both"}, {"questions": QUESTIONS, "threshold": 2},
+                {"questions": QUESTIONS, "block_size": 999}):  # fmt: skip
+        r = _post(server, {"context": CONTEXT, **bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["message"]
+
+
+def _group():
+    return DecisionGroup(CONTEXT, [Question(q["question"], q["options"]) for q in QUESTIONS])
+
+
+def test_joint_layout_is_the_training_format(tokenizer, tiny_model):
+    """prompt + forced tokens (slots filled) == the tokens of the rendered joint chat."""
+    g = _group()
+    (plan,) = plan_joint(tokenizer, tiny_model.config, g)
+    choice = [1, 0, 2]
+    gen = list(plan.forced)
+    for s, c in zip(plan.slots, choice):
+        gen[s.index] = s.option_ids[c]
+    gold = DecisionGroup(g.context, [Question(q.text, q.options, c) for q, c in zip(g.questions, choice)])
+    text = render(decision_messages(gold, "joint"))
+    assert tokenizer.encode(text).__getitem__(slice(0, len(plan.prompt_ids) + len(gen))) == plan.prompt_ids + gen
+    assert answer_text(gold) == "1: no\n2: yes\n3: reroute"
+    assert len(plan.prompt_ids) % plan.block_size + len(gen) <= plan.block_size  # all slots in one block
+
+
+def test_decide_sync_and_scoring_agree(tokenizer, tiny_model):
+    engine = Engine(tiny_model, tokenizer)
+    r = decide_sync(engine, tokenizer, _group(), "independent")
+    plans = plan_independent(tokenizer, tiny_model.config, _group())
+    outs = engine.generate_batch([p.prompt_ids for p in plans], [p.params() for p in plans])
+    probs = score(tiny_model, plans, [o.token_ids for o in outs])
+    for a, p, o, plan in zip(r["answers"], probs, outs, plans):
+        assert o.token_ids[0] in plan.slots[0].option_ids
+        assert a["probabilities"] == dict(zip(plan_options(plan, _group()), p[0]))
+
+
+def plan_options(plan, group):
+    return group.questions[plan.slots[0].question].options

@@ -1,0 +1,84 @@
+"""The pieces under the routes: streamed deltas from committed text, tool_choice prompts, the CLI."""
+
+import json
+
+import pytest
+
+from clover.data.chat import parse_assistant
+from clover.server.protocol import AssistantStream, Limits, chat_prompt
+from clover.server.schemas import ChatRequest
+
+A = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'
+B = '<tool_call>{"name": "lift_no_fly_zone", "arguments": {"zone_name": "Harbor"}}</tool_call>'
+
+
+def _run(text: str, step: int, prefill: str = "") -> tuple[str, list[dict]]:
+    s = AssistantStream(prefill, parse_tools=True)
+    deltas = []
+    for i in range(0, len(text), step):
+        deltas += s.feed(text[i : i + step])
+    deltas += s.finish()
+    content = "".join(d.get("content", "") for d in deltas)
+    calls = [tc for d in deltas for tc in d.get("tool_calls", [])]
+    return content, calls
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, 1000])
+def test_stream_deltas_equal_the_final_parse(step):
+    text = "  Sure, doing both.\n" + A + "\n" + B
+    content, calls = _run(text, step)
+    want_content, want_calls = parse_assistant(text)
+    assert content == want_content == "Sure, doing both."
+    assert [c["index"] for c in calls] == [0, 1]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        (c["name"], c["arguments"]) for c in want_calls
+    ]
+
+
+def test_partial_tag_is_held_back_and_calls_wait_for_their_close():
+    s = AssistantStream("", parse_tools=True)
+    assert s.feed("Hello <tool_c") == [{"content": "Hello"}]
+    assert s.feed('all>{"name": "recall_drone", ') == []
+    out = s.feed('"arguments": {"drone_id": "D-1"}}</tool_call>')
+    assert out[0]["tool_calls"][0]["function"]["name"] == "recall_drone"
+    assert s.finish() == []
+
+
+def test_prefilled_call_and_plain_text():
+    content, calls = _run(A[len("<tool_call>") :], 5, prefill="<tool_call>")
+    assert content == "" and calls[0]["function"]["name"] == "recall_drone"
+    s = AssistantStream("", parse_tools=False)
+    out = s.feed(" raw <tool_call>{} ") + s.finish()
+    assert "".join(d["content"] for d in out) == "raw <tool_call>{}"
+
+
+def test_tool_choice_prompts(tokenizer):
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
+    base = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
+    text, prefill, parse = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
+    assert "<tools>" in text and prefill == "" and parse
+    text, prefill, parse = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "none"}), tokenizer, lim)
+    assert "<tools>" not in text and not parse
+    named = {"type": "function", "function": {"name": "recall_drone"}}
+    text, prefill, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": named}), tokenizer, lim)
+    assert text.endswith('<|im_start|>assistant\n<tool_call>{"name": "recall_drone') and text.endswith(prefill)
+    # the prefill tokenises as the trained canonical call does
+    full = tokenizer.encode(text[: -len(prefill)] + A)
+    assert full[: len(tokenizer.encode(text))] == tokenizer.encode(text)
+
+
+def test_cli_serve_is_registered_and_explains_a_missing_model(monkeypatch, tmp_path, capsys):
+    import clover.data
+    from clover.cli import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    assert args.host == "127.0.0.1" and args.port == 8000 and args.model is None
+    monkeypatch.setattr(clover.data, "DEFAULT_MODEL_DIR", tmp_path / "none")
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "no bundled model" in err
+    bench = build_parser().parse_args(["bench", "serve", "--json", "x.json"])
+    assert bench.concurrency == "1,8,32"
+    assert build_parser().parse_args(["bench", "decisions", "--n", "5"]).n == 5

@@ -1,0 +1,94 @@
+"""Tool calls: parsed into OpenAI tool_calls (plain and streamed), tool results, tool_choice."""
+
+import json
+
+import openai
+import pytest
+
+from clover.data.chat import IM_END
+from clover.data.tools import AIRSPACE_TOOLS
+from tests.server.conftest import ForcedEngine
+
+CALL = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'
+MSG = [{"role": "user", "content": "Recall drone 17"}]
+
+
+@pytest.fixture(scope="module")
+def forced(live, tiny_model, tokenizer):
+    engine = ForcedEngine(tiny_model, tokenizer)
+    with live(engine) as srv:
+        yield engine, openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=60)
+    engine.force(None)
+
+
+def test_tool_call_is_parsed(forced):
+    engine, client = forced
+    engine.force(CALL)
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS)
+    (choice,) = r.choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call")
+    assert call.function.name == "recall_drone" and json.loads(call.function.arguments) == {"drone_id": "D-17"}
+
+
+def test_streamed_tool_calls(forced):
+    engine, client = forced
+    second = '<tool_call>{"name": "get_drone_status", "arguments": {"drone_id": "D-4"}}</tool_call>'
+    engine.force("Recalling it now.\n" + CALL + "\n" + second)
+    full = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS)
+    chunks = list(client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == full.choices[0].message.content == "Recalling it now."
+    deltas = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert [d.index for d in deltas] == [0, 1]
+    assert [d.function.name for d in deltas] == ["recall_drone", "get_drone_status"]
+    assert json.loads(deltas[1].function.arguments) == {"drone_id": "D-4"}
+    assert all(d.id and d.type == "function" for d in deltas)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_tool_result_turn(forced, tokenizer):
+    engine, client = forced
+    engine.force("Drone D-17 is returning to base.")
+    msgs = MSG + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "recall_drone", "arguments": json.dumps({"drone_id": "D-17"})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"status": "returning"})},
+    ]  # fmt: skip
+    r = client.chat.completions.create(model="clover", messages=msgs, tools=AIRSPACE_TOOLS)
+    assert r.choices[0].message.content == "Drone D-17 is returning to base."
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    prompt = tokenizer.decode(engine.prompts[-1])
+    assert CALL in prompt and '<tool_response>{"status": "returning"}</tool_response>' in prompt
+
+
+def test_tool_choice_none_required_named(forced, tokenizer):
+    engine, client = forced
+    engine.force(CALL)
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="none")
+    assert "<tools>" not in tokenizer.decode(engine.prompts[-1])
+    assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
+
+    engine.force(CALL[len("<tool_call>") :])
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required")
+    assert tokenizer.decode(engine.prompts[-1]).endswith("<|im_start|>assistant\n<tool_call>")
+    assert r.choices[0].message.tool_calls[0].function.name == "recall_drone"
+
+    engine.force('", "arguments": {"drone_id": "D-9"}}</tool_call>')
+    choice = {"type": "function", "function": {"name": "get_drone_status"}}
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice=choice)
+    assert tokenizer.decode(engine.prompts[-1]).endswith('assistant\n<tool_call>{"name": "get_drone_status')
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_drone_status" and json.loads(call.function.arguments) == {"drone_id": "D-9"}
+    assert IM_END not in (r.choices[0].message.content or "")
+
+
+def test_random_model_with_tools_gives_a_valid_shape(client):
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, max_tokens=24)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length", "tool_calls")
+    for call in c.message.tool_calls or []:
+        json.loads(call.function.arguments)
