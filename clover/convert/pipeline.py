@@ -3,7 +3,6 @@ calibrate → write, then the config and the tokenizer files."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -15,7 +14,7 @@ from tqdm.auto import tqdm
 
 from clover.convert.calibrate import ReadoutCalibration, calibration_tokens
 from clover.convert.qwen import DOWN, GATE, HEAD, UP, WHOLE, Plan, Target, clover_config, plan, text_config
-from clover.convert.shards import ConversionError, ShardWriter, SourceCheckpoint
+from clover.convert.shards import ConversionError, ShardWriter, SourceCheckpoint, read_json
 from clover.convert.tokens import TokenizerInfo, copy_tokenizer, pick_mask, special_ids
 from clover.model.config import CloverConfig
 
@@ -84,7 +83,7 @@ def convert(
         raise ConversionError(f"{src}: no config.json (is this a Hugging Face checkpoint directory?)")
     if out.resolve() == src.resolve():
         raise ConversionError("--out must differ from --from")
-    hf = _read_config(src / "config.json")
+    hf = read_json(src / "config.json")  # existence checked above
     tc = text_config(hf)
     ckpt = SourceCheckpoint(src)
     tok = TokenizerInfo.read(src)
@@ -204,12 +203,3 @@ def _materialise(t: Target, ckpt: SourceCheckpoint, config: CloverConfig, dt: to
 def _nbytes(shape, dt) -> int:
     return math.prod(shape) * torch.empty((), dtype=dt).element_size()
 
-
-def _read_config(p: Path) -> dict:
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ConversionError(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise ConversionError(f"{p}: expected a JSON object")
-    return d

@@ -207,3 +207,16 @@ class ShardWriter:
             self._fh = None
         for f in self.files:
             (self.out / (f + ".tmp")).unlink(missing_ok=True)
+
+
+def read_json(p: Path) -> dict | None:
+    """A JSON object file, or None when absent; anything else is a ConversionError."""
+    if not p.exists():
+        return None
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ConversionError(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ConversionError(f"{p}: expected a JSON object")
+    return d

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover.convert.shards import ConversionError
+from clover.convert.shards import ConversionError, read_json
 
 MASK_NAMES = ("<|mask|>", "[MASK]", "<mask>", "<|MASK|>", "<|mask_token|>")  # first found wins
 NEW_MASK = "<|mask|>"  # the name clover.data.tokenizer.CloverTokenizer looks for first
@@ -46,7 +46,7 @@ class TokenizerInfo:
     def read(cls, src: Path) -> TokenizerInfo:
         info = cls()
         ids: list[int] = []
-        tj = _read_json(src / "tokenizer.json")
+        tj = read_json(src / "tokenizer.json")
         if tj is not None:
             vocab = (tj.get("model") or {}).get("vocab")
             if isinstance(vocab, dict):
@@ -56,7 +56,7 @@ class TokenizerInfo:
             for t in tj.get("added_tokens") or []:
                 ids.append(int(t["id"]))
                 info.by_name[t["content"]] = int(t["id"])
-        tc = _read_json(src / "tokenizer_config.json")
+        tc = read_json(src / "tokenizer_config.json")
         if tc is not None:
             for i, t in (tc.get("added_tokens_decoder") or {}).items():
                 ids.append(int(i))
@@ -97,7 +97,7 @@ def pick_mask(info: TokenizerInfo, vocab_size: int) -> MaskChoice:
 
 def special_ids(src_config: dict, text_config: dict, src: Path) -> dict:
     """eos (generation_config first, then the config; a list when several), bos and pad."""
-    gen = _read_json(src / "generation_config.json") or {}
+    gen = read_json(src / "generation_config.json") or {}
 
     def collect(key: str) -> list[int]:
         vals: list[int] = []
@@ -123,7 +123,7 @@ def copy_tokenizer(src: Path, out: Path, mask: MaskChoice) -> list[str]:
         if not (src / name).exists():
             continue
         if name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json") and mask.added:
-            d = _read_json(src / name)
+            d = read_json(src / name)
             _add_mask(name, d, mask.token_id)
             (out / name).write_text(json.dumps(d, indent=2, ensure_ascii=False) + "\n")
         else:
@@ -142,14 +142,3 @@ def _add_mask(name: str, d: dict, i: int) -> None:
     else:
         d["mask_token"] = NEW_MASK
 
-
-def _read_json(p: Path) -> dict | None:
-    if not p.exists():
-        return None
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ConversionError(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise ConversionError(f"{p}: expected a JSON object")
-    return d
