@@ -1,6 +1,6 @@
 """Model-core figures: chunked vs recurrent delta rule at T=2048, and training-forward throughput.
 
-    python benchmarks/bench_model.py [--json out.json] [--threads 1]
+python benchmarks/bench_model.py [--json out.json] [--threads 1]
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ def delta_rule_figures(T=2048, B=1, H=4, d=64):
     g = torch.Generator().manual_seed(0)
     q = torch.nn.functional.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
     k = torch.nn.functional.normalize(torch.randn(B, T, H, d, generator=g), dim=-1)
-    v, gg, beta = torch.randn(B, T, H, d, generator=g), -torch.rand(B, T, H, generator=g), torch.rand(B, T, H, generator=g)
+    v, gg, beta = (
+        torch.randn(B, T, H, d, generator=g),
+        -torch.rand(B, T, H, generator=g),
+        torch.rand(B, T, H, generator=g),
+    )
     bl = list(range(31, T, 32))
     out = {}
     for name, fn in (("recurrent", delta_rule_recurrent), ("chunked", delta_rule_chunked)):
@@ -57,8 +61,13 @@ def train_forward_figures(batch=4, T=512, block=32):
         m.forward_train(x0, xt, block).logits.float().logsumexp(-1).mean().backward()
 
     fwdbwd = _time(fb)
-    return {"small_params": m.num_parameters()["total_params"], "batch": batch, "seq_len": T,
-            "train_forward_tokens_per_s": batch * T / fwd, "train_step_tokens_per_s": batch * T / fwdbwd}
+    return {
+        "small_params": m.num_parameters()["total_params"],
+        "batch": batch,
+        "seq_len": T,
+        "train_forward_tokens_per_s": batch * T / fwd,
+        "train_step_tokens_per_s": batch * T / fwdbwd,
+    }
 
 
 def main() -> None:

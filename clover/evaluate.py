@@ -18,9 +18,18 @@ def prompt_of(ex: dict) -> list[dict]:
     return out
 
 
-def evaluate_airspace(model, tok, split: str = "test", policy: str = "threshold", threshold: float = 0.9,
-                      n: int = 200, n_groups: int = 50, block_size: int | None = None, batch_size: int = 16,
-                      progress: bool = True) -> dict:
+def evaluate_airspace(
+    model,
+    tok,
+    split: str = "test",
+    policy: str = "threshold",
+    threshold: float = 0.9,
+    n: int = 200,
+    n_groups: int = 50,
+    block_size: int | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> dict:
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
@@ -33,8 +42,7 @@ def evaluate_airspace(model, tok, split: str = "test", policy: str = "threshold"
     exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
     groups = load_groups(split, n_groups)
     prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
-    prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True))
-                for g in groups]
+    prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
     t0 = time.perf_counter()
     outs = []
     bar = tqdm(total=len(prompts), desc=f"eval {policy}", disable=not progress)
@@ -44,14 +52,24 @@ def evaluate_airspace(model, tok, split: str = "test", policy: str = "threshold"
     bar.close()
     wall = time.perf_counter() - t0
     ok = [score_tool_calls(parse_assistant(o.text or "")[1], gold_calls(e)) for o, e in zip(outs, exs)]
-    g_ok = [parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-            for o, g in zip(outs[len(exs) :], groups)]
+    g_ok = [
+        parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
+        for o, g in zip(outs[len(exs) :], groups)
+    ]
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
-    return {"split": split, "policy": policy, "threshold": threshold, "n": len(exs),
-            "exact_match": sum(ok) / max(1, len(ok)), "decision_groups": len(groups),
-            "decision_group_acc": sum(g_ok) / max(1, len(g_ok)), "tpf": tokens / max(1, forwards),
-            "tokens_per_s": tokens / max(1e-9, wall), "wall_s": wall}
+    return {
+        "split": split,
+        "policy": policy,
+        "threshold": threshold,
+        "n": len(exs),
+        "exact_match": sum(ok) / max(1, len(ok)),
+        "decision_groups": len(groups),
+        "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
+        "tpf": tokens / max(1, forwards),
+        "tokens_per_s": tokens / max(1e-9, wall),
+        "wall_s": wall,
+    }
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -65,8 +83,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     path = Path(args.model) if args.model else default_model_dir()
     model = load_model(path)
     tok = CloverTokenizer.load(path)
-    res = evaluate_airspace(model, tok, args.split, args.policy, args.threshold, args.n, args.groups,
-                            args.block_size, progress=not args.json)
+    res = evaluate_airspace(
+        model,
+        tok,
+        args.split,
+        args.policy,
+        args.threshold,
+        args.n,
+        args.groups,
+        args.block_size,
+        progress=not args.json,
+    )
     if args.json:
         print(json.dumps(res))
     else:

@@ -202,4 +202,3 @@ def _materialise(t: Target, ckpt: SourceCheckpoint, config: CloverConfig, dt: to
 
 def _nbytes(shape, dt) -> int:
     return math.prod(shape) * torch.empty((), dtype=dt).element_size()
-

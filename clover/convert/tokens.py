@@ -141,4 +141,3 @@ def _add_mask(name: str, d: dict, i: int) -> None:
         d["mask_token"] = NEW_MASK
     else:
         d["mask_token"] = NEW_MASK
-

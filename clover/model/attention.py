@@ -1,7 +1,7 @@
 """Block-causal gated attention (design §2.1): GQA, q/k RMSNorm, partial RoPE, output gate.
 
 A token in block b sees all tokens of blocks < b (clean history) and every token of its own
-block. The training forward runs the clean and the noisy stream through one masked call.
+block. In training, the noisy stream is a set of blocks, each reading its row's clean history.
 """
 
 from __future__ import annotations
@@ -48,21 +48,30 @@ class Attention(nn.Module):
         o = o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
         return self.o_proj(o * torch.sigmoid(gate))
 
-    def forward_train(self, xc, xn, rope, valid, block_size):
-        """Both streams ``[B, T, H]`` → (clean out, noisy out). ``valid [B, T]`` marks real tokens."""
+    def forward_train(self, xc, rope, valid, block_size, noisy=None):
+        """The training call. Clean stream ``xc [B, T, H]`` (T a multiple of the block size),
+        ``valid [B, T]`` marks real tokens; attention is block-causal.
+
+        ``noisy`` (optional) = (xn ``[N, bs, H]``, its rope, valid_n ``[N, bs]``, rows ``[N]``,
+        blks ``[N]``): N noisy blocks, block ``blks[n]`` of clean row ``rows[n]``; each sees the
+        clean history of its row before the block and itself (bidirectionally), as the engine's
+        denoise pass does. Returns (clean out ``[B, T, H]``, noisy out ``[N, bs, H]`` or None).
+        """
         T = xc.shape[1]
         qc, gc, kc, vc = self._project(xc, rope)
-        qn, gn, kn, vn = self._project(xn, rope)
         blk = torch.arange(T, device=xc.device) // block_size
-        bi, bj = blk[:, None], blk[None, :]
-        top = torch.cat([bj <= bi, torch.zeros_like(bi == bj)], 1)  # clean queries: clean keys only
-        bottom = torch.cat([bj < bi, bj == bi], 1)  # noisy queries: clean history + own noisy block
-        kvalid = torch.cat([valid, valid], 1)[:, None, :]  # [B, 1, 2T]
-        mask = torch.cat([top, bottom], 0)[None] & kvalid  # [B, 2T, 2T]
-        out = self._attend(
-            torch.cat([qc, qn], 2), torch.cat([kc, kn], 1), torch.cat([vc, vn], 1), mask, torch.cat([gc, gn], 1)
+        mask = (blk[None, :] <= blk[:, None])[None] & valid[:, None, :]  # [B, T, T]
+        yc = self._attend(qc, kc, vc, mask, gc)
+        if noisy is None:
+            return yc, None
+        xn, rope_n, valid_n, rows, blks = noisy
+        qn, gn, kn, vn = self._project(xn, rope_n)
+        hist = (blk[None, :] < blks[:, None]) & valid[rows]  # [N, T] clean keys before the block
+        mask = torch.cat(
+            [hist[:, None, :].expand(-1, xn.shape[1], -1), valid_n[:, None, :].expand(-1, xn.shape[1], -1)], 2
         )
-        return out[:, :T], out[:, T:]
+        yn = self._attend(qn, torch.cat([kc[rows], kn], 1), torch.cat([vc[rows], vn], 1), mask, gn)
+        return yc, yn
 
     def forward_step(self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int):
         """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).

@@ -98,8 +98,9 @@ class ModelCache:
         last = None
         if known:
             V, ref = known[0].shape[-1], known[0]
-            last = torch.cat([c.last_logits if c.last_logits is not None else ref.new_zeros(c.batch_size, V)
-                              for c in caches])
+            last = torch.cat(
+                [c.last_logits if c.last_logits is not None else ref.new_zeros(c.batch_size, V) for c in caches]
+            )
         return ModelCache(layers, torch.cat([c.lengths for c in caches]), last)
 
     def nbytes(self) -> int:

@@ -18,7 +18,7 @@ from torch import nn
 from clover.model.cache import GDNCache
 from clover.model.config import CloverConfig
 from clover.model.layers import GatedRMSNorm
-from clover.ops.conv import blockwise_causal_conv, causal_conv, conv_tail, right_conv
+from clover.ops.conv import causal_conv, conv_tail, right_conv
 from clover.ops.delta_rule import delta_rule
 
 
@@ -125,11 +125,17 @@ class GatedDeltaNetMixer(nn.Module):
         return self.conv1d.weight[:, 0]  # [C, K]
 
     # -- the two ways to run ---------------------------------------------------------------
-    def forward_train(self, xc, xn, valid, block_size):
-        """Clean and noisy stream ``[B, T, H]`` (T starts at position 0) → both outputs."""
+    def forward_train(self, xc, valid, block_size, noisy=None):
+        """The training call. Clean stream ``xc [B, T, H]`` (T a multiple of the block size,
+        starting at position 0), ``valid [B, T]``.
+
+        ``noisy`` (optional) = (xn ``[N, bs, H]``, valid_n ``[N, bs]``, rows ``[N]``, blks ``[N]``):
+        noisy blocks, each read against its clean row's state before the block and conv tail,
+        exactly as the engine's denoise pass does. Returns (clean ``[B, T, H]``, noisy or None).
+        """
         B, T, _ = xc.shape
-        nb = -(-T // block_size)
-        uc, un = self.in_proj_qkv(xc), self.in_proj_qkv(xn)
+        nb = T // block_size
+        uc = self.in_proj_qkv(xc)
         cc = causal_conv(uc, self.w_causal)
         hist = F.silu(cc)  # only causal features write the state (rule 3)
         S0 = xc.new_zeros(B, self.Hv, self.dk, self.dv, dtype=_acc(xc.dtype))
@@ -137,13 +143,19 @@ class GatedDeltaNetMixer(nn.Module):
         states = self._history(xc, hist, S0, bounds)
         S_prev = torch.cat([S0[:, None].to(states.dtype), states], 1)  # block 0 starts empty (rule 5)
         fc = F.silu(cc + right_conv(uc, self.conv_right, block_size, valid))
-        fn = F.silu(
-            blockwise_causal_conv(un, uc, self.w_causal, block_size)
-            + right_conv(un, self.conv_right, block_size, valid)
-        )
-        oc = self._mix(fc, S_prev, valid, block_size)
-        on = self._mix(fn, S_prev, valid, block_size)
-        return self._out(oc, xc), self._out(on, xn)
+        yc = self._out(self._mix(fc, S_prev, valid, block_size), xc)
+        if noisy is None:
+            return yc, None
+        xn, valid_n, rows, blks = noisy
+        un = self.in_proj_qkv(xn)
+        # conv left context: the last K-1 clean inputs before the block start (rule 2)
+        padded = F.pad(uc, (0, 0, self.K - 1, 0))  # position p sits at index p + K - 1
+        idx = blks[:, None] * block_size + torch.arange(self.K - 1, device=xc.device)
+        tail = padded[rows[:, None], idx]  # [N, K-1, C]
+        cn = causal_conv(un, self.w_causal, tail)
+        fn = F.silu(cn + right_conv(un, self.conv_right, block_size, valid_n))
+        yn = self._out(self._mix(fn, S_prev[rows, blks][:, None], valid_n, block_size), xn)
+        return yc, yn
 
     def forward_step(self, x, cache: GDNCache, n_commit: int, block_size: int):
         """New tokens ``x [B, T, H]``: ``n_commit`` clean tokens to commit, then optionally one

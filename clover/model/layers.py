@@ -104,8 +104,9 @@ class MoE(nn.Module):
         self.shared_expert = MLP(config.hidden_size, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[..., H]`` → (y ``[..., H]``, routing stats ``[2, E]``)."""
+    def forward(self, x: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ``[..., H]`` → (y ``[..., H]``, routing stats ``[2, E]`` over the tokens marked by
+        ``real [...]`` bool, all if None: padding never counts towards load balance)."""
         shape = x.shape
         h = x.reshape(-1, shape[-1])  # [N, H]
         logits = F.linear(h, self.gate.weight)
@@ -131,6 +132,9 @@ class MoE(nn.Module):
         out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
         # routing statistics for the Switch-style balance loss E · Σ_e f_e · P_e; returned as
         # sums so a data-parallel trainer can combine them over ranks before forming the loss
+        if real is not None:
+            keep = real.reshape(-1)
+            flat_i, probs = top_i[keep].reshape(-1), probs[keep]
         counts = torch.bincount(flat_i, minlength=self.num_experts).float()  # tokens routed to e
         stats = torch.stack([counts, probs.sum(0)])  # [2, E]; row 1 carries the gradient
         return out.reshape(shape), stats

@@ -2,8 +2,9 @@
 
 Two ways to run, sharing every weight and layer:
 
-* ``forward_train(x0, xt)``: clean stream x0 and noisy stream xt (design §3) → logits
-  aligned so that row i predicts token i, for the noisy stream of every block;
+* ``forward_blocks(x0, valid, xt, rows, blks)`` (the training call) and its full-sequence
+  form ``forward_train(x0, xt)``: clean stream x0 and noisy stream xt (design §3) → logits
+  aligned so that row i predicts token i, for the noisy blocks;
 * ``prefill`` / ``step``: the incremental API of the engine (design §4). ``step`` takes
   clean blocks to commit and/or one block to denoise; denoising only reads the cache.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from clover.model.attention import Attention
@@ -37,20 +39,34 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y, aux = self.mlp(self.post_attention_layernorm(h))
-        return h + y, aux
+    def _ffn(self, h: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        y, stats = self.mlp(self.post_attention_layernorm(h), real)
+        return h + y, stats
 
-    def forward(self, hc, hn, rope, valid, block_size):
-        """The training call (named ``forward`` so FSDP2 gathers this layer's weights around it)."""
-        xc, xn = self.input_layernorm(hc), self.input_layernorm(hn)
-        if self.layer_type == ATTN:
-            yc, yn = self.self_attn.forward_train(xc, xn, rope, valid, block_size)
+    def forward(self, hc, rope, valid, block_size, noisy=None):
+        """The training call (named ``forward`` so FSDP2 gathers this layer's weights around it).
+
+        Clean stream ``hc [B, T, H]``; ``noisy`` = (hn ``[N, bs, H]``, rope_n, valid_n, rows, blks)
+        or None. Returns (clean, noisy or None, routing stats)."""
+        xc = self.input_layernorm(hc)
+        if noisy is None:
+            xn = side = None
         else:
-            yc, yn = self.linear_attn.forward_train(xc, xn, valid, block_size)
-        T = hc.shape[1]
-        h, stats = self._ffn(torch.cat([hc + yc, hn + yn], 1))  # one MoE call for both streams
-        return h[:, :T], h[:, T:], stats
+            hn, rope_n, valid_n, rows, blks = noisy
+            xn = self.input_layernorm(hn)
+        if self.layer_type == ATTN:
+            side = None if noisy is None else (xn, rope_n, valid_n, rows, blks)
+            yc, yn = self.self_attn.forward_train(xc, rope, valid, block_size, side)
+        else:
+            side = None if noisy is None else (xn, valid_n, rows, blks)
+            yc, yn = self.linear_attn.forward_train(xc, valid, block_size, side)
+        B, T, H = hc.shape
+        if noisy is None:
+            h, stats = self._ffn(hc + yc, valid)
+            return h, None, stats
+        both = torch.cat([(hc + yc).reshape(-1, H), (hn + yn).reshape(-1, H)])  # one MoE call for both streams
+        h, stats = self._ffn(both, torch.cat([valid.reshape(-1), valid_n.reshape(-1)]))
+        return h[: B * T].reshape(B, T, H), h[B * T :].reshape(hn.shape), stats
 
     def forward_step(self, h, rope, cache, lengths, n_commit, block_size):
         x = self.input_layernorm(h)
@@ -125,6 +141,64 @@ class CloverForBlockDiffusion(nn.Module):
             )
 
     # -- training forward ------------------------------------------------------------------
+    def forward_blocks(
+        self,
+        x0: torch.Tensor,
+        valid: torch.Tensor | None,
+        xt: torch.Tensor,
+        rows: torch.Tensor,
+        blks: torch.Tensor,
+        block_size: int | None = None,
+        logits_at: torch.Tensor | None = None,
+    ) -> TrainOutput:
+        """The training forward (design §3): the clean stream over whole sequences and the noisy
+        stream as a set of blocks.
+
+        x0 ``[B, T]`` clean tokens (positions 0..T-1), valid ``[B, T]`` bool (padding only at
+        the end; None = all real). xt ``[N, bs]``: N noisy blocks, block ``blks[n]`` of row
+        ``rows[n]`` (a row may appear several times: several masks sharing one clean stream).
+        Only blocks that carry loss need to be given: a block left out costs nothing, and a
+        block whose noisy tokens equal its clean ones would give the clean stream's output.
+        Returns outputs ``[N, bs, ·]`` (row i of a block predicts its token i), or the logits
+        ``[M, V]`` at the True entries of ``logits_at [N, bs]``.
+        """
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        self._check_tokens(x0)
+        self._check_tokens(xt)
+        B, T = x0.shape
+        N = xt.shape[0]
+        if xt.shape[1] != bs or rows.shape != (N,) or blks.shape != (N,):
+            raise ValueError(f"noisy blocks must be [N, {bs}] with rows/blks [N]; got {tuple(xt.shape)}")
+        if valid is None:
+            valid = torch.ones(B, T, dtype=torch.bool, device=x0.device)
+        nb = -(-T // bs)
+        if N and (int(blks.min()) < 0 or int(blks.max()) >= nb or int(rows.min()) < 0 or int(rows.max()) >= B):
+            raise ValueError(f"noisy block indices out of range (rows < {B}, blocks < {nb})")
+        pad = nb * bs - T  # whole blocks; the padding is invalid, so a ragged last block keeps n real tokens
+        x0 = F.pad(x0, (0, pad), value=self.config.pad_token_id or 0)
+        valid = F.pad(valid, (0, pad))
+        valid_n = valid.reshape(B, nb, bs)[rows, blks]  # [N, bs]
+        emb = self.model.embed_tokens
+        hc, hn = emb(x0), emb(xt)
+        rope = self._rope(torch.arange(nb * bs, device=x0.device)[None].expand(B, -1), hc.dtype)
+        rope_n = self._rope(blks[:, None] * bs + torch.arange(bs, device=x0.device), hc.dtype)
+        stats = []
+        for layer in self.model.layers:
+            hc, hn, st = layer(hc, rope, valid, bs, (hn, rope_n, valid_n, rows, blks))
+            stats.append(st)
+        hc, hn = self.model.norm(hc), self.model.norm(hn)
+        if self.config.shift_logits:
+            # row i reads position i-1: the noisy stream inside the block, the clean stream at
+            # the block start (rule 4: the first token of block b comes from block b-1's commit)
+            prev = hc[rows, (blks * bs - 1).clamp(min=0)] * (blks > 0)[:, None].to(hc.dtype)  # [N, H]
+            hidden = torch.cat([prev[:, None], hn[:, :-1]], 1)
+        else:
+            hidden = hn
+        logits = self.head(hidden[logits_at] if logits_at is not None else hidden)
+        k = self.config.num_experts_per_tok
+        aux = torch.stack([balance_loss(st, k) for st in stats]).mean()
+        return TrainOutput(logits, hidden, aux, torch.stack(stats))
+
     def forward_train(
         self,
         x0: torch.Tensor,
@@ -132,46 +206,23 @@ class CloverForBlockDiffusion(nn.Module):
         block_size: int | None = None,
         valid: torch.Tensor | None = None,
         return_hidden: bool = False,
-        logits_at: torch.Tensor | None = None,
     ) -> TrainOutput:
-        """x0, xt ``[B, T]`` clean and noisy tokens (positions 0..T-1); valid ``[B, T]`` bool marks
-        real tokens (padding only at the end). Returns row-i-predicts-token-i outputs."""
+        """Full-sequence form: x0, xt ``[B, T]`` clean and noisy tokens, every block noisy.
+        Returns row-i-predicts-token-i outputs ``[B, T, ·]`` (logits None if return_hidden)."""
         bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
-        self._check_tokens(x0)
-        self._check_tokens(xt)
         B, T = x0.shape
-        if valid is None:
-            valid = torch.ones(B, T, dtype=torch.bool, device=x0.device)
-        emb = self.model.embed_tokens
-        hc, hn = emb(x0), emb(xt)
-        pos = torch.arange(T, device=x0.device)[None].expand(B, T)
-        rope = self._rope(pos, hc.dtype)
-        stats = []
-        for layer in self.model.layers:
-            hc, hn, st = layer(hc, hn, rope, valid, bs)
-            stats.append(st)
-        hc, hn = self.model.norm(hc), self.model.norm(hn)
-        if self.config.shift_logits:
-            # row i reads position i-1: the noisy stream inside the block, the clean stream at
-            # a block start (rule 4: the first token of block b comes from block b-1's commit)
-            i = torch.arange(T, device=x0.device)
-            starts = (i % bs == 0)[None, :, None]
-            prev_c = torch.cat([torch.zeros_like(hc[:, :1]), hc[:, :-1]], 1)
-            prev_n = torch.cat([torch.zeros_like(hn[:, :1]), hn[:, :-1]], 1)
-            hidden = torch.where(starts, prev_c, prev_n)
-        else:
-            hidden = hn
-        if logits_at is not None:  # only where the loss needs them: ``[N, V]`` for the True entries
-            logits = self.head(hidden[logits_at])
-        else:
-            logits = None if return_hidden else self.head(hidden)
-        k = self.config.num_experts_per_tok
-        aux = torch.stack([balance_loss(st, k) for st in stats]).mean()
-        return TrainOutput(logits, hidden, aux, torch.stack(stats))
+        nb = -(-T // bs)
+        xt_blocks = F.pad(xt, (0, nb * bs - T), value=self.config.pad_token_id or 0).reshape(B * nb, bs)
+        rows = torch.arange(B, device=x0.device).repeat_interleave(nb)
+        blks = torch.arange(nb, device=x0.device).repeat(B)
+        out = self.forward_blocks(x0, valid, xt_blocks, rows, blks, bs, logits_at=None)
+        hidden = out.hidden.reshape(B, nb * bs, -1)[:, :T]
+        logits = None if return_hidden else out.logits.reshape(B, nb * bs, -1)[:, :T]
+        return TrainOutput(logits, hidden, out.aux_loss, out.router_stats)
 
     def forward(self, *args, **kwargs) -> TrainOutput:
-        """``forward_train`` (so data-parallel wrappers such as FSDP2 hook the training call)."""
-        return self.forward_train(*args, **kwargs)
+        """``forward_blocks`` (so data-parallel wrappers such as FSDP2 hook the training call)."""
+        return self.forward_blocks(*args, **kwargs)
 
     # -- incremental API -------------------------------------------------------------------
     def new_cache(self, batch: int = 1) -> ModelCache:

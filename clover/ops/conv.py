@@ -66,16 +66,3 @@ def right_conv(
         keep = _in_block(T, block_size, -d, x.device)[None, :, None]
         y = y + torch.where(keep, _shift(x, -d), 0.0) * weight[:, d - 1]
     return y
-
-
-def blockwise_causal_conv(xn: torch.Tensor, xc: torch.Tensor, weight: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Causal conv of the noisy stream in training (rule 2): each tap reads the noisy input
-    ``xn`` when it lies in the same block as the output position, else the clean input ``xc``.
-    Equals ``causal_conv`` on a block with the clean tail, for every block at once."""
-    K = weight.shape[1]
-    T = xn.shape[1]
-    y = xn * weight[:, K - 1]
-    for d in range(1, K):
-        same = _in_block(T, block_size, d, xn.device)[None, :, None]
-        y = y + torch.where(same, _shift(xn, d), _shift(xc, d)) * weight[:, K - 1 - d]
-    return y

@@ -21,7 +21,7 @@ def _export(model, tok, out: Path, extra: dict) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer
     from clover.model import CloverForBlockDiffusion
-    from clover.train.objective import build_batch, masked_loss
+    from clover.train.objective import block_loss, build_batch
     from clover.train.recipes import RECIPES, airspace_source
     from clover.train.trainer import Trainer, setup_distributed, shard_model
 
@@ -67,8 +67,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     cfg.masking,
                     torch.Generator().manual_seed(i),
                 )
-                out = m(b["x0"], b["xt"], cfg.block_size, b["valid"], logits_at=b["mask"])
-                tot += float(masked_loss(out.logits, b, cfg.masking)[0])
+                tot += float(block_loss(m, b, cfg.block_size, cfg.masking)[0])
                 n += 1
         m.train()
         res = {"val_loss": tot / n}

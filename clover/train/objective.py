@@ -19,8 +19,11 @@ class MaskingConfig:
     t_max: float = 1.0
     weighting: str = "elbo"  # "elbo": weight 1/t; "mean": plain mean over masked tokens
     complementary: bool = True  # also train on the complement of each mask (every target seen once)
+    samples: int = 1  # independent masks per sequence, all sharing one clean stream
 
     def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
         if not 0 < self.t_min <= self.t_max <= 1:
             raise ValueError(f"need 0 < t_min <= t_max <= 1, got {self.t_min}, {self.t_max}")
         if self.weighting not in ("elbo", "mean"):
@@ -52,35 +55,73 @@ def build_batch(
     cfg: MaskingConfig,
     generator: torch.Generator,
 ) -> dict[str, torch.Tensor]:
-    """Noisy inputs and loss weights for one batch (doubled when complementary)."""
-    mask, t = sample_mask(target, block_size, cfg, generator)
-    if cfg.complementary:
-        mask = torch.cat([mask, target & ~mask])
-        t = torch.cat([t, 1 - t]).clamp(min=cfg.t_min)  # the complement of rate t has rate 1-t
-        x0, target, valid = (torch.cat([a, a]) for a in (x0, target, valid))
-    xt = torch.where(mask, torch.full_like(x0, mask_id), x0)
+    """Noisy views of one batch: ``cfg.samples`` masks per sequence, each followed by its
+    complement when ``cfg.complementary``. The clean stream is shared by all views.
+
+    x0, target, valid ``[B, T]``. Returns those plus xt, mask, weight ``[V, B, T]`` (V views).
+    """
+    masks, rates = [], []
+    for _ in range(cfg.samples):
+        mask, t = sample_mask(target, block_size, cfg, generator)
+        masks.append(mask)
+        rates.append(t)
+        if cfg.complementary:
+            masks.append(target & ~mask)
+            rates.append((1 - t).clamp(min=cfg.t_min))  # the complement of rate t has rate 1-t
+    mask, t = torch.stack(masks), torch.stack(rates)
+    xt = torch.where(mask, torch.full_like(mask, mask_id, dtype=x0.dtype), x0[None])
     w = (1.0 / t) if cfg.weighting == "elbo" else torch.ones_like(t)
     return {"x0": x0, "xt": xt, "mask": mask, "weight": w * mask, "valid": valid, "target": target}
 
 
-def masked_loss(
-    logits: torch.Tensor, batch: dict[str, torch.Tensor], cfg: MaskingConfig, normalizer: float | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weighted cross-entropy on masked positions.
+def rows_of(batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
+    """The sequences ``rows`` of a batch, with all their views (a data-parallel rank's share)."""
+    return {k: v[:, rows] if k in ("xt", "mask", "weight") else v[rows] for k, v in batch.items()}
 
-    logits ``[N, V]`` for the masked positions in row-major order (``batch['mask']``).
-    ``normalizer`` (the global count of target tokens, or of masked tokens for "mean") lets a
-    data-parallel caller normalise by the whole batch; by default it is this batch's count.
-    Returns (loss, per-token CE of the masked positions).
+
+def noisy_blocks(batch: dict[str, torch.Tensor], block_size: int) -> dict[str, torch.Tensor]:
+    """The blocks of all views that hold a masked position (the only ones with a loss).
+
+    Returns rows, blks ``[N]`` (which sequence and block), xt, mask, weight ``[N, bs]`` and the
+    true tokens y ``[N, bs]``: the arguments of the model's training call.
     """
-    y = batch["x0"][batch["mask"]]
-    ce = F.cross_entropy(logits.float(), y, reduction="none")
-    w = batch["weight"][batch["mask"]]
+    V, B, T = batch["mask"].shape
+    nb = -(-T // block_size)
+
+    def blocks(a: torch.Tensor) -> torch.Tensor:  # [V, B, T] → [V, B, nb, bs]
+        return F.pad(a, (0, nb * block_size - T)).reshape(V, B, nb, block_size)
+
+    mask = blocks(batch["mask"])
+    v, rows, blks = mask.any(-1).nonzero(as_tuple=True)
+    y = blocks(batch["x0"][None].expand(V, -1, -1))
+    return {
+        "rows": rows,
+        "blks": blks,
+        "xt": blocks(batch["xt"])[v, rows, blks],
+        "mask": mask[v, rows, blks],
+        "weight": blocks(batch["weight"])[v, rows, blks],
+        "y": y[v, rows, blks],
+    }
+
+
+def block_loss(model, batch: dict[str, torch.Tensor], block_size: int, cfg: MaskingConfig, normalizer=None):
+    """Run the model's training call on the noisy blocks of ``batch`` and weigh the
+    cross-entropy of the masked positions (1/t or mean).
+
+    ``normalizer`` (the global count of target tokens × views, or of masked tokens for "mean")
+    lets a data-parallel caller normalise by the whole batch; by default it is this batch's.
+    Returns (loss, per-token CE of the masked positions, the model's output).
+    """
+    nb = noisy_blocks(batch, block_size)
+    out = model(batch["x0"], batch["valid"], nb["xt"], nb["rows"], nb["blks"], block_size, logits_at=nb["mask"])
+    logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
+    ce = F.cross_entropy(logits, nb["y"][nb["mask"]], reduction="none")
     if normalizer is None:
         normalizer = loss_normalizer(batch, cfg)
-    return (ce * w).sum() / normalizer, ce.detach()
+    return (ce * nb["weight"][nb["mask"]]).sum() / normalizer, ce.detach(), out
 
 
 def loss_normalizer(batch: dict[str, torch.Tensor], cfg: MaskingConfig) -> float:
-    key = "target" if cfg.weighting == "elbo" else "mask"
-    return max(1.0, float(batch[key].sum()))
+    if cfg.weighting == "elbo":
+        return max(1.0, float(batch["target"].sum()) * batch["mask"].shape[0])
+    return max(1.0, float(batch["mask"].sum()))

@@ -43,17 +43,20 @@ class AirspaceRecipe:
     )
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            steps=20_000,
+            steps=6_000,
             lr=2e-3,
             warmup=200,
             block_size=32,
             eval_every=250,
             ckpt_every=100,
             log_every=10,
-            masking=MaskingConfig(t_min=0.05, t_max=1.0, weighting="elbo", complementary=False),
+            micro_batches=4,
+            # 4 noisy views per sequence (2 masks + complements) share one clean stream: the
+            # prompt (tool list, message) is most of each sequence, the answer a block or two
+            masking=MaskingConfig(t_min=0.05, t_max=1.0, weighting="elbo", complementary=True, samples=2),
         )
     )
-    batch_size: int = 8  # doubled by complementary masking
+    batch_size: int = 16
     max_len: int = 512
     decision_frac: float = 0.2
     curriculum_steps: int = 600  # single-action messages only before this step

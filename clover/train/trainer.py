@@ -21,7 +21,7 @@ import torch.distributed as dist
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
 from clover.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from clover.train.objective import MaskingConfig, build_batch, loss_normalizer, masked_loss
+from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
 
 # A data source: step -> {"x0": [B, T] long, "target": [B, T] bool, "valid": [B, T] bool}
 Source = Callable[[int], dict[str, torch.Tensor]]
@@ -40,6 +40,7 @@ class TrainConfig:
     log_every: int = 10
     eval_every: int = 500
     ckpt_every: int = 200
+    micro_batches: int = 1  # per rank: rows sorted by length, each group padded only to its own longest
     masking: MaskingConfig = field(default_factory=MaskingConfig)
 
     def lr_at(self, step: int) -> float:
@@ -73,6 +74,22 @@ def shard_model(model: CloverForBlockDiffusion) -> CloverForBlockDiffusion:
         fully_shard(layer)
     fully_shard(model)
     return model
+
+
+def length_groups(batch: dict[str, torch.Tensor], groups: int) -> list[dict[str, torch.Tensor]]:
+    """Split a batch into ``groups`` parts of rows with similar lengths, each cut to its own
+    longest row, so that short rows are not padded to the longest of the whole batch."""
+    if groups <= 1:
+        return [batch]
+    lengths = batch["valid"].sum(1)
+    order = lengths.argsort(stable=True)
+    parts = []
+    for idx in order.tensor_split(groups):
+        if idx.numel() == 0:
+            continue
+        T = max(1, int(lengths[idx].max()))
+        parts.append({k: v[:, idx, :T] if v.dim() == 3 else v[idx, :T] for k, v in batch.items()})
+    return parts
 
 
 class Trainer:
@@ -116,11 +133,13 @@ class Trainer:
             data["x0"], data["target"], data["valid"], model.config.mask_token_id, cfg.block_size, cfg.masking, gen
         )
         norm = loss_normalizer(batch, cfg.masking)  # over the global batch: ranks agree
-        rows = slice(self.rank, None, self.world)
-        local = {k: v[rows] for k, v in batch.items()}
-        out = model(local["x0"], local["xt"], cfg.block_size, local["valid"], logits_at=local["mask"])
-        loss, ce = masked_loss(out.logits, local, cfg.masking, normalizer=norm)
-        stats = out.router_stats  # [L, 2, E] sums over this rank's tokens
+        local = rows_of(batch, slice(self.rank, None, self.world))
+        # the same number of groups on every rank (FSDP2 gathers weights once per forward)
+        groups = max(1, min(cfg.micro_batches, batch["x0"].shape[0] // self.world))
+        loss, stats = 0.0, 0.0
+        for part in length_groups(local, groups):
+            part_loss, _, out = block_loss(model, part, cfg.block_size, cfg.masking, normalizer=norm)
+            loss, stats = loss + part_loss, stats + out.router_stats  # [L, 2, E] sums over this rank's tokens
         if self.world > 1:
             counts = stats[:, 0].detach().clone()
             dist.all_reduce(counts)  # global routed fractions; probability sums stay local

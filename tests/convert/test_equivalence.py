@@ -65,9 +65,9 @@ def test_each_attention_layer_run_causally_matches_the_source(pair):
         hf_rope = seen[i]["rope"]  # the source's cos/sin [B, T, rotary_dim]: computed in fp32 there
         for a, b in zip(ours_rope, hf_rope):
             assert a.shape == b.shape and torch.allclose(a, b, rtol=0, atol=1e-6)
-        ours, _ = layer.self_attn.forward_train(x, x, hf_rope, valid, 1)
+        ours, _ = layer.self_attn.forward_train(x, hf_rope, valid, 1)
         assert torch.allclose(ours, y, rtol=0, atol=1e-12), f"layer {i}"  # the weights map exactly
-        ours, _ = layer.self_attn.forward_train(x, x, ours_rope, valid, 1)
+        ours, _ = layer.self_attn.forward_train(x, ours_rope, valid, 1)
         assert torch.allclose(ours, y, rtol=0, atol=1e-6), f"layer {i}"  # with Clover's own (fp64) rope
         checked += 1
     assert checked == 1

@@ -1,5 +1,6 @@
 """Design §2.5: each rule holds, and breaking it breaks the invariant (errors of order 1)."""
 
+import pytest
 import torch
 
 from clover.model.gdn import GatedDeltaNetMixer
@@ -140,3 +141,34 @@ def test_block_causality_and_in_block_bidirectionality():
         b = m.forward_train(x2, xt2, 4).logits
         assert torch.allclose(a[:, :8], b[:, :8], atol=1e-12)  # earlier blocks untouched
         assert (a[:, 8:10] - b[:, 8:10]).abs().max() > 1e-6  # earlier positions in the same block move
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_selected_noisy_blocks_equal_the_full_forward(shift):
+    """The training call on a subset of noisy blocks (a row may appear twice, with two masks)
+    gives exactly the full-sequence forward's outputs for those blocks."""
+    m = make_model(shift=shift, block_size=4)
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randint(0, 96, (2, 14), generator=g)
+    valid = torch.ones(2, 14, dtype=torch.bool)
+    valid[1, 11:] = False  # row 1 is shorter: padding at its end
+    xa, xb = noisy(x0, m.config.mask_token_id, 2, seed=1), noisy(x0, m.config.mask_token_id, 2, seed=2)
+    fa = m.forward_train(x0, xa, 4, valid).logits
+    fb = m.forward_train(x0, xb, 4, valid).logits
+    rows, blks = torch.tensor([1, 0, 0, 1]), torch.tensor([2, 3, 1, 0])
+    src = [xa, xa, xb, xb]
+    xt = torch.stack([torch.nn.functional.pad(s, (0, 2))[r, b * 4 : b * 4 + 4] for s, r, b in zip(src, rows, blks)])
+    out = m.forward_blocks(x0, valid, xt, rows, blks, 4).logits  # [4, 4, V]
+    for n, (full, r, b) in enumerate(zip([fa, fa, fb, fb], rows, blks)):
+        ref = full[r, b * 4 : b * 4 + 4]
+        keep = valid[r, b * 4 : b * 4 + 4][: ref.shape[0]]
+        assert (out[n, : ref.shape[0]][keep] - ref[keep]).abs().max() < 1e-12
+
+
+def test_forward_blocks_refuses_bad_indices():
+    m = make_model(block_size=4)
+    x0 = torch.randint(0, 96, (1, 8))
+    with pytest.raises(ValueError, match="out of range"):
+        m.forward_blocks(x0, None, x0[:, :4], torch.tensor([0]), torch.tensor([2]), 4)
+    with pytest.raises(ValueError, match="noisy blocks"):
+        m.forward_blocks(x0, None, x0[:, :3], torch.tensor([0]), torch.tensor([0]), 4)

@@ -9,7 +9,7 @@ import torch
 
 from clover.model import CloverForBlockDiffusion, preset
 from clover.model.io import CheckpointError
-from clover.train.objective import MaskingConfig, build_batch, sample_mask
+from clover.train.objective import MaskingConfig, block_loss, build_batch, sample_mask
 from clover.train.trainer import TrainConfig, Trainer
 from tests.train.copy_task import copy_source
 
@@ -37,8 +37,33 @@ def test_masking_statistics_match_configured_rates():
         MaskingConfig(),
         torch.Generator().manual_seed(1),
     )
-    m1, m2 = comp["mask"].chunk(2)
+    m1, m2 = comp["mask"]
     assert torch.equal(m1 ^ m2, target[:10]) and not (m1 & m2).any()  # complementary covers each target once
+    assert torch.equal(comp["x0"], torch.ones(10, 8, dtype=torch.long))  # one clean stream for both views
+
+
+def test_block_loss_equals_the_full_forward_loss():
+    """The fast training call (only blocks with masks, one clean stream for all views) gives the
+    same loss as running the full-sequence forward once per view."""
+    m = _model().double()
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 60, (3, 13), generator=g)
+    valid = torch.ones(3, 13, dtype=torch.bool)
+    valid[2, 9:] = False
+    target = valid.clone()
+    target[:, :5] = False  # prompt
+    cfg = MaskingConfig(samples=2, complementary=True)
+    batch = build_batch(x0, target, valid, m.config.mask_token_id, 4, cfg, g)
+    assert batch["xt"].shape == (4, 3, 13)
+    loss, _, _ = block_loss(m, batch, 4, cfg)
+    ref = 0.0
+    for v in range(4):
+        logits = m.forward_train(x0, batch["xt"][v], 4, valid).logits
+        mk = batch["mask"][v]
+        ce = torch.nn.functional.cross_entropy(logits[mk], x0[mk], reduction="none")
+        ref = ref + (ce * batch["weight"][v][mk]).sum()
+    ref = ref / (target.sum() * 4)
+    assert abs(loss.item() - ref.item()) < 1e-10
 
 
 def test_loss_decreases_on_a_micro_run():
@@ -106,3 +131,35 @@ def test_two_process_fsdp_matches_one_process(tmp_path):
     assert len(a) == len(b) == 5
     for x, y in zip(a, b):
         assert abs(x - y) < 1e-4 * max(1.0, abs(x)), (a, b)
+
+
+def test_length_groups_give_the_same_step():
+    """Splitting the batch into length-sorted groups changes the padding, not the update."""
+    from clover.train.trainer import length_groups
+
+    cfg = TrainConfig(steps=3, lr=3e-3, warmup=1, block_size=4, log_every=1000, eval_every=10**9)
+    src = copy_source()
+
+    def ragged(step):  # rows of different lengths, padding at the end
+        b = src(step)
+        for i in range(b["x0"].shape[0]):
+            b["valid"][i, b["x0"].shape[1] - i :] = False
+            b["target"][i] &= b["valid"][i]
+        return b
+
+    parts = length_groups(
+        build_batch(
+            **{k: v for k, v in ragged(0).items()},
+            mask_id=1,
+            block_size=4,
+            cfg=MaskingConfig(),
+            generator=torch.Generator().manual_seed(0),
+        ),
+        3,
+    )
+    assert len(parts) == 3 and all(bool(p["valid"][:, -1].any()) for p in parts)  # each cut to its longest
+    one = Trainer(_model(), ragged, cfg, None).fit(progress=False)
+    cfg.micro_batches = 3
+    three = Trainer(_model(), ragged, cfg, None).fit(progress=False)
+    for a, b in zip(one, three):
+        assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4
