@@ -83,6 +83,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(model, airspace_source(tok, recipe, "train", seed=cfg.seed), cfg, run, evaluate)
     if args.resume and trainer.resume() and rank == 0:
         print(f"resumed from step {trainer.step}")
+        if trainer.step >= cfg.steps and args.export:  # a finished run: just export it
+            print(f"run already at step {trainer.step} of {cfg.steps}; exporting to {args.export}")
+            evaluate(model, trainer.step)
+            return 0
     if rank == 0 and counts:
         print(f"model: {counts['total_params']:,} parameters ({counts['active_params']:,} active); run dir {run}")
     model.train()
