@@ -73,8 +73,31 @@ class AirspaceRecipe:
         )
 
 
-def encode_example(tok: CloverTokenizer, ex: dict, max_len: int) -> tuple[list[int], list[bool]]:
-    ids, tgt = tok.encode_segments(render_segments(ex["messages"], ex.get("tools")))
+def encode_example(
+    tok: CloverTokenizer, ex: dict, max_len: int, block_size: int, rng: random.Random | None = None
+) -> tuple[list[int], list[bool]]:
+    """One training sequence with exactly one answer: an assistant turn (the last, or one drawn
+    with ``rng``) is the target, earlier turns are history, later ones are cut off.
+
+    The answer's last block is filled to its end with EOS (``pad``) targets. At inference the
+    whole active block is masked, so the model must learn to close the answer and fill the
+    rest with EOS; without the fill every training block would end where the answer ends and
+    the block's length alone would tell the model where to stop (a cue decoding never has).
+    Nothing after the answer shares its block either, so in-block attention never sees the
+    conversation's future.
+    """
+    msgs = ex["messages"]
+    turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    if turns:
+        msgs = msgs[: (rng.choice(turns) if rng else turns[-1]) + 1]
+    segs = render_segments(msgs, ex.get("tools"))
+    last = max((i for i, (_, is_answer) in enumerate(segs) if is_answer), default=None)
+    if last is not None:
+        segs = [(text, i == last) for i, (text, _) in enumerate(segs[: last + 1])]
+    ids, tgt = tok.encode_segments(segs)
+    if last is not None:
+        fill = -len(ids) % block_size
+        ids, tgt = ids + [tok.pad_token_id] * fill, tgt + [True] * fill
     return ids[:max_len], tgt[:max_len]
 
 
@@ -102,7 +125,7 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
             else:
                 ex = example(rng, split, max_actions)
-            rows.append(encode_example(tok, ex, recipe.max_len))
+            rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))
         return collate(rows, tok.pad_token_id)
 
     return source

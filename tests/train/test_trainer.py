@@ -163,3 +163,33 @@ def test_length_groups_give_the_same_step():
     three = Trainer(_model(), ragged, cfg, None).fit(progress=False)
     for a, b in zip(one, three):
         assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4
+
+
+def test_each_training_sequence_has_one_answer_filled_with_eos_to_its_block_end():
+    import random
+
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.data.tools import AIRSPACE_TOOLS
+    from clover.train.recipes import encode_example
+
+    tok = CloverTokenizer.load(Path(__file__).parents[2] / "clover" / "assets" / "default")
+    call = {"role": "assistant", "tool_calls": [{"function": {"name": "recall_drone", "arguments": {"drone_id": "D-7"}}}]}
+    ex = {
+        "tools": AIRSPACE_TOOLS,
+        "messages": [
+            {"role": "user", "content": "recall drone 7"},
+            call,
+            {"role": "tool", "content": "returning"},
+            {"role": "assistant", "content": "D-7 is returning."},
+        ],
+    }
+    seen = set()
+    for seed in range(8):
+        ids, tgt = encode_example(tok, ex, 512, 32, random.Random(seed))
+        assert len(ids) % 32 == 0 and tgt[-1]
+        first = tgt.index(True)
+        assert all(tgt[first:])  # one contiguous answer, at the end
+        answer = tok.decode(ids[first:])
+        assert answer.count("<|im_end|>") == 1 and answer.endswith("<|endoftext|>")
+        seen.add("returning" in tok.decode(ids))  # the tool result is history only for the second answer
+    assert seen == {True, False}
