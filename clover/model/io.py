@@ -32,11 +32,14 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_model(model: CloverForBlockDiffusion, out: str | Path, max_shard_bytes: int = 2 << 30) -> Path:
-    """Write ``config.json`` and the weights (tied head stored once) into ``out``."""
+def save_model(
+    model: CloverForBlockDiffusion, out: str | Path, max_shard_bytes: int = 2 << 30, state: dict | None = None
+) -> Path:
+    """Write ``config.json`` and the weights (tied head stored once) into ``out``. ``state``: a
+    full state dict to write instead of the model's own (e.g. gathered from FSDP2 shards)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous() for k, v in (model.state_dict() if state is None else state).items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     shards: list[dict[str, torch.Tensor]] = [{}]

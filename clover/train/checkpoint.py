@@ -19,31 +19,50 @@ from safetensors.torch import load_file, save_file
 from clover.model.io import CheckpointError, load_model, save_model
 
 
-def _optim_to_tensors(opt: torch.optim.Optimizer, names: dict[int, str]) -> tuple[dict, dict]:
-    tensors, scalars = {}, {}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            st = opt.state.get(p, {})
-            for k, v in st.items():
-                key = f"{names[id(p)]}::{k}"
-                if torch.is_tensor(v):
-                    tensors[key] = v.detach().contiguous().cpu()
-                else:
-                    scalars[key] = v
-    return tensors, scalars
+def _opts(gather_to_rank0: bool = True):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=gather_to_rank0)
+
+
+def gather_state(model, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Model and optimizer state as full CPU tensors keyed by parameter name. Under FSDP2 this
+    gathers the shards (every rank must call it; rank 0 receives the tensors)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt, options=_opts())
+    return msd, osd.get("state", {})
 
 
 def save_checkpoint(
-    run_dir: str | Path, step: int, model, opt: torch.optim.Optimizer, state: dict, keep: int = 2
+    run_dir: str | Path,
+    step: int,
+    model,
+    opt: torch.optim.Optimizer,
+    state: dict,
+    keep: int = 2,
+    tokenizer=None,
+    gathered: tuple[dict, dict] | None = None,
 ) -> Path:
+    """Write ``run/step-N`` atomically. With ``tokenizer`` the step directory is also a complete
+    model directory (``clover eval|serve --model run/step-N`` load it as it is). ``gathered``
+    is ``gather_state``'s result when the caller already collected it (FSDP2: rank 0 writes)."""
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     final = run / f"step-{step:08d}"
     tmp = run / f".step-{step:08d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tmp)
-    names = {id(p): n for n, p in model.named_parameters()}
-    tensors, scalars = _optim_to_tensors(opt, names)
+    msd, osd = gathered if gathered is not None else gather_state(model, opt)
+    save_model(model, tmp, state=msd)
+    if tokenizer is not None:
+        tokenizer.save(tmp)
+    tensors, scalars = {}, {}
+    for name, st in osd.items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"{name}::{k}"] = v.detach().contiguous().cpu()
+            else:
+                scalars[f"{name}::{k}"] = v
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     (tmp / "state.json").write_text(json.dumps({**state, "step": step, "optimizer_scalars": scalars}, indent=1))
     shutil.rmtree(final, ignore_errors=True)
@@ -68,23 +87,30 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
-    """Load weights into ``model`` (must fit its config) and state into ``opt``; returns trainer state."""
+    """Load weights into ``model`` (must fit its config) and state into ``opt``; returns trainer
+    state. Works on a plain or an FSDP2-sharded model (every rank reads the files)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
+
     src = load_model(path)
     if src.config.to_dict() != model.config.to_dict():
         diff = sorted(k for k, v in model.config.to_dict().items() if src.config.to_dict().get(k) != v)
         raise CheckpointError(f"{path}: checkpoint config differs from the run's config in {diff}")
-    model.load_state_dict(src.state_dict())
     try:
         tensors = load_file(str(path / "optimizer.safetensors"))
         state = json.loads((path / "state.json").read_text())
     except Exception as e:  # noqa: BLE001 - any failure here means an unusable checkpoint
         raise CheckpointError(f"{path}: unreadable optimizer/trainer state ({e})") from None
-    scalars = state.pop("optimizer_scalars", {})
-    by_name = dict(model.named_parameters())
-    for key, v in tensors.items():
+    per_param: dict[str, dict] = {}
+    for key, v in list(tensors.items()) + list(state.pop("optimizer_scalars", {}).items()):
         name, k = key.split("::")
-        opt.state[by_name[name]][k] = v.to(by_name[name].device)
-    for key, v in scalars.items():
-        name, k = key.split("::")
-        opt.state[by_name[name]][k] = v
+        per_param.setdefault(name, {})[k] = v
+    opts = _opts(gather_to_rank0=False)  # every rank holds the full state it read
+    groups = get_optimizer_state_dict(model, opt, options=opts)["param_groups"]  # parameter names per group
+    set_state_dict(
+        model,
+        opt,
+        model_state_dict=src.state_dict(),
+        optim_state_dict={"state": per_param, "param_groups": groups},
+        options=opts,
+    )
     return state

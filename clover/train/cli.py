@@ -10,12 +10,18 @@ from pathlib import Path
 import torch
 
 
-def _export(model, tok, out: Path, extra: dict) -> None:
+def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
+    """Write a model directory (weights, config, tokenizer, training record). Every rank calls
+    it (FSDP2 gathers the weights); rank 0 writes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
     from clover.model.io import save_model
 
-    save_model(model, out)
-    tok.save(out)
-    (out / "training.json").write_text(json.dumps(extra, indent=1))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        save_model(model, out, state=state)
+        tok.save(out)
+        (out / "training.json").write_text(json.dumps(extra, indent=1))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -46,9 +52,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             tok.save(run)
     torch.manual_seed(recipe.train.seed)
     model = CloverForBlockDiffusion(recipe.model_config(tok))
+    counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)
-    counts = model.num_parameters() if world == 1 else {}
     val_source = airspace_source(tok, recipe, "validation", seed=99)
     val_batches = [val_source(i) for i in range(4)]
     cfg = recipe.train
@@ -71,16 +77,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                 n += 1
         m.train()
         res = {"val_loss": tot / n}
-        if args.export and world == 1:
-            _export(
-                m,
-                tok,
-                Path(args.export),
-                {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], **counts, "train": asdict(cfg)},
-            )
+        if args.export:
+            record = {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], **counts, "train": asdict(cfg)}
+            _export(m, tok, Path(args.export), record, rank)
         return res
 
-    trainer = Trainer(model, airspace_source(tok, recipe, "train", seed=cfg.seed), cfg, run, evaluate)
+    trainer = Trainer(model, airspace_source(tok, recipe, "train", seed=cfg.seed), cfg, run, evaluate, tokenizer=tok)
     if args.resume and trainer.resume() and rank == 0:
         print(f"resumed from step {trainer.step}")
         if trainer.step >= cfg.steps and args.export:  # a finished run: just export it

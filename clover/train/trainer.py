@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
-from clover.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from clover.train.checkpoint import gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
 
 # A data source: step -> {"x0": [B, T] long, "target": [B, T] bool, "valid": [B, T] bool}
@@ -100,10 +100,12 @@ class Trainer:
         cfg: TrainConfig,
         run_dir: str | Path | None,
         evaluate: Callable[[CloverForBlockDiffusion, int], dict] | None = None,
+        tokenizer=None,
     ):
         self.model, self.source, self.cfg = model, source, cfg
         self.run_dir = Path(run_dir) if run_dir else None
         self.evaluate = evaluate
+        self.tokenizer = tokenizer  # saved into every checkpoint when given
         self.rank, self.world = _dist()
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
         other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
@@ -114,6 +116,17 @@ class Trainer:
         )
         self.step = 0
         self.history: list[dict] = []
+
+    def save(self) -> None:
+        """Checkpoint the run. Under FSDP2 every rank takes part in gathering; rank 0 writes."""
+        gathered = gather_state(self.model, self.opt)
+        if self.rank == 0:
+            state = {"config": asdict(self.cfg)}
+            save_checkpoint(
+                self.run_dir, self.step, self.model, self.opt, state, tokenizer=self.tokenizer, gathered=gathered
+            )
+        if self.world > 1:
+            dist.barrier()  # nobody resumes or exits before the checkpoint is complete
 
     def resume(self) -> bool:
         if self.run_dir is None or (ck := latest_checkpoint(self.run_dir)) is None:
@@ -203,12 +216,8 @@ class Trainer:
                             f"step {self.step}: "
                             + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items())
                         )
-                if (
-                    self.run_dir
-                    and self.world == 1
-                    and (self.step % cfg.ckpt_every == 0 or self.step in (cfg.steps, until))
-                ):
-                    save_checkpoint(self.run_dir, self.step, self.model, self.opt, {"config": asdict(cfg)})
+                if self.run_dir and (self.step % cfg.ckpt_every == 0 or self.step in (cfg.steps, until)):
+                    self.save()
         finally:
             bar.close()
             if log:

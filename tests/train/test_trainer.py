@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,39 +99,47 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_two_process_fsdp_matches_one_process(tmp_path):
-    script = Path(__file__).with_name("fsdp_worker.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    one = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "one.json")], env=env, capture_output=True, text=True, timeout=240
-    )
-    assert one.returncode == 0, one.stderr[-2000:]
+def _worker(tmp_path, name, procs, *args):
+    """Run tests/train/fsdp_worker.py in 1 process or under torchrun; returns its losses."""
     import socket
 
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    two = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            f"--master_port={port}",
-            str(script),
-            str(tmp_path / "two.json"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert two.returncode == 0, two.stderr[-3000:]
-    a = json.loads((tmp_path / "one.json").read_text())
-    b = json.loads((tmp_path / "two.json").read_text())
-    assert len(a) == len(b) == 5
-    for x, y in zip(a, b):
-        assert abs(x - y) < 1e-4 * max(1.0, abs(x)), (a, b)
+    script = Path(__file__).with_name("fsdp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    cmd = [sys.executable, str(script)]
+    if procs > 1:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}", f"--master_port={port}"]
+        cmd += [str(script)]
+    out = tmp_path / f"{name}.json"
+    r = subprocess.run(cmd + [str(out), *map(str, args)], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _close(a, b):
+    return all(abs(x - y) < 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b))
+
+
+def test_two_process_fsdp_matches_one_process(tmp_path):
+    a = _worker(tmp_path, "one", 1)
+    b = _worker(tmp_path, "two", 2)
+    assert len(a) == len(b) == 5 and _close(a, b), (a, b)
+
+
+def test_fsdp_checkpoints_resume_on_any_number_of_processes(tmp_path):
+    """A 2-process FSDP2 run killed at step 3 leaves a full checkpoint: it resumes under FSDP2,
+    and in one process, with the losses of the uninterrupted run."""
+    full = _worker(tmp_path, "full", 1)
+    run = tmp_path / "run"
+    first = _worker(tmp_path, "first", 2, run, 3)
+    assert (run / "latest").read_text() == "step-00000003" and (run / "step-00000003" / "model.safetensors").exists()
+    shutil.copytree(run, tmp_path / "copy")
+    rest_two = _worker(tmp_path, "rest2", 2, run)
+    rest_one = _worker(tmp_path, "rest1", 1, tmp_path / "copy")
+    assert len(first) == 3 and len(rest_two) == len(rest_one) == 2
+    assert _close(full, first + rest_two) and _close(full, first + rest_one), (full, first, rest_two, rest_one)
 
 
 def test_length_groups_give_the_same_step():
@@ -173,7 +182,10 @@ def test_each_training_sequence_has_one_answer_filled_with_eos_to_its_block_end(
     from clover.train.recipes import encode_example
 
     tok = CloverTokenizer.load(Path(__file__).parents[2] / "clover" / "assets" / "default")
-    call = {"role": "assistant", "tool_calls": [{"function": {"name": "recall_drone", "arguments": {"drone_id": "D-7"}}}]}
+    call = {
+        "role": "assistant",
+        "tool_calls": [{"function": {"name": "recall_drone", "arguments": {"drone_id": "D-7"}}}],
+    }
     ex = {
         "tools": AIRSPACE_TOOLS,
         "messages": [
