@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 
 def prompt_of(ex: dict) -> list[dict]:
@@ -73,37 +72,37 @@ def evaluate_airspace(
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
+    from clover.engine.cli import load_model_and_tokenizer
 
-    from clover.data import default_model_dir
-    from clover.data.tokenizer import CloverTokenizer
-    from clover.model.io import load_model
+    model, tok = load_model_and_tokenizer(args.model, args.threads)
+    if tok is None:
+        raise SystemExit(f"clover: {args.model} has no tokenizer.json; evaluation needs one")
+    path = args.model or "bundled model"
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    from clover.engine.policies import POLICIES
 
-    torch.set_num_threads(args.threads)
-    path = Path(args.model) if args.model else default_model_dir()
-    model = load_model(path)
-    tok = CloverTokenizer.load(path)
-    res = evaluate_airspace(
-        model,
-        tok,
-        args.split,
-        args.policy,
-        args.threshold,
-        args.n,
-        args.groups,
-        args.block_size,
-        progress=not args.json,
-    )
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
+    results = [
+        evaluate_airspace(
+            model, tok, args.split, p, args.threshold, args.n, args.groups, args.block_size, progress=not args.json
+        )
+        for p in policies
+    ]
     if args.json:
-        print(json.dumps(res))
+        print(json.dumps(results[0] if len(results) == 1 else results))
     else:
         from rich.console import Console
         from rich.table import Table
 
         t = Table(title=f"airspace {args.split} ({path})")
-        for k in res:
-            t.add_column(k)
-        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in res.values()])
+        t.add_column("metric")
+        for r in results:
+            t.add_column(r["policy"], justify="right")
+        for k in results[0]:
+            if k != "policy":
+                t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
         Console().print(t)
     return 0
 
@@ -112,7 +111,9 @@ def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a model on a task")
     p.add_argument("task", choices=["airspace"])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
-    p.add_argument("--policy", default="threshold", choices=["ar", "threshold", "fixed", "edit"])
+    p.add_argument(
+        "--policy", default="threshold", help="ar, threshold, fixed or edit; several comma-separated: one column each"
+    )
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--block-size", type=int)
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
