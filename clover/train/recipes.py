@@ -43,7 +43,7 @@ class AirspaceRecipe:
     )
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            steps=6_000,
+            steps=7_000,
             lr=2e-3,
             warmup=200,
             block_size=32,
