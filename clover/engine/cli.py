@@ -47,7 +47,12 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int)
-    p.add_argument("--tools", choices=["airspace", "none"], default="none", help="offer the airspace tool set (chat)")
+    p.add_argument(
+        "--tools",
+        choices=["auto", "airspace", "none"],
+        default="auto",
+        help="tools offered in chat (auto: the airspace set for a model trained on it)",
+    )
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
 
 
@@ -67,8 +72,11 @@ def sampling_params(args: argparse.Namespace):
     )
 
 
-def _tools(args):
-    if args.tools != "airspace":
+def _tools(args, model=None):
+    """The tools offered in --chat: --tools airspace|none, or by default (auto) the airspace tool
+    set when the model was trained for it (the bundled default), so its first run calls tools."""
+    trained_for = ((model.config.extra or {}).get("recipe") if model is not None else None) == "airspace"
+    if args.tools == "none" or (args.tools == "auto" and not trained_for):
         return None
     from clover.data.tools import AIRSPACE_TOOLS
 
@@ -93,7 +101,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.chat:
         from clover.data.chat import render
 
-        text = render([{"role": "user", "content": text}], tools=_tools(args), add_generation_prompt=True)
+        text = render([{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True)
     engine = Engine(model, tokenizer)
     out = None
     try:
@@ -132,7 +140,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(args.model, args.threads)
     if tokenizer is None:
         raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
-    return run_chat(model, tokenizer, params, tools=_tools(args), system=args.system)
+    return run_chat(model, tokenizer, params, tools=_tools(args, model), system=args.system)
 
 
 def register(sub) -> None:

@@ -92,3 +92,15 @@ def test_bench_context_writes_its_figures(tmp_path, capsys):
     for k in ("clover_ms_per_token", "attention_ms_per_token", "clover_cache_bytes", "attention_cache_bytes"):
         assert len(fig[k]) == 2
     assert fig["clover_cache_bytes"][1] < fig["attention_cache_bytes"][1]
+
+
+def test_chat_offers_the_airspace_tools_only_to_a_model_trained_for_them():
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    m = CloverForBlockDiffusion(preset("tiny"))
+    args = argparse.Namespace(tools="auto")
+    assert clover.engine.cli._tools(args, m) is None
+    m.config.extra = {"recipe": "airspace"}  # as the bundled default records it
+    assert clover.engine.cli._tools(args, m) == AIRSPACE_TOOLS
+    assert clover.engine.cli._tools(argparse.Namespace(tools="none"), m) is None
+    assert clover.engine.cli._tools(argparse.Namespace(tools="airspace"), None) == AIRSPACE_TOOLS
