@@ -24,6 +24,40 @@ def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
         (out / "training.json").write_text(json.dumps(extra, indent=1))
 
 
+def apply_overrides(recipe, over: dict, where: str) -> None:
+    """``{"train": {...}, "model": {...}}`` onto a recipe; unknown fields are refused by name."""
+    from dataclasses import fields
+
+    from clover.train.objective import MaskingConfig
+
+    if not isinstance(over, dict) or set(over) - {"train", "model"}:
+        raise SystemExit(f"clover: {where}: expected an object with 'train' and/or 'model' sections")
+    known = {f.name for f in fields(recipe.train)}
+    for k, v in over.get("train", {}).items():
+        if k not in known:
+            raise SystemExit(f"clover: {where}: unknown train field {k!r}; known: {sorted(known)}")
+        setattr(recipe.train, k, MaskingConfig(**v) if k == "masking" else v)
+    bad = sorted(set(over.get("model", {})) - set(recipe.model))
+    if bad:
+        raise SystemExit(f"clover: {where}: unknown model field(s) {bad}; known: {sorted(recipe.model)}")
+    recipe.model.update(over.get("model", {}))
+
+
+def init_weights(model, src_dir: Path) -> None:
+    """Start from a trained model's weights (same shape), with a fresh optimizer and schedule."""
+    from clover.model.io import CheckpointError, load_model
+
+    try:
+        src = load_model(src_dir)
+    except (CheckpointError, FileNotFoundError) as e:
+        raise SystemExit(f"clover: --init-from: {e}") from None
+    a, b = src.config.to_dict(), model.config.to_dict()
+    diff = sorted(k for k in set(a) | set(b) if k != "extra" and a.get(k) != b.get(k))
+    if diff:
+        raise SystemExit(f"clover: --init-from {src_dir}: its config differs from the recipe's in {diff}")
+    model.load_state_dict(src.state_dict())
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer
     from clover.model import CloverForBlockDiffusion
@@ -34,24 +68,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     rank, world = setup_distributed()
+    if args.recipe not in RECIPES:
+        raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
     if args.config:
-        over = json.loads(Path(args.config).read_text())
-        for k, v in over.get("train", {}).items():
-            setattr(recipe.train, k, v)
-        recipe.model.update(over.get("model", {}))
+        apply_overrides(recipe, json.loads(Path(args.config).read_text()), args.config)
     if args.steps:
         recipe.train.steps = args.steps
     run = Path(args.out)
     run.mkdir(parents=True, exist_ok=True)
     if (run / "tokenizer.json").exists():
         tok = CloverTokenizer.load(run)  # a resumed run keeps its tokenizer
+    elif args.init_from:
+        tok = CloverTokenizer.load(args.init_from)  # the weights' own tokenizer
     else:
         tok = build_default_tokenizer(recipe.tokenizer_vocab)
-        if rank == 0:
-            tok.save(run)
+    if rank == 0 and not (run / "tokenizer.json").exists():
+        tok.save(run)
     torch.manual_seed(recipe.train.seed)
     model = CloverForBlockDiffusion(recipe.model_config(tok))
+    if args.init_from:
+        init_weights(model, Path(args.init_from))
     counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)
@@ -79,6 +116,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         res = {"val_loss": tot / n}
         if args.export:
             record = {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], **counts, "train": asdict(cfg)}
+            if args.init_from:
+                record["init_from"] = str(args.init_from)
             _export(m, tok, Path(args.export), record, rank)
         return res
 
@@ -107,6 +146,7 @@ def register(sub) -> None:
     p.add_argument("--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}}")
     p.add_argument("--steps", type=int, help="total optimiser steps")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    p.add_argument("--init-from", help="start from this model directory's weights (fresh optimizer and schedule)")
     p.add_argument("--export", help="also write the model + tokenizer here at every evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true")
