@@ -44,13 +44,45 @@ PREFIXES = ("North", "South", "East", "West", "Upper", "Lower", "Old", "New", "C
 # fmt: on
 
 
+# Coined words: in train, half of the entity words are made-up words, so that the names in
+# the answers cannot be recalled from a small vocabulary of names and must be copied from the
+# message (the held-out words of validation and test are real words the model never saw).
+COINED_SHARE = 0.5
+_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "r", "s", "st", "t",
+           "tr", "v", "w", "z")  # fmt: skip
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
+_CODAS = ("", "", "", "n", "r", "l", "k", "s", "th", "x", "m", "nd", "rt")
+
+
+@functools.cache
+def _pool_words() -> frozenset:
+    return frozenset(w.lower() for items in (PLACES, NATO, CITIES, OBJECTS, PREFIXES) for x in items for w in x.split())
+
+
+def coined_word(rng: random.Random) -> str:
+    """A pronounceable made-up word (lowercase) that is no word of any entity pool."""
+    while True:
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((1, 2, 2, 3))))
+        w += rng.choice(_CODAS)
+        if len(w) >= 3 and w not in _pool_words():
+            return w
+
+
+def _entity_word(rng: random.Random, items: tuple, split: str) -> str:
+    """A word of ``split``'s pool, or (train only, ``COINED_SHARE``) a coined one in the pool's style."""
+    if split == "train" and rng.random() < COINED_SHARE:
+        w = coined_word(rng)
+        return w if items is OBJECTS else w.capitalize()
+    return rng.choice(_pool(items, split))
+
+
 def heldout_words(split: str) -> list[str]:
     """The entity words only ``split`` uses (each zone name / target holds at least one)."""
     return [*_pool(PLACES, split), *_pool(NATO, split), *_pool(CITIES, split), *_pool(OBJECTS, split)]
 
 
 def zone_name(rng: random.Random, split: str) -> str:
-    place, nato, city = (rng.choice(_pool(x, split)) for x in (PLACES, NATO, CITIES))
+    place, nato, city = (_entity_word(rng, x, split) for x in (PLACES, NATO, CITIES))
     name = rng.choice(
         [
             f"{rng.choice(PREFIXES)} {place}",
@@ -67,7 +99,7 @@ def zone_name(rng: random.Random, split: str) -> str:
 
 
 def target_name(rng: random.Random, split: str) -> str:
-    obj, place, city = (rng.choice(_pool(x, split)) for x in (OBJECTS, PLACES, CITIES))
+    obj, place, city = (_entity_word(rng, x, split) for x in (OBJECTS, PLACES, CITIES))
     return rng.choice(
         [
             f"{obj} {rng.randint(1, 99)}",

@@ -201,3 +201,24 @@ def test_score_tool_calls():
     assert not corpus.score_tool_calls([{"name": "f", "arguments": {"x": "1"}}], [{"name": "f", "arguments": {"x": 1}}])
     openai = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1.0, "y": "a"}'}}]
     assert corpus.score_tool_calls(openai, a[:1])
+
+
+def test_train_coins_entity_words_that_no_pool_holds():
+    """Half of the train entity words are made up (names must be copied, not recalled); they
+    never collide with a pool word of any split, and validation/test never coin."""
+    import random
+
+    from clover.data import phrasing
+
+    rng = random.Random(0)
+    words = {phrasing.coined_word(rng) for _ in range(2000)}
+    assert len(words) > 1500 and not words & phrasing._pool_words()
+    pool = {w.lower() for s in corpus.SPLITS for x in corpus.heldout_words(s) for w in x.split()}
+    for split in ("validation", "test"):
+        for _ in range(200):
+            name = phrasing.zone_name(rng, split)
+            known = pool | phrasing._pool_words() | {"zone"}
+            assert all(w.lower() in known or not w.isalpha() for w in name.replace("-", " ").split()), name
+    coined = [phrasing.zone_name(rng, "train") for _ in range(400)]
+    fresh = [z for z in coined if any(w.lower() not in phrasing._pool_words() and w.isalpha() for w in z.split())]
+    assert 0.3 < len(fresh) / len(coined) < 0.95
