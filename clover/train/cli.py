@@ -93,7 +93,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if world > 1:
         model = shard_model(model)
     val_source = airspace_source(tok, recipe, "validation", seed=99)
-    val_batches = [val_source(i) for i in range(4)]
+    val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]  # the full mix, past the curriculum
     cfg = recipe.train
 
     def evaluate(m, step):
