@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
 
 
 def init_weights(model, src_dir: Path) -> None:
-    """Start from a trained model's weights (same shape), with a fresh optimizer and schedule."""
+    """Start from a trained model's weights, with a fresh optimizer and schedule. Every tensor
+    must match in name and shape; config fields that change no shape (RoPE settings, say) may
+    differ: they are listed, and the run's own config is what gets trained and saved."""
     from clover.model.io import CheckpointError, load_model
 
     try:
@@ -53,9 +56,12 @@ def init_weights(model, src_dir: Path) -> None:
         raise SystemExit(f"clover: --init-from: {e}") from None
     a, b = src.config.to_dict(), model.config.to_dict()
     diff = sorted(k for k in set(a) | set(b) if k != "extra" and a.get(k) != b.get(k))
-    if diff:
+    ours, theirs = model.state_dict(), src.state_dict()
+    if set(ours) != set(theirs) or any(ours[k].shape != theirs[k].shape for k in ours):
         raise SystemExit(f"clover: --init-from {src_dir}: its config differs from the recipe's in {diff}")
-    model.load_state_dict(src.state_dict())
+    if diff:
+        print(f"clover: --init-from {src_dir}: same tensors, but these config fields change: {diff}", file=sys.stderr)
+    model.load_state_dict(theirs)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
