@@ -29,6 +29,7 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
     save_file(tensors, tmp, metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600: a saved model must be readable like any other file
     os.replace(tmp, path)
 
 

@@ -50,7 +50,9 @@ def test_sampling_seed_is_reproducible(client):
 
 
 def test_text_completions_plain_stream_and_stop(client):
-    kw = dict(model="clover", prompt="Zone Alpha is", max_tokens=16)
+    # a raw ChatML prompt: the model answers it (a bare phrase may end at once with EOS)
+    prompt = "<|im_start|>user\nhow is drone 17 doing?<|im_end|>\n<|im_start|>assistant\n"
+    kw = dict(model="clover", prompt=prompt, max_tokens=16)
     r = client.completions.create(**kw)
     text = r.choices[0].text
     assert r.object == "text_completion" and r.usage.completion_tokens > 0
