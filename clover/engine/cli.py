@@ -89,14 +89,19 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text)
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from clover.engine import Engine, Finished, TextDelta
-
+def _setup(args: argparse.Namespace):
+    """Checked decoding settings (a clear exit on a bad one), then the model and tokenizer."""
     try:
         params = sampling_params(args)
     except ValueError as e:
         raise SystemExit(f"clover: {e}") from None
-    model, tokenizer = load_model_and_tokenizer(args.model, args.threads)
+    return (params, *load_model_and_tokenizer(args.model, args.threads))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from clover.engine import Engine, Finished, TextDelta
+
+    params, model, tokenizer = _setup(args)
     text = args.prompt
     if args.chat:
         from clover.data.chat import render
@@ -133,11 +138,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from clover.engine.chat_ui import run_chat
 
-    try:
-        params = sampling_params(args)
-    except ValueError as e:
-        raise SystemExit(f"clover: {e}") from None
-    model, tokenizer = load_model_and_tokenizer(args.model, args.threads)
+    params, model, tokenizer = _setup(args)
     if tokenizer is None:
         raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
     return run_chat(model, tokenizer, params, tools=_tools(args, model), system=args.system)

@@ -150,6 +150,7 @@ class CloverForBlockDiffusion(nn.Module):
         blks: torch.Tensor,
         block_size: int | None = None,
         logits_at: torch.Tensor | None = None,
+        return_hidden: bool = False,
     ) -> TrainOutput:
         """The training forward (design §3): the clean stream over whole sequences and the noisy
         stream as a set of blocks.
@@ -160,7 +161,7 @@ class CloverForBlockDiffusion(nn.Module):
         Only blocks that carry loss need to be given: a block left out costs nothing, and a
         block whose noisy tokens equal its clean ones would give the clean stream's output.
         Returns outputs ``[N, bs, ·]`` (row i of a block predicts its token i), or the logits
-        ``[M, V]`` at the True entries of ``logits_at [N, bs]``.
+        ``[M, V]`` at the True entries of ``logits_at [N, bs]`` (no logits if return_hidden).
         """
         bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
         self._check_tokens(x0)
@@ -194,7 +195,10 @@ class CloverForBlockDiffusion(nn.Module):
             hidden = torch.cat([prev[:, None], hn[:, :-1]], 1)
         else:
             hidden = hn
-        logits = self.head(hidden[logits_at] if logits_at is not None else hidden)
+        if return_hidden:
+            logits = None
+        else:
+            logits = self.head(hidden[logits_at] if logits_at is not None else hidden)
         k = self.config.num_experts_per_tok
         aux = torch.stack([balance_loss(st, k) for st in stats]).mean()
         return TrainOutput(logits, hidden, aux, torch.stack(stats))
@@ -215,7 +219,7 @@ class CloverForBlockDiffusion(nn.Module):
         xt_blocks = F.pad(xt, (0, nb * bs - T), value=self.config.pad_token_id or 0).reshape(B * nb, bs)
         rows = torch.arange(B, device=x0.device).repeat_interleave(nb)
         blks = torch.arange(nb, device=x0.device).repeat(B)
-        out = self.forward_blocks(x0, valid, xt_blocks, rows, blks, bs, logits_at=None)
+        out = self.forward_blocks(x0, valid, xt_blocks, rows, blks, bs, return_hidden=return_hidden)
         hidden = out.hidden.reshape(B, nb * bs, -1)[:, :T]
         logits = None if return_hidden else out.logits.reshape(B, nb * bs, -1)[:, :T]
         return TrainOutput(logits, hidden, out.aux_loss, out.router_stats)

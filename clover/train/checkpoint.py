@@ -25,6 +25,13 @@ def _opts(gather_to_rank0: bool = True):
     return StateDictOptions(full_state_dict=True, cpu_offload=gather_to_rank0)
 
 
+def gather_model_state(model) -> dict:
+    """The model's weights as full CPU tensors (FSDP2: every rank calls, rank 0 receives them)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_opts())
+
+
 def gather_state(model, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Model and optimizer state as full CPU tensors keyed by parameter name. Under FSDP2 this
     gathers the shards (every rank must call it; rank 0 receives the tensors)."""

@@ -14,11 +14,10 @@ import torch
 def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
     """Write a model directory (weights, config, tokenizer, training record). Every rank calls
     it (FSDP2 gathers the weights); rank 0 writes."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     from clover.model.io import save_model
+    from clover.train.checkpoint import gather_model_state
 
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = gather_model_state(model)
     if rank == 0:
         save_model(model, out, state=state)
         tok.save(out)

@@ -76,7 +76,7 @@ def build_batch(
 
 def rows_of(batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
     """The sequences ``rows`` of a batch, with all their views (a data-parallel rank's share)."""
-    return {k: v[:, rows] if k in ("xt", "mask", "weight") else v[rows] for k, v in batch.items()}
+    return {k: v[:, rows] if v.dim() == 3 else v[rows] for k, v in batch.items()}  # [V, B, T] views
 
 
 def noisy_blocks(batch: dict[str, torch.Tensor], block_size: int) -> dict[str, torch.Tensor]:
