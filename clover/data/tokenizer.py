@@ -123,6 +123,17 @@ def train_tokenizer(
     return tok
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's): printable bytes stand for themselves, the others
+    for U+0100 onwards in byte order. Character → byte."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    rest = [b for b in range(256) if b not in keep]
+    return {chr(c): b for b, c in zip(keep + rest, keep + [256 + n for n in range(len(rest))])}
+
+
+_BYTE_OF = _byte_alphabet()
+
+
 def _token_str(v) -> str | None:
     return v.get("content") if isinstance(v, dict) else v if isinstance(v, str) else None
 
@@ -183,6 +194,15 @@ class CloverTokenizer:
         from clover.data.chat import tokenize_segments
 
         return tokenize_segments(self.encode, segments)
+
+    def token_bytes(self, i: int) -> bytes:
+        """The exact bytes token ``i`` stands for (a byte-level token may be part of a UTF-8 character)."""
+        piece = self.id_to_token(i)
+        if piece is None:
+            raise ValueError(f"token id {i} is outside the vocabulary")
+        if int(i) not in self.tok.get_added_tokens_decoder() and all(c in _BYTE_OF for c in piece):
+            return bytes(_BYTE_OF[c] for c in piece)
+        return self.decode([i]).encode("utf-8")  # added tokens and non-byte-level vocabularies
 
     def token_to_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)

@@ -15,6 +15,7 @@ _EXPORTS = {
     "RequestOutput": "clover.engine.outputs",
     "StepEvent": "clover.engine.outputs",
     "TextDelta": "clover.engine.outputs",
+    "TokenLogprob": "clover.engine.outputs",
     "SamplingParams": "clover.engine.params",
     "POLICIES": "clover.engine.policies",
     "Policy": "clover.engine.policies",
@@ -30,12 +31,13 @@ __all__ = [
     "SamplingParams",
     "StepEvent",
     "TextDelta",
+    "TokenLogprob",
     "register",
 ]
 
 if TYPE_CHECKING:
     from clover.engine.engine import Engine
-    from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent, TextDelta
+    from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent, TextDelta, TokenLogprob
     from clover.engine.params import SamplingParams
     from clover.engine.policies import POLICIES, Policy, register
 

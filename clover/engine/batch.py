@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from clover.engine.outputs import TokenLogprob
+from clover.engine.params import MAX_TOP_LOGPROBS
 from clover.engine.policies import Policy
 from clover.engine.request import Request
+from clover.engine.sampler import Choice
 from clover.model import ModelCache
 
 # per-row tensors, kept in the order of ``requests`` (and of the cache rows)
-ROW_TENSORS = ("x", "masked", "wanted", "need", "to_commit", "pending", "step", "edits")
+ROW_TENSORS = ("x", "masked", "wanted", "need", "to_commit", "pending", "step", "edits", "lp", "top_ids", "top_lp")
 ROW_SETTINGS = ("threshold", "steps", "max_edits", "stop_ids")
 
 
@@ -29,6 +32,11 @@ class Batch:
         self.wanted = z(torch.bool)  # generated positions the request needs (before max_tokens)
         self.need = z(torch.bool)  # wanted and not after a committed EOS (see refresh_need)
         self.to_commit = z(torch.long)  # a finished block waiting to be committed with the next pass
+        # log-probabilities of the block's tokens when they were chosen (for ``logprobs``)
+        self.lp = z(torch.float)
+        self.top_ids = torch.zeros(0, block_size, MAX_TOP_LOGPROBS, dtype=torch.long, device=device)
+        self.top_lp = torch.zeros(0, block_size, MAX_TOP_LOGPROBS, dtype=torch.float, device=device)
+        self.top = 0  # alternatives per token the rows ask for (the most of any row)
         r = lambda dtype: torch.zeros(0, dtype=dtype, device=device)  # noqa: E731
         self.pending = r(torch.bool)  # row has a block in to_commit
         self.step = r(torch.long)  # denoise passes so far in the active block
@@ -62,6 +70,9 @@ class Batch:
             "pending": torch.zeros(n, dtype=torch.bool, device=self.device),
             "step": torch.zeros(n, dtype=torch.long, device=self.device),
             "edits": torch.zeros(n, dtype=torch.long, device=self.device),
+            "lp": torch.zeros(n, self.bs, device=self.device),
+            "top_ids": torch.zeros(n, self.bs, MAX_TOP_LOGPROBS, dtype=torch.long, device=self.device),
+            "top_lp": torch.full((n, self.bs, MAX_TOP_LOGPROBS), -float("inf"), device=self.device),
             "threshold": self._vec([r.params.threshold for r in reqs], torch.float),
             "steps": self._vec([r.steps_per_block for r in reqs]),
             "max_edits": self._vec([r.params.max_edits for r in reqs]),
@@ -100,10 +111,15 @@ class Batch:
             self.allowed[i] = r.block_allowed()
 
     # -- a pass ----------------------------------------------------------------------------
-    def apply(self, tok: torch.Tensor, commit: torch.Tensor, edit: torch.Tensor) -> torch.Tensor:
+    def apply(self, choice: Choice, commit: torch.Tensor, edit: torch.Tensor) -> torch.Tensor:
         """Write the chosen tokens at committed and edited positions; returns what changed ``[R, bs]``."""
         changed = commit | edit
-        self.x = torch.where(changed, tok, self.x)
+        self.x = torch.where(changed, choice.tok, self.x)
+        self.lp = torch.where(changed, choice.logp, self.lp)
+        if choice.top_ids is not None:
+            k = choice.top_ids.shape[-1]
+            self.top_ids[..., :k] = torch.where(changed[..., None], choice.top_ids, self.top_ids[..., :k])
+            self.top_lp[..., :k] = torch.where(changed[..., None], choice.top_lp, self.top_lp[..., :k])
         self.masked &= ~commit
         if self.editing.any():
             self.edits += edit.sum(1)
@@ -120,6 +136,15 @@ class Batch:
         kinds = {id(r.policy): r.policy for r in self.requests}.values()
         self.policies = [(p, self._vec([r.policy is p for r in self.requests], torch.bool)[:, None]) for p in kinds]
         self.editing = self._vec([r.policy.edits for r in self.requests], torch.bool)
+        self.top = max([r.params.logprobs or 0 for r in self.requests], default=0)
+
+    def logprobs(self, r: int, need: list[bool], k: int) -> list[TokenLogprob]:
+        """Row ``r``'s needed positions: each token's log-probability and its ``k`` alternatives."""
+        keep = torch.tensor(need, device=self.device)
+        x, lp = self.x[r][keep].tolist(), self.lp[r][keep].tolist()
+        ids, tlp = self.top_ids[r][keep, :k].tolist(), self.top_lp[r][keep, :k].tolist()
+        return [TokenLogprob(t, p, [(i, q) for i, q in zip(a, b) if q > -float("inf")])
+                for t, p, a, b in zip(x, lp, ids, tlp)]  # fmt: skip
 
     def _wanted(self, reqs: list[Request]) -> torch.Tensor:
         i = self._positions(reqs)

@@ -144,9 +144,9 @@ class Engine:
         """Choose tokens, let each request's policy pick what to commit (or edit), apply it."""
         cand = batch.masked & batch.need  # masked positions still worth a token
         settled = ~batch.masked & batch.need & batch.editing[:, None]  # committed, may be edited
-        tok, conf, cur_p = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id)
+        ch = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id, batch.top)
         view = PassView(
-            tok, conf, cur_p, batch.x, cand, settled, batch.threshold,
+            ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
             steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
         )  # fmt: skip
         commit, edit = torch.zeros_like(cand), torch.zeros_like(cand)
@@ -154,7 +154,7 @@ class Engine:
             commit |= rows & policy.commit(view)
             if (e := policy.edit(view)) is not None:
                 edit |= rows & e
-        return self._step_events(batch, batch.apply(tok, commit, edit))
+        return self._step_events(batch, batch.apply(ch, commit, edit))
 
     def _step_events(self, batch: Batch, changed: torch.Tensor) -> list[Event]:
         """One ``StepEvent`` per request: the positions this pass set, absolute."""
@@ -181,7 +181,10 @@ class Engine:
         go_on = []
         for r, xs, nd in zip(done, batch.x[done].tolist(), batch.need[done].tolist()):
             req = batch.requests[r]
-            events += req.finish_block([t for t, n in zip(xs, nd) if n])
+            k = req.params.logprobs
+            events += req.finish_block(
+                [t for t, n in zip(xs, nd) if n], None if k is None else batch.logprobs(r, nd, k)
+            )
             if not req.finished:
                 go_on.append(r)
         if go_on:

@@ -6,6 +6,16 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class TokenLogprob:
+    """One generated token's log-probability when it was chosen, and the most likely alternatives
+    (``SamplingParams.logprobs`` of them) with theirs, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
 class RequestOutput:
     request_id: str
     prompt_ids: list[int]
@@ -14,6 +24,7 @@ class RequestOutput:
     finish_reason: str  # "stop" | "length" | "abort"
     # forward_passes, commit_passes, tokens, tpf, tokens_per_s, ttft_s, time_per_block_s, wall_s
     stats: dict = field(default_factory=dict)
+    logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
 
 
 @dataclass
@@ -34,6 +45,7 @@ class TextDelta:
     request_id: str
     token_ids: list[int]
     text: str
+    logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
 
 
 @dataclass

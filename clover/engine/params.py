@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from clover.engine.policies import POLICIES
 
+MAX_TOP_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
+
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
@@ -36,6 +38,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)  # stop strings (need a tokenizer); removed from the text
     stop_token_ids: list[int] | None = None  # added to the model's (and tokenizer's) EOS ids
     allowed: dict[int, list[int]] | None = None  # generated-position index -> allowed token ids
+    logprobs: int | None = None  # None: off; k: each generated token's log-probability and the top k (k <= 20)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -71,6 +74,8 @@ class SamplingParams:
                     problems.append(f"allowed: position {k!r} must be an integer >= 0 (index of a generated token)")
                 elif not isinstance(v, (list, tuple)) or not v or not all(_is_int(t) and t >= 0 for t in v):
                     problems.append(f"allowed[{k}] must be a non-empty list of token ids, got {v!r}")
+        if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS):
+            problems.append(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {self.logprobs!r}")
         if problems:
             raise ValueError("invalid sampling parameters: " + "; ".join(problems))
 

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from clover.engine.outputs import Event, Finished, RequestOutput, TextDelta
+from clover.engine.outputs import Event, Finished, RequestOutput, TextDelta, TokenLogprob
 from clover.engine.params import SamplingParams
 from clover.engine.policies import POLICIES
 from clover.engine.text import TextStream
@@ -35,6 +35,7 @@ class Request:
         self.block_start = len(prompt) // block_size * block_size
         self.gen_lo = len(prompt) - self.block_start  # first generated position inside the block
         self.output: RequestOutput | None = None
+        self.logprobs: list[TokenLogprob] | None = None if params.logprobs is None else []
         # statistics
         self.t_arrival = time.perf_counter()
         self.t_start: float | None = None  # joined a batch (prefill done)
@@ -62,16 +63,21 @@ class Request:
         first = self.n_generated - self.gen_lo  # generated index of block position 0
         return {i - first: ids for i, ids in self.allowed.items() if self.gen_lo <= i - first < self.block_size}
 
-    def finish_block(self, ids: list[int]) -> list[Event]:
-        """The active block is final: ``ids`` are its generated tokens (those this request needs)."""
+    def finish_block(self, ids: list[int], logprobs: list[TokenLogprob] | None = None) -> list[Event]:
+        """The active block is final: ``ids`` are its generated tokens (those this request needs),
+        ``logprobs`` theirs (when the request asks for them)."""
         now = time.perf_counter()
         self.blocks += 1
-        new_ids, delta = self.text.add(ids)
+        new_ids, delta = self.text.add(ids)  # new_ids: a prefix of ids (EOS, stop strings, max_tokens cut)
+        lps = None
+        if self.logprobs is not None:
+            lps = (logprobs or [])[: len(new_ids)]
+            self.logprobs += lps
         events: list[Event] = []
         if new_ids or delta:
             if self.t_first is None and new_ids:
                 self.t_first = now
-            events.append(TextDelta(self.id, new_ids, delta))
+            events.append(TextDelta(self.id, new_ids, delta, lps))
         if self.text.finish_reason is not None:
             events.append(self.finish(self.text.finish_reason, now))
         self.block_start += self.block_size
@@ -93,5 +99,6 @@ class Request:
             "wall_s": wall,
         }
         text = self.text.text if self.tokenizer is not None else None
-        self.output = RequestOutput(self.id, list(self.prompt), list(self.text.tokens), text, reason, stats)
+        lps = None if self.logprobs is None else self.logprobs[: self.n_generated]
+        self.output = RequestOutput(self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps)
         return Finished(self.id, self.output)

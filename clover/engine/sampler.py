@@ -5,23 +5,37 @@ the mask token is never produced unless a slot allows it. Greedy rows are done t
 sampled rows use their own ``torch.Generator`` (temperature, top-k, top-p) and draw once per
 position of the block each pass, so a seeded request is reproducible in any batch.
 The confidence is the probability of the chosen token under the distribution it came from.
+Log-probabilities (for ``logprobs``) are the model's, after constraints and before temperature,
+top-k and top-p (what OpenAI-style clients expect), over every position each pass.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from clover.engine.request import Request
 
 
-def choose(
-    logits: torch.Tensor, sel: torch.Tensor, x: torch.Tensor, requests: list[Request], allowed, mask_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """logits ``[R, bs, V]`` (modified in place), sel ``[R, bs]`` bool, x ``[R, bs]`` the block now.
+class Choice(NamedTuple):
+    tok: torch.Tensor  # [R, bs] chosen token (x where not selected)
+    conf: torch.Tensor  # [R, bs] its probability where selected, else -1
+    cur_p: torch.Tensor  # [R, bs] probability of the token now in x
+    logp: torch.Tensor  # [R, bs] log-probability of tok
+    top_ids: torch.Tensor | None  # [R, bs, top] the most likely tokens (None when top == 0)
+    top_lp: torch.Tensor | None  # [R, bs, top] their log-probabilities
 
-    Returns tok (x where not selected), conf (-1 where not selected) and cur_p (probability
-    of the token now in x), all ``[R, bs]``. Every position is computed (a few vector ops,
-    cheap next to the LM head that made the logits); ``sel`` only masks the result.
+
+def choose(
+    logits: torch.Tensor, sel: torch.Tensor, x: torch.Tensor, requests: list[Request], allowed, mask_id: int,
+    top: int = 0,
+) -> Choice:  # fmt: skip
+    """logits ``[R, bs, V]`` (modified in place), sel ``[R, bs]`` bool, x ``[R, bs]`` the block now,
+    ``top``: how many alternatives to report per position (the most any row asks for).
+
+    Every position is computed (a few vector ops, cheap next to the LM head that made the
+    logits); ``sel`` only masks the result.
     """
     lg = logits.to(torch.promote_types(logits.dtype, torch.float32))
     lg[..., mask_id] = -float("inf")
@@ -30,19 +44,20 @@ def choose(
             keep = lg[r, i, ids]
             lg[r, i] = -float("inf")
             lg[r, i, ids] = keep
-    tok, conf, cur_p = _greedy(lg, x)
+    lse = lg.logsumexp(-1, keepdim=True)
+    best, tok = lg.max(-1)
+    conf = (best - lse[..., 0]).exp()
+    cur_p = (lg.gather(-1, x[..., None])[..., 0] - lse[..., 0]).exp()
     for r, req in enumerate(requests):
         if req.generator is not None:
             tok[r], conf[r], cur_p[r] = _sample(lg[r], x[r], req)
-    return torch.where(sel, tok, x), conf.masked_fill(~sel, -1.0), cur_p
-
-
-def _greedy(logits: torch.Tensor, cur: torch.Tensor):
-    """logits ``[..., V]``, cur ``[...]`` → argmax token, its probability, p(cur)."""
-    lse = logits.logsumexp(-1)
-    top, tok = logits.max(-1)
-    cur_logit = logits.gather(-1, cur[..., None])[..., 0]
-    return tok, (top - lse).exp(), (cur_logit - lse).exp()
+    tok = torch.where(sel, tok, x)
+    logp = lg.gather(-1, tok[..., None])[..., 0] - lse[..., 0]
+    top_ids = top_lp = None
+    if top:
+        top_lp, top_ids = lg.topk(min(top, lg.shape[-1]), -1)
+        top_lp = top_lp - lse
+    return Choice(tok, conf.masked_fill(~sel, -1.0), cur_p, logp, top_ids, top_lp)
 
 
 def _sample(logits: torch.Tensor, cur: torch.Tensor, req: Request):

@@ -13,17 +13,17 @@ together.
 
 Each option must be exactly one token where it stands (after ``": "`` or the assistant
 header); anything else is refused with a clear message, because a slot is one position.
-The probability of the chosen option is p(option | context, every other token as decided),
-renormalised over the question's options, from one extra batched scoring pass in the engine
-thread (the engine's events do not carry confidences).
+Each answer's probabilities are those the engine chose from when it committed the slot:
+p(option | context, the answers committed before it), over the question's options (the slot
+is constrained to them). In ``joint`` mode the slots committed later see the earlier answers;
+no extra pass is spent on them (they come back as the request's ``logprobs``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-
-import torch
 
 from clover.data.chat import render
 from clover.data.decisions import (
@@ -35,7 +35,6 @@ from clover.data.decisions import (
     single_question,
 )
 from clover.engine import SamplingParams
-from clover.model import ModelCache
 
 MAX_QUESTIONS = 8
 
@@ -68,8 +67,9 @@ class Plan:
     def params(self) -> SamplingParams:
         allowed = {i: [t] for i, t in enumerate(self.forced) if t >= 0}
         allowed.update({s.index: list(s.option_ids) for s in self.slots})
+        k = max(len(s.option_ids) for s in self.slots)  # every option's probability comes back
         return SamplingParams(max_tokens=len(self.forced), block_size=self.block_size, allowed=allowed,
-                              stop_token_ids=[], **self.knobs)  # fmt: skip
+                              stop_token_ids=[], logprobs=k, **self.knobs)  # fmt: skip
 
     @property
     def blocks(self) -> int:
@@ -184,49 +184,19 @@ def plan_independent(tokenizer, config, group: DecisionGroup, block_size: int | 
 PLANS = {"joint": plan_joint, "independent": plan_independent}
 
 
-# -- scoring (engine thread) ---------------------------------------------------------------------
-@torch.inference_mode()
-def score(model, plans: list[Plan], generated: list[list[int]]) -> list[list[list[float]]]:
-    """Per plan, per slot: p(option | everything else as generated), over the slot's options.
-
-    One prefill per (plan, block) and one batched denoise pass for every slot of every plan:
-    row = that slot's block with only the slot masked.
-    """
-    cfg = model.config
-    dev = model.lm_head.weight.device
-    rows = []  # (plan index, slot index, prefix length, block tokens, position in block)
-    for pi, (plan, gen) in enumerate(zip(plans, generated)):
-        full = plan.prompt_ids + list(gen)
-        bs = plan.block_size
-        for si, s in enumerate(plan.slots):
-            a = len(plan.prompt_ids) + s.index
-            start = a // bs * bs
-            rows.append((pi, si, start, full[start : start + bs], a - start, bs))
-    out: list[list[list[float]]] = [[[] for _ in p.slots] for p in plans]
-    by_bs: dict[int, list] = {}
-    for r in rows:
-        by_bs.setdefault(r[5], []).append(r)
-    for bs, group in by_bs.items():
-        caches, prefixes = [], {}
-        for pi, _, start, *_ in group:
-            key = (pi, start)
-            if key not in prefixes:
-                ids = (plans[pi].prompt_ids + list(generated[pi]))[:start]
-                cache, _ = model.prefill(torch.tensor([ids], dtype=torch.long, device=dev), bs)
-                if cfg.shift_logits and cache.last_logits is None:
-                    cache.last_logits = torch.zeros(1, cfg.vocab_size, device=dev, dtype=model.lm_head.weight.dtype)
-                prefixes[key] = cache
-            caches.append(prefixes[key])
-        x = torch.full((len(group), bs), cfg.mask_token_id, dtype=torch.long, device=dev)
-        for r, (_, _, _, block, pos, _) in enumerate(group):
-            x[r, : len(block)] = torch.tensor(block, device=dev)
-            x[r, pos] = cfg.mask_token_id
-        cache = ModelCache.cat(caches)
-        logits = model.step(cache, denoise=x, block_size=bs)  # [R, bs, V]
-        for r, (pi, si, _, _, pos, _) in enumerate(group):
-            ids = torch.tensor(plans[pi].slots[si].option_ids, device=dev)
-            out[pi][si] = logits[r, pos, ids].float().softmax(-1).tolist()
-    return out
+# -- probabilities -------------------------------------------------------------------------------
+def probabilities(plans: list[Plan], outs) -> list[list[list[float]]]:
+    """Per plan, per slot: the option probabilities the engine chose from (its logprobs over the
+    slot's constrained set, so they sum to 1), in the question's option order."""
+    res = []
+    for plan, out in zip(plans, outs):
+        per_slot = []
+        for s in plan.slots:
+            lp = out.logprobs[s.index] if out.logprobs and s.index < len(out.logprobs) else None
+            top = dict(lp.top) if lp is not None else {}
+            per_slot.append([math.exp(top[t]) if t in top else 0.0 for t in s.option_ids])
+        res.append(per_slot)
+    return res
 
 
 # -- answers -------------------------------------------------------------------------------------
@@ -251,22 +221,18 @@ def decide_sync(engine, tokenizer, group: DecisionGroup, mode: str = "joint", bl
     t0 = time.perf_counter()
     plans = PLANS[mode](tokenizer, engine.model.config, group, block_size, knobs)
     outs = engine.generate_batch([p.prompt_ids for p in plans], [p.params() for p in plans])
-    t1 = time.perf_counter()
-    probs = score(engine.model, plans, [o.token_ids for o in outs])
-    return result(group, mode, plans, outs, probs, t0, t1, time.perf_counter())
+    return result(group, mode, plans, outs, t0, time.perf_counter())
 
 
-def result(group: DecisionGroup, mode: str, plans: list[Plan], outs, probs, t0: float, t1: float, t2: float) -> dict:
+def result(group: DecisionGroup, mode: str, plans: list[Plan], outs, t0: float, t1: float) -> dict:
     gen = [o.token_ids for o in outs]
     return {
         "mode": mode,
-        "answers": answers(group, plans, gen, probs),
+        "answers": answers(group, plans, gen, probabilities(plans, outs)),
         "block_size": plans[0].block_size,
         "blocks": max(p.blocks for p in plans),
         "timing": {
-            "wall_s": t2 - t0,
-            "decode_s": t1 - t0,
-            "score_s": t2 - t1,
+            "wall_s": t1 - t0,
             "requests": len(plans),
             "forward_passes": sum(o.stats.get("forward_passes", 0) for o in outs),
         },  # fmt: skip

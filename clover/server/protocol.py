@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
-from clover.engine import RequestOutput, SamplingParams, StepEvent
+from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.server.errors import APIError, bad_request, too_large
 from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
 
@@ -91,6 +91,15 @@ def completion_prompt(req: CompletionRequest, tokenizer, limits: Limits) -> list
     return tokenizer.encode(p)
 
 
+def logprobs_wanted(req: Sampling) -> int | None:
+    """Alternatives per token the client asks for (``None``: no logprobs)."""
+    if isinstance(req, ChatRequest):
+        if req.top_logprobs is not None and not req.logprobs:
+            raise bad_request("top_logprobs needs logprobs set to true", "top_logprobs")
+        return (req.top_logprobs or 0) if req.logprobs else None
+    return getattr(req, "logprobs", None)
+
+
 def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids: list[int] | None = None,
             max_tokens: int | None = None) -> Prepared:  # fmt: skip
     """Length checks and SamplingParams; every problem is an APIError (400 / 413)."""
@@ -115,7 +124,7 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
     knobs = {
         "block_size": req.block_size, "threshold": req.threshold, "policy": req.policy,
         "steps_per_block": req.steps_per_block, "temperature": req.temperature, "top_p": req.top_p,
-        "top_k": req.top_k, "seed": req.seed,
+        "top_k": req.top_k, "seed": req.seed, "logprobs": logprobs_wanted(req),
     }  # fmt: skip
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
@@ -130,7 +139,7 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
 
 def _param_of(message: str) -> str | None:
     for name in ("max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
-                 "top_k", "seed", "stop"):  # fmt: skip
+                 "top_k", "seed", "stop", "logprobs"):  # fmt: skip
         if name in message:
             return name
     return None
@@ -166,24 +175,65 @@ def finish_reason(out: RequestOutput, tool_calls: list) -> str:
     return "length" if out.finish_reason == "length" else "stop"
 
 
-def chat_response(rid: str, model: str, prep: Prepared, out: RequestOutput) -> dict:
+def chat_response(rid: str, model: str, prep: Prepared, out: RequestOutput, tokenizer) -> dict:
     content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools)
     message: dict = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason(out, calls),
+              "logprobs": chat_logprobs(out.logprobs, tokenizer)}  # fmt: skip
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(out, calls), "logprobs": None}],
-        "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+        "choices": [choice], "usage": usage(out), "clover": clover_stats(out, prep.block_size),
     }  # fmt: skip
 
 
-def completion_response(rid: str, model: str, prep: Prepared, out: RequestOutput) -> dict:
+def completion_response(rid: str, model: str, prep: Prepared, out: RequestOutput, tokenizer) -> dict:
+    choice = {"index": 0, "text": out.text or "", "finish_reason": finish_reason(out, []),
+              "logprobs": completion_logprobs(out.logprobs, tokenizer)}  # fmt: skip
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "text": out.text or "", "finish_reason": finish_reason(out, []), "logprobs": None}],
-        "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+        "choices": [choice], "usage": usage(out), "clover": clover_stats(out, prep.block_size),
     }  # fmt: skip
+
+
+# -- logprobs (each generated token's log-probability when the engine chose it) --------------------
+def _finite(lp: float) -> float:
+    return max(lp, -9999.0)  # JSON has no -inf
+
+
+def _token_entry(tokenizer, token_id: int, logprob: float) -> dict:
+    return {"token": tokenizer.decode([token_id]), "logprob": _finite(logprob),
+            "bytes": list(tokenizer.token_bytes(token_id))}  # fmt: skip
+
+
+def chat_logprobs(entries: list[TokenLogprob] | None, tokenizer) -> dict | None:
+    """OpenAI chat shape: ``{"content": [{token, logprob, bytes, top_logprobs}], "refusal": None}``."""
+    if entries is None:
+        return None
+    content = [
+        {**_token_entry(tokenizer, e.token_id, e.logprob),
+         "top_logprobs": [_token_entry(tokenizer, t, q) for t, q in e.top]}
+        for e in entries
+    ]  # fmt: skip
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(entries: list[TokenLogprob] | None, tokenizer, offset: int = 0) -> dict | None:
+    """Legacy completions shape: parallel lists, ``text_offset`` counted from ``offset`` (characters)."""
+    if entries is None:
+        return None
+    tokens = [tokenizer.decode([e.token_id]) for e in entries]
+    offsets = []
+    for t in tokens:
+        offsets.append(offset)
+        offset += len(t)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [_finite(e.logprob) for e in entries],
+        "top_logprobs": [{tokenizer.decode([t]): _finite(q) for t, q in e.top} for e in entries],
+        "text_offset": offsets,
+    }
 
 
 def step_record(ev: StepEvent, tokenizer) -> dict:

@@ -13,15 +13,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
-from clover.server.errors import APIError, bad_request, too_large
+from clover.server.errors import bad_request, too_large
 from clover.server.protocol import (
     AssistantStream,
     Prepared,
     as_api_error,
+    chat_logprobs,
     chat_prompt,
     chat_response,
     check_common,
     clover_stats,
+    completion_logprobs,
     completion_prompt,
     completion_response,
     finish_reason,
@@ -114,16 +116,22 @@ async def chat_completions(request: Request):
             (out,) = await s.wait([handle], request)
         except ClientGone:
             return Response(status_code=499)
-        return chat_response(handle.request_id, s.model_name, prep, out)
+        return chat_response(handle.request_id, s.model_name, prep, out, s.tokenizer)
     gen = _chat_stream(s, handle, prep, bool(opts and opts.include_usage), steps)
     return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def _chat_stream(s: ServerState, handle, prep: Prepared, include_usage: bool, steps: bool):
     rid, created = handle.request_id, int(time.time())
+    pending: list | None = [] if prep.params.logprobs is not None else None  # logprobs not yet sent
 
     def chunk(delta: dict | None = None, reason: str | None = None, **extra) -> str:
-        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]
+        choices = []
+        if delta is not None:  # a chunk's logprobs: those of the tokens committed since the last chunk
+            lp = chat_logprobs(pending, s.tokenizer) if pending else None
+            if pending:
+                pending.clear()
+            choices = [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": lp}]
         d = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": s.model_name,
              "choices": choices, **extra}  # fmt: skip
         if include_usage:
@@ -137,6 +145,8 @@ async def _chat_stream(s: ServerState, handle, prep: Prepared, include_usage: bo
             yield chunk(clover=start_record(prep, s.tokenizer))
         async for ev in handle.events():
             if isinstance(ev, TextDelta):
+                if pending is not None:
+                    pending += ev.logprobs or []
                 for d in stream.feed(ev.text):
                     yield chunk(d)
             elif isinstance(ev, StepEvent):
@@ -168,7 +178,7 @@ async def completions(request: Request):
             (out,) = await s.wait([handle], request)
         except ClientGone:
             return Response(status_code=499)
-        return completion_response(handle.request_id, s.model_name, prep, out)
+        return completion_response(handle.request_id, s.model_name, prep, out, s.tokenizer)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     return StreamingResponse(_text_stream(s, handle, prep, include_usage), media_type="text/event-stream",
                              headers=SSE_HEADERS)  # fmt: skip
@@ -176,9 +186,13 @@ async def completions(request: Request):
 
 async def _text_stream(s: ServerState, handle, prep: Prepared, include_usage: bool):
     rid, created = handle.request_id, int(time.time())
+    offset = 0  # characters of text sent so far (logprobs' text_offset)
 
-    def chunk(text: str | None, reason: str | None = None, **extra) -> str:
-        choices = [] if text is None else [{"index": 0, "text": text, "finish_reason": reason, "logprobs": None}]
+    def chunk(text: str | None, reason: str | None = None, logprobs=None, **extra) -> str:
+        choices = []
+        if text is not None:
+            lp = completion_logprobs(logprobs, s.tokenizer, offset) if logprobs is not None else None
+            choices = [{"index": 0, "text": text, "finish_reason": reason, "logprobs": lp}]
         d = {"id": rid, "object": "text_completion", "created": created, "model": s.model_name, "choices": choices,
              **extra}  # fmt: skip
         if include_usage:
@@ -187,8 +201,9 @@ async def _text_stream(s: ServerState, handle, prep: Prepared, include_usage: bo
 
     try:
         async for ev in handle.events():
-            if isinstance(ev, TextDelta) and ev.text:
-                yield chunk(ev.text)
+            if isinstance(ev, TextDelta) and (ev.text or ev.logprobs):
+                yield chunk(ev.text, logprobs=ev.logprobs)
+                offset += len(ev.text)
             elif isinstance(ev, Finished):
                 yield chunk("", finish_reason(ev.output, []), clover=clover_stats(ev.output, prep.block_size))
                 if include_usage:
@@ -228,12 +243,6 @@ async def decisions(request: Request):
         outs = await s.wait(handles, request)
     except ClientGone:
         return Response(status_code=499)
-    t1 = time.perf_counter()
-    gen = [o.token_ids for o in outs]
-    try:
-        probs = await s.aengine.call(lambda: dec.score(s.model, plans, gen))
-    except Exception as e:
-        raise APIError(500, f"scoring failed: {e}", type="server_error", code="engine_error") from None
-    body = dec.result(group, req.mode, plans, outs, probs, t0, t1, time.perf_counter())
+    body = dec.result(group, req.mode, plans, outs, t0, time.perf_counter())
     s.metrics.decisions.labels(req.mode).inc()
     return {"id": handles[0].request_id, "object": "clover.decisions", "model": s.model_name, **body}

@@ -84,11 +84,14 @@ class ChatRequest(Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
 
 class CompletionRequest(Sampling):
     prompt: str | list[str] | list[int]
     echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=5)
     suffix: str | None = None
 
 

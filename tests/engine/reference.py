@@ -13,8 +13,9 @@ from clover.engine.sampler import choose
 
 
 @torch.inference_mode()
-def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[list[int], str]:
-    """→ (generated token ids without EOS, finish reason "stop" | "length")."""
+def reference_decode(model, prompt: list[int], params: SamplingParams, with_logprobs: bool = False):
+    """→ (generated token ids without EOS, finish reason "stop" | "length"), plus each token's
+    log-probability when it was chosen if ``with_logprobs``."""
     cfg = model.config
     bs = params.block_size or cfg.block_size
     mask = cfg.mask_token_id
@@ -26,8 +27,13 @@ def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[
         gen = torch.Generator().manual_seed(params.seed)
     req = SimpleNamespace(generator=gen, params=params)
     out: list[int] = []
+    lps: list[float] = []
+
+    def done(reason: str):
+        return (out, reason, lps) if with_logprobs else (out, reason)
+
     if params.max_tokens == 0:
-        return out, "length"
+        return done("length")
     while True:
         seq = list(prompt) + out
         start = len(seq) // bs * bs  # the block holds the prompt tail first (rule 1)
@@ -41,6 +47,7 @@ def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[
             i - first_gen: torch.tensor(v) for i, v in (params.allowed or {}).items() if lo <= i - first_gen < bs
         }
         step = edits = 0
+        lp = torch.zeros(bs)
         while True:
             needed = wanted.clone()
             for i in range(bs):  # nothing after a committed EOS is needed
@@ -54,9 +61,10 @@ def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[
             x = torch.cat([x, block])[None]
             logits = model.forward_train(x, x, bs).logits[:, start : start + bs]  # [1, bs, V]
             settled = ~masked & needed & policy.edits
-            tok, conf, cur_p = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
+            ch = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
+            tok = ch.tok
             v = PassView(
-                tok, conf, cur_p, block[None], cand[None], settled[None],
+                tok, ch.conf, ch.cur_p, block[None], cand[None], settled[None],
                 torch.tensor([params.threshold], dtype=torch.float), torch.tensor([max(1, steps - step)]),
                 torch.tensor([params.max_edits - edits]),
             )  # fmt: skip
@@ -64,12 +72,14 @@ def reference_decode(model, prompt: list[int], params: SamplingParams) -> tuple[
             edit = policy.edit(v)
             edit = torch.zeros_like(commit) if edit is None else edit[0]
             block = torch.where(commit | edit, tok[0], block)
+            lp = torch.where(commit | edit, ch.logp[0], lp)
             masked = masked & ~commit
             edits += int(edit.sum())
             step += 1
-        for t in block[needed].tolist():
+        for t, p in zip(block[needed].tolist(), lp[needed].tolist()):
             if t in stop_ids:
-                return out, "stop"
+                return done("stop")
             out.append(t)
+            lps.append(p)
         if len(out) >= params.max_tokens:
-            return out, "length"
+            return done("length")

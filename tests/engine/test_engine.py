@@ -144,6 +144,8 @@ def test_step_events_show_every_generated_position_being_filled():
         (dict(top_p=0), "top_p"),
         (dict(temperature=-1), "temperature"),
         (dict(allowed={0: []}), "allowed"),
+        (dict(logprobs=21), "logprobs"),
+        (dict(logprobs=-1), "logprobs"),
     ],
 )
 def test_invalid_settings_are_refused(kwargs, match):
@@ -215,3 +217,40 @@ def test_async_stream_yields_the_same_events_as_stream():
     events = asyncio.run(collect())
     assert isinstance(events[-1], Finished)
     assert events[-1].output.token_ids == Engine(model).generate([1, 2, 3], params).token_ids
+
+
+def test_logprobs_are_batch_invariant_and_cover_exactly_the_output_tokens():
+    model = peaky_model(shift=False, seed=3)
+    ps, params = _mixed_requests(8)
+    for i, sp in enumerate(params):
+        sp.logprobs = None if i % 3 == 0 else i % 4
+    alone = [Engine(model).generate(p, sp) for p, sp in zip(ps, params)]
+    together = Engine(model, max_batch_size=8).generate_batch(ps, params)
+    for a, b, sp in zip(alone, together, params):
+        if sp.logprobs is None:
+            assert a.logprobs is None and b.logprobs is None
+            continue
+        assert [e.token_id for e in b.logprobs] == b.token_ids == a.token_ids
+        assert [e.logprob for e in b.logprobs] == pytest.approx([e.logprob for e in a.logprobs], abs=1e-5)
+        assert all(len(e.top) == sp.logprobs for e in b.logprobs)
+
+
+def test_logprobs_of_constrained_slots_are_over_the_allowed_tokens():
+    model = peaky_model(eos=None)
+    allowed = {0: [10, 11], 3: [20, 21, 22]}
+    out = Engine(model).generate(prompts([5])[0], SamplingParams(max_tokens=6, allowed=allowed, logprobs=5))
+    for i, ids in allowed.items():
+        e = out.logprobs[i]
+        assert sorted(t for t, _ in e.top) == sorted(ids)  # nothing outside the slot's set
+        assert sum(torch.tensor([q for _, q in e.top]).exp().tolist()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_stream_text_deltas_carry_the_logprobs_of_their_tokens():
+    model = peaky_model(eos=None)
+    evs = list(
+        Engine(model, tokenizer=CharTokenizer()).stream(prompts([3])[0], SamplingParams(max_tokens=20, logprobs=0))
+    )
+    deltas = [e for e in evs if isinstance(e, TextDelta)]
+    out = evs[-1].output
+    assert [e.token_id for d in deltas for e in d.logprobs] == out.token_ids
+    assert all(e.top == [] for e in out.logprobs)

@@ -32,3 +32,19 @@ def test_small_blocks_and_sampling_equal_reference(shift):
         outs = Engine(model).generate_batch(ps, params)
         for p, out in zip(ps, outs):
             assert (out.token_ids, out.finish_reason) == reference_decode(model, p, params)
+
+
+@pytest.mark.parametrize("policy", ["threshold", "ar", "edit"])
+def test_logprobs_equal_the_reference_decoders(policy):
+    model = peaky_model(shift=False, seed=4)
+    ps = prompts([3, 8, 13], seed=4)
+    params = SamplingParams(max_tokens=21, policy=policy, threshold=0.6, logprobs=3)
+    for p, out in zip(ps, Engine(model).generate_batch(ps, params)):
+        ref, reason, ref_lp = reference_decode(model, p, params, with_logprobs=True)
+        assert out.token_ids == ref and len(out.logprobs) == len(ref)
+        got = [e.logprob for e in out.logprobs]
+        assert got == pytest.approx(ref_lp, abs=1e-4)
+        for e in out.logprobs:  # the alternatives: most likely first, the greedy choice among them
+            lps = [q for _, q in e.top]
+            assert len(e.top) == 3 and lps == sorted(lps, reverse=True)
+            assert e.top[0][1] >= e.logprob - 1e-5 and e.logprob <= 0

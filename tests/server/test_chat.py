@@ -97,3 +97,37 @@ def test_health_and_metrics(server, client):
                  "clover_queue_depth", "clover_request_latency_seconds_bucket", "clover_generation_tokens_total",
                  "clover_time_to_first_token_seconds"):  # fmt: skip
         assert name in m, name
+
+
+def test_logprobs_in_chat_streamed_chat_and_completions(client, tokenizer):
+    import math
+
+    import openai
+    import pytest
+
+    kw = dict(model="clover", messages=MSG, max_tokens=20, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(**kw)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens > 0
+    text = b"".join(bytes(e.bytes) for e in content).decode("utf-8", "replace")  # a tiny random model: any bytes
+    assert text.strip() == r.choices[0].message.content
+    for e in content:
+        assert e.logprob <= 0
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and tops[0] >= e.logprob - 1e-5
+        assert sum(math.exp(t) for t in tops) <= 1 + 1e-4
+    streamed = [e for c in client.chat.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]  # fmt: skip
+    assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content]
+    plain = client.chat.completions.create(model="clover", messages=MSG, max_tokens=5)
+    assert plain.choices[0].logprobs is None
+    # legacy completions: parallel lists
+    prompt = "<|im_start|>user\nhow is drone 17 doing?<|im_end|>\n<|im_start|>assistant\n"
+    c = client.completions.create(model="clover", prompt=prompt, max_tokens=12, logprobs=2)
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == c.usage.completion_tokens
+    assert all(len(t) <= 2 for t in lp.top_logprobs) and lp.text_offset[0] == 0
+    with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+        client.chat.completions.create(model="clover", messages=MSG, max_tokens=4, top_logprobs=2)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="clover", messages=MSG, max_tokens=4, logprobs=True, top_logprobs=21)
