@@ -64,9 +64,11 @@ class DecoderLayer(nn.Module):
         if noisy is None:
             h, stats = self._ffn(hc + yc, valid)
             return h, None, stats
-        both = torch.cat([(hc + yc).reshape(-1, H), (hn + yn).reshape(-1, H)])  # one MoE call for both streams
-        h, stats = self._ffn(both, torch.cat([valid.reshape(-1), valid_n.reshape(-1)]))
-        return h[: B * T].reshape(B, T, H), h[B * T :].reshape(hn.shape), stats
+        rc, rn = hc + yc, hn + yn
+        both = torch.cat([rc.reshape(-1, H), rn.reshape(-1, H)])  # one MoE call for both streams
+        y, stats = self.mlp(self.post_attention_layernorm(both), torch.cat([valid.reshape(-1), valid_n.reshape(-1)]))
+        # residuals added per stream: fresh tensors, not views of one (FSDP2 warns on views)
+        return rc + y[: B * T].reshape(B, T, H), rn + y[B * T :].reshape(hn.shape), stats
 
     def forward_step(self, h, rope, cache, lengths, n_commit, block_size):
         x = self.input_layernorm(h)
