@@ -28,11 +28,15 @@ def evaluate_airspace(
     block_size: int | None = None,
     batch_size: int = 16,
     progress: bool = True,
+    errors: list | None = None,
 ) -> dict:
+    """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
+    (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
+    ``corpus.field_scores``). Failed tool-call turns are appended to ``errors`` when given."""
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
-    from clover.data.corpus import gold_calls, load_split, score_tool_calls
+    from clover.data.corpus import field_scores, gold_calls, load_split, score_tool_calls
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
 
@@ -50,7 +54,18 @@ def evaluate_airspace(
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
     wall = time.perf_counter() - t0
-    ok = [score_tool_calls(parse_assistant(o.text or "")[1], gold_calls(e)) for o, e in zip(outs, exs)]
+    ok, kinds, fields = [], {}, {}
+    for o, e in zip(outs, exs):
+        pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
+        ok.append(score_tool_calls(pred, gold))
+        k = kinds.setdefault(e["kind"], [0, 0])
+        k[0], k[1] = k[0] + ok[-1], k[1] + 1
+        for f, (right, total) in field_scores(pred, gold).items():
+            r = fields.setdefault(f, [0, 0])
+            r[0], r[1] = r[0] + right, r[1] + total
+        if errors is not None and not ok[-1]:
+            errors.append({"policy": policy, "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
+                           "text": o.text})  # fmt: skip
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
         for o, g in zip(outs[len(exs) :], groups)
@@ -68,6 +83,8 @@ def evaluate_airspace(
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),
         "wall_s": wall,
+        "by_kind": {k: r / t for k, (r, t) in sorted(kinds.items())},
+        "fields": {f: r / t for f, (r, t) in sorted(fields.items(), key=lambda kv: kv[1][0] / kv[1][1])},
     }
 
 
@@ -84,12 +101,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
+    errors: list | None = [] if args.errors else None
     results = [
         evaluate_airspace(
-            model, tok, args.split, p, args.threshold, args.n, args.groups, args.block_size, progress=not args.json
-        )
+            model,
+            tok,
+            args.split,
+            p,
+            args.threshold,
+            args.n,
+            args.groups,
+            args.block_size,
+            progress=not args.json,
+            errors=errors,
+        )  # fmt: skip
         for p in policies
     ]
+    if args.errors:
+        with open(args.errors, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
     else:
@@ -101,9 +131,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             t.add_column(r["policy"], justify="right")
         for k in results[0]:
-            if k != "policy":
+            if k not in ("policy", "by_kind", "fields"):
                 t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
         Console().print(t)
+        w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
+        w.add_column("")
+        for r in results:
+            w.add_column(r["policy"], justify="right")
+        for group in ("by_kind", "fields"):
+            for k in results[0][group]:
+                w.add_row(f"{'kind' if group == 'by_kind' else 'field'}: {k}",
+                          *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])  # fmt: skip
+        Console().print(w)
     return 0
 
 
@@ -121,4 +160,5 @@ def register(sub) -> None:
     p.add_argument("--groups", type=int, default=50, help="decision groups")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
     p.set_defaults(func=cmd_eval)

@@ -21,6 +21,18 @@ def test_eval_reports_each_policy_on_the_bundled_model():
     assert ar["tpf"] <= 1.0  # one token per forward at most
 
 
+def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
+    errors = tmp_path / "errors.jsonl"
+    r = _eval("--policy", "ar", "--n", "4", "--errors", str(errors))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert {"tool", "call_count"} <= set(res["fields"]) and all(0 <= v <= 1 for v in res["fields"].values())
+    assert sum(res["by_kind"].values()) >= 0 and set(res["by_kind"]) <= {"tool_call", "compound"}
+    lines = [json.loads(x) for x in errors.read_text().splitlines()]
+    assert len(lines) == round(4 * (1 - res["exact_match"]))
+    assert all({"message", "gold", "predicted", "text"} <= set(x) for x in lines)
+
+
 def test_eval_refuses_an_unknown_policy():
     r = _eval("--policy", "beam")
     assert r.returncode != 0 and "unknown policy" in r.stderr

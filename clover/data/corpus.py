@@ -455,6 +455,41 @@ def gold_calls(ex: dict, turn: int = 0) -> list[dict]:
     return [plain_call(c) for c in turns[turn].get("tool_calls") or []] if turn < len(turns) else []
 
 
+def field_scores(pred_calls: list[dict], gold_calls: list[dict]) -> dict[str, list[int]]:
+    """Where a miss comes from, as ``{field: [right, total]}``: ``tool`` (each gold call has a
+    predicted call of its name; each predicted call serves once, the best-agreeing first), every
+    gold argument by its key (the matched call has the same value), ``no_extra_args`` (the
+    matched call adds no argument the gold lacks) and ``call_count``."""
+    pred = [plain_call(c) for c in pred_calls]
+    out: dict[str, list[int]] = {}
+
+    def add(field: str, right: bool) -> None:
+        r = out.setdefault(field, [0, 0])
+        r[0] += int(right)
+        r[1] += 1
+
+    free = list(range(len(pred)))
+    for g in map(plain_call, gold_calls):
+        args = g["arguments"] if isinstance(g["arguments"], dict) else {}
+        same = [i for i in free if pred[i]["name"] == g["name"]]
+        agree = lambda i: sum(_norm(_args(pred[i]).get(k)) == _norm(v) for k, v in args.items())  # noqa: E731
+        m = max(same, key=agree) if same else None
+        add("tool", m is not None)
+        got = _args(pred[m]) if m is not None else {}
+        for k, v in args.items():
+            add(k, k in got and _norm(got[k]) == _norm(v))
+        if m is not None:
+            free.remove(m)
+            add("no_extra_args", set(got) <= set(args))
+    add("call_count", len(pred) == len(gold_calls))
+    return out
+
+
+def _args(call: dict) -> dict:
+    a = call.get("arguments")
+    return a if isinstance(a, dict) else {}
+
+
 def _norm(v):
     """Hashable canonical form: numbers as floats (1 == 1.0); bools, strings, None kept apart."""
     if isinstance(v, bool) or v is None or isinstance(v, str):
