@@ -16,8 +16,6 @@ import argparse
 import time
 from collections import defaultdict
 
-import torch
-
 from clover.bench import print_table, set_threads, write_json
 from clover.engine import Engine, SamplingParams
 from clover.engine.bench import _airspace_cases
@@ -41,10 +39,34 @@ OP_KINDS = [
     (("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::einsum"), "matmul"),
     (("aten::_scaled_dot_product", "aten::scaled_dot_product"), "attention kernel (SDPA)"),
     (("aten::linalg_solve_triangular",), "triangular solve (delta rule)"),
-    (("aten::softmax", "aten::_softmax", "aten::logsumexp", "aten::log_softmax", "aten::topk", "aten::max",
-      "aten::sort", "aten::argsort"), "softmax / top-k / sort"),  # fmt: skip
-    (("aten::cat", "aten::index", "aten::index_add", "aten::gather", "aten::scatter", "aten::copy_",
-      "aten::clone", "aten::contiguous", "aten::where", "aten::masked_fill"), "copies, gathers, where"),  # fmt: skip
+    (
+        (
+            "aten::softmax",
+            "aten::_softmax",
+            "aten::logsumexp",
+            "aten::log_softmax",
+            "aten::topk",
+            "aten::max",
+            "aten::sort",
+            "aten::argsort",
+        ),
+        "softmax / top-k / sort",
+    ),  # fmt: skip
+    (
+        (
+            "aten::cat",
+            "aten::index",
+            "aten::index_add",
+            "aten::gather",
+            "aten::scatter",
+            "aten::copy_",
+            "aten::clone",
+            "aten::contiguous",
+            "aten::where",
+            "aten::masked_fill",
+        ),
+        "copies, gathers, where",
+    ),  # fmt: skip
 ]
 
 

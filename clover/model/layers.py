@@ -93,6 +93,11 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(E, H, I))
 
 
+# the dense expert path (``MoE._dense``): experts <= ratio × top-k and at most this many tokens
+DENSE_MAX_EXPERT_RATIO = 4
+DENSE_MAX_TOKENS = 512
+
+
 class MoE(nn.Module):
     """Softmax router, top-k renormalised, packed experts, sigmoid-gated shared expert."""
 
@@ -113,8 +118,24 @@ class MoE(nn.Module):
         probs = logits.float().softmax(-1)
         top_w, top_i = probs.topk(self.gate.top_k, -1)  # [N, k]
         top_w = (top_w / top_w.sum(-1, keepdim=True)).to(h.dtype)
+        if self.num_experts <= DENSE_MAX_EXPERT_RATIO * self.gate.top_k and h.shape[0] <= DENSE_MAX_TOKENS:
+            out = self._dense(h, top_w, top_i)
+        else:
+            out = self._grouped(h, top_w, top_i)
+        out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
+        # routing statistics for the Switch-style balance loss E · Σ_e f_e · P_e; returned as
+        # sums so a data-parallel trainer can combine them over ranks before forming the loss
+        flat_i = top_i.reshape(-1)
+        if real is not None:
+            keep = real.reshape(-1)
+            flat_i, probs = top_i[keep].reshape(-1), probs[keep]
+        counts = torch.bincount(flat_i, minlength=self.num_experts).float()  # tokens routed to e
+        stats = torch.stack([counts, probs.sum(0)])  # [2, E]; row 1 carries the gradient
+        return out.reshape(shape), stats
+
+    def _grouped(self, h: torch.Tensor, top_w: torch.Tensor, top_i: torch.Tensor) -> torch.Tensor:
+        """Tokens grouped by expert: one matmul per expert that got any token (the reference)."""
         out = torch.zeros_like(h)
-        # group tokens by expert: one matmul per expert that got any token
         flat_i = top_i.reshape(-1)
         order = flat_i.argsort(stable=True)
         counts = torch.bincount(flat_i, minlength=self.num_experts).tolist()
@@ -129,15 +150,16 @@ class MoE(nn.Module):
             y = F.linear(F.silu(gate) * up, self.experts.down_proj[e]) * w[start : start + c, None]
             out.index_add_(0, idx, y.to(out.dtype))
             start += c
-        out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
-        # routing statistics for the Switch-style balance loss E · Σ_e f_e · P_e; returned as
-        # sums so a data-parallel trainer can combine them over ranks before forming the loss
-        if real is not None:
-            keep = real.reshape(-1)
-            flat_i, probs = top_i[keep].reshape(-1), probs[keep]
-        counts = torch.bincount(flat_i, minlength=self.num_experts).float()  # tokens routed to e
-        stats = torch.stack([counts, probs.sum(0)])  # [2, E]; row 1 carries the gradient
-        return out.reshape(shape), stats
+        return out
+
+    def _dense(self, h: torch.Tensor, top_w: torch.Tensor, top_i: torch.Tensor) -> torch.Tensor:
+        """Every expert on every token, unselected ones weighted 0: a few batched matmuls and no
+        host sync. Worth it only when experts are few next to top-k and tokens are few (small
+        models' decode passes), where the grouped loop's per-expert overhead dominates."""
+        w = torch.zeros(h.shape[0], self.num_experts, dtype=h.dtype, device=h.device).scatter(1, top_i, top_w)
+        gate, up = torch.matmul(h, self.experts.gate_up_proj.transpose(1, 2)).chunk(2, -1)  # [E, N, I]
+        y = torch.matmul(F.silu(gate) * up, self.experts.down_proj.transpose(1, 2))  # [E, N, H]
+        return torch.einsum("enh,ne->nh", y, w)
 
 
 def balance_loss(stats: torch.Tensor, top_k: int) -> torch.Tensor:

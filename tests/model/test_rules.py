@@ -172,3 +172,26 @@ def test_forward_blocks_refuses_bad_indices():
         m.forward_blocks(x0, None, x0[:, :4], torch.tensor([0]), torch.tensor([2]), 4)
     with pytest.raises(ValueError, match="noisy blocks"):
         m.forward_blocks(x0, None, x0[:, :3], torch.tensor([0]), torch.tensor([0]), 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_experts_equal_the_grouped_reference(dtype):
+    """The dense expert path (few experts, few tokens) == one matmul per expert, incl. gradients."""
+    from clover.model.layers import DENSE_MAX_EXPERT_RATIO
+
+    model = make_model()
+    moe = next(m for m in model.modules() if m.__class__.__name__ == "MoE").to(dtype)
+    assert moe.num_experts <= DENSE_MAX_EXPERT_RATIO * moe.gate.top_k  # the test model takes the dense path
+    torch.manual_seed(0)
+    for p in moe.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    for n in (1, 7, 64):
+        h = torch.randn(n, moe.gate.weight.shape[1], dtype=dtype, requires_grad=True)
+        w, i = torch.nn.functional.linear(h, moe.gate.weight).float().softmax(-1).topk(moe.gate.top_k, -1)
+        w = (w / w.sum(-1, keepdim=True)).to(dtype)
+        a, b = moe._dense(h, w, i), moe._grouped(h, w, i)
+        tol = 1e-5 if dtype == torch.float32 else 3e-2
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+        (ga,) = torch.autograd.grad(a.float().square().sum(), h, retain_graph=True)
+        (gb,) = torch.autograd.grad(b.float().square().sum(), h)
+        torch.testing.assert_close(ga, gb, atol=10 * tol, rtol=10 * tol)
