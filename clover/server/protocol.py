@@ -39,6 +39,7 @@ class Prepared:
     prefill: str = ""  # assistant text already placed in the prompt (tool_choice required / named)
     parse_tools: bool = False
     block_size: int = 0
+    max_calls: int | None = None  # parallel_tool_calls=false: 1
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -56,6 +57,13 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
+    fmt = (req.response_format or {}).get("type", "text")
+    if fmt != "text":
+        raise bad_request(
+            f"response_format {fmt!r} is not supported: Clover does not constrain output to a JSON schema; "
+            "use tools (the answer comes back as tool_calls with JSON arguments) or {'type': 'text'}",
+            "response_format",
+        )
     choice = req.tool_choice or "auto"
     prefill = ""
     if isinstance(choice, NamedToolChoice):
@@ -160,11 +168,12 @@ def clover_stats(out: RequestOutput, block_size: int) -> dict:
     return {"type": "stats", "block_size": block_size, **{k: out.stats[k] for k in keys if k in out.stats}}
 
 
-def assistant_message(text: str, parse_tools: bool) -> tuple[str | None, list[dict]]:
+def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None) -> tuple[str | None, list[dict]]:
     """Full assistant text (prefill included) → (content, OpenAI tool_calls)."""
     if not parse_tools:
         return text.strip(), []
     content, calls = parse_assistant(text)
+    calls = calls[:max_calls]
     tool_calls = openai_tool_calls(calls, [new_id("call") for _ in calls])
     return (content or None) if tool_calls else content, tool_calls
 
@@ -176,7 +185,7 @@ def finish_reason(out: RequestOutput, tool_calls: list) -> str:
 
 
 def chat_response(rid: str, model: str, prep: Prepared, out: RequestOutput, tokenizer) -> dict:
-    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools)
+    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls)
     message: dict = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
@@ -259,9 +268,10 @@ class AssistantStream:
     once its ``</tool_call>`` is final; ``finish`` flushes what only the end decides.
     """
 
-    def __init__(self, prefill: str, parse_tools: bool):
+    def __init__(self, prefill: str, parse_tools: bool, max_calls: int | None = None):
         self.text = prefill
         self.parse_tools = parse_tools
+        self.max_calls = max_calls
         self.content = ""  # content sent so far
         self.calls: list[dict] = []  # tool calls sent so far (OpenAI shape)
 
@@ -288,6 +298,7 @@ class AssistantStream:
 
     def _calls(self, calls: list[dict]) -> list[dict]:
         out = []
+        calls = calls[: self.max_calls]
         for call in openai_tool_calls(calls[len(self.calls) :], [new_id("call") for _ in calls[len(self.calls) :]]):
             out.append({"tool_calls": [{"index": len(self.calls), **call}]})
             self.calls.append(call)

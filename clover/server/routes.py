@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from clover.data.chat import TOOL_CLOSE
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
@@ -108,6 +109,9 @@ async def chat_completions(request: Request):
         req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
     )
     prep.prefill, prep.parse_tools = prefill, parse_tools
+    if parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
+        prep.max_calls = 1
+        prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
     opts = req.stream_options
     steps = bool(req.stream and opts and opts.include_steps)
     (handle,) = s.submit([(prep.prompt_ids, prep.params)], "chatcmpl", steps=steps)
@@ -138,7 +142,7 @@ async def _chat_stream(s: ServerState, handle, prep: Prepared, include_usage: bo
             d.setdefault("usage", None)
         return _sse(d)
 
-    stream = AssistantStream(prep.prefill, prep.parse_tools)
+    stream = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls)
     try:
         yield chunk({"role": "assistant", "content": ""})
         if steps:

@@ -86,6 +86,8 @@ class ChatRequest(Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    parallel_tool_calls: bool | None = None  # false: at most one tool call per turn
+    response_format: dict | None = None  # only {"type": "text"}: Clover does not constrain output to JSON
 
 
 class CompletionRequest(Sampling):

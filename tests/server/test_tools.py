@@ -49,6 +49,32 @@ def test_streamed_tool_calls(forced):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
+def test_parallel_tool_calls_false_gives_one_call_and_stops_after_it(forced):
+    engine, client = forced
+    second = '<tool_call>{"name": "get_drone_status", "arguments": {"drone_id": "D-4"}}</tool_call>'
+    engine.force(CALL + "\n" + second)
+    kw = dict(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, parallel_tool_calls=False)
+    r = client.chat.completions.create(**kw)
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["recall_drone"]
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.usage.completion_tokens < len(engine.tokenizer.encode(CALL + "\n" + second))  # stopped after the first
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    deltas = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert [d.function.name for d in deltas] == ["recall_drone"]
+    both = client.chat.completions.create(**{**kw, "parallel_tool_calls": True})
+    assert len(both.choices[0].message.tool_calls) == 2
+
+
+def test_response_format_json_is_refused_clearly(forced):
+    _, client = forced
+    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+        with pytest.raises(openai.BadRequestError, match="response_format") as e:
+            client.chat.completions.create(model="clover", messages=MSG, response_format=fmt)
+        assert e.value.body["param"] == "response_format"
+    r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 def test_tool_result_turn(forced, tokenizer):
     engine, client = forced
     engine.force("Drone D-17 is returning to base.")
