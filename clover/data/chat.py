@@ -93,12 +93,13 @@ def tools_block(tools: list[dict], with_descriptions: bool = False) -> str:
 
 # -- rendering ----------------------------------------------------------------------------------
 def content_text(m: dict) -> str:
-    """A message's text; OpenAI content parts are concatenated, dicts (tool results) dumped as JSON."""
+    """A message's text; OpenAI text parts are joined by newlines (as vLLM does), dicts (tool
+    results) dumped as JSON."""
     c = m.get("content")
     if c is None:
         return ""
     if isinstance(c, list):
-        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in c)
+        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in c)
     if isinstance(c, dict):
         return json.dumps(c, ensure_ascii=False)
     return str(c)

@@ -77,6 +77,12 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         prefill = TOOL_OPEN
     if choice == "none":
         tools = None
+    for i, m in enumerate(req.messages):
+        for part in m.content if isinstance(m.content, list) else []:
+            kind = part.get("type", "text") if isinstance(part, dict) else "text"
+            if kind != "text":
+                raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
+                                  "text only", f"messages.{i}.content")  # fmt: skip
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
     return text, prefill, bool(tools)

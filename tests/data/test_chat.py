@@ -99,6 +99,11 @@ def test_parse_is_robust():
     assert chat.parse_assistant("<tool_call>[1, 2]</tool_call>")[1] == []
 
 
+def test_openai_text_parts_are_joined_by_newlines():
+    m = {"role": "user", "content": [{"type": "text", "text": "recall"}, {"type": "text", "text": "drone 17"}]}
+    assert chat.content_text(m) == "recall\ndrone 17"
+
+
 def test_arbitrary_tool_schemas_render():
     tools = [
         {

@@ -59,6 +59,11 @@ def test_unknown_model(server, client):
         ({"stop": [""]}, "stop"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": AIRSPACE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages.0.content",
+        ),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ],
 )
 def test_bad_parameters(server, extra, param):
