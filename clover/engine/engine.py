@@ -21,7 +21,7 @@ from clover.engine.params import SamplingParams
 from clover.engine.policies import PassView
 from clover.engine.request import Request
 from clover.engine.runner import Runner
-from clover.engine.sampler import choose
+from clover.engine.sampler import adjust_logits, choose
 from clover.engine.scheduler import Scheduler
 from clover.engine.text import tokenizer_eos_ids
 from clover.model import CloverForBlockDiffusion
@@ -144,6 +144,11 @@ class Engine:
         """Choose tokens, let each request's policy pick what to commit (or edit), apply it."""
         cand = batch.masked & batch.need  # masked positions still worth a token
         settled = ~batch.masked & batch.need & batch.editing[:, None]  # committed, may be edited
+        for r, req in enumerate(batch.requests):  # penalties and logit_bias (only rows that ask)
+            if req.counts is not None:
+                done = ~batch.masked[r] & batch.wanted[r]  # generated positions committed in this block
+                now = req.counts + torch.bincount(batch.x[r][done], minlength=len(req.counts))
+                adjust_logits(logits[r], req.params, now, req.bias)
         ch = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id, batch.top)
         view = PassView(
             ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
@@ -210,11 +215,19 @@ class Engine:
         for i, ids in (params.allowed or {}).items():
             if max(ids) >= V:
                 raise ValueError(f"allowed[{i}] has token id {max(ids)} outside the vocabulary of {V}")
+        if params.logit_bias and max(params.logit_bias) >= V:
+            raise ValueError(f"logit_bias has token id {max(params.logit_bias)} outside the vocabulary of {V}")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need an engine with a tokenizer")
         stop_ids = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer)) | set(params.stop_token_ids or [])
         rid = uuid.uuid4().hex if rid is None else str(rid)
-        return Request(rid, prompt, params, bs, stop_ids, self.tokenizer, self.runner.device)
+        req = Request(rid, prompt, params, bs, stop_ids, self.tokenizer, self.runner.device)
+        if params.adjusts_logits:
+            req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
+            if params.logit_bias:
+                req.bias = torch.zeros(V, device=self.runner.device)
+                req.bias[list(params.logit_bias)] = torch.tensor(list(params.logit_bias.values()), dtype=torch.float)
+        return req
 
     def _account(self, events: list[Event], t0: float) -> None:
         for ev in events:

@@ -39,6 +39,9 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None  # added to the model's (and tokenizer's) EOS ids
     allowed: dict[int, list[int]] | None = None  # generated-position index -> allowed token ids
     logprobs: int | None = None  # None: off; k: each generated token's log-probability and the top k (k <= 20)
+    presence_penalty: float = 0.0  # subtracted from the logit of every token already generated (-2..2)
+    frequency_penalty: float = 0.0  # subtracted once per earlier occurrence of the token (-2..2)
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit (-100..100)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -76,9 +79,24 @@ class SamplingParams:
                     problems.append(f"allowed[{k}] must be a non-empty list of token ids, got {v!r}")
         if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS):
             problems.append(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {self.logprobs!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not _is_num(v) or not -2 <= v <= 2:
+                problems.append(f"{name} must lie in [-2, 2], got {v!r}")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict) or not all(
+                _is_int(k) and k >= 0 and _is_num(v) and -100 <= v <= 100 for k, v in self.logit_bias.items()
+            ):
+                problems.append(
+                    f"logit_bias must map token ids >= 0 to numbers in [-100, 100], got {self.logit_bias!r}"
+                )
         if problems:
             raise ValueError("invalid sampling parameters: " + "; ".join(problems))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def adjusts_logits(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)

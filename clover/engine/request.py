@@ -36,6 +36,8 @@ class Request:
         self.gen_lo = len(prompt) - self.block_start  # first generated position inside the block
         self.output: RequestOutput | None = None
         self.logprobs: list[TokenLogprob] | None = None if params.logprobs is None else []
+        self.counts: torch.Tensor | None = None  # [V] committed tokens so far (penalties), set by the engine
+        self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector
         # statistics
         self.t_arrival = time.perf_counter()
         self.t_start: float | None = None  # joined a batch (prefill done)
@@ -69,6 +71,8 @@ class Request:
         now = time.perf_counter()
         self.blocks += 1
         new_ids, delta = self.text.add(ids)  # new_ids: a prefix of ids (EOS, stop strings, max_tokens cut)
+        if self.counts is not None and new_ids:
+            self.counts += torch.bincount(torch.tensor(new_ids, device=self.counts.device), minlength=len(self.counts))
         lps = None
         if self.logprobs is not None:
             lps = (logprobs or [])[: len(new_ids)]

@@ -27,6 +27,17 @@ class Choice(NamedTuple):
     top_lp: torch.Tensor | None  # [R, bs, top] their log-probabilities
 
 
+def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """In place, one request's logits ``[n, V]``: + logit_bias, - presence_penalty for every token
+    generated so far, - frequency_penalty per earlier occurrence (``counts [V]``: committed tokens)."""
+    adj = torch.zeros_like(logits[0]) if bias is None else bias.to(logits.dtype).clone()
+    if params.presence_penalty:
+        adj -= params.presence_penalty * (counts > 0).to(logits.dtype)
+    if params.frequency_penalty:
+        adj -= params.frequency_penalty * counts.to(logits.dtype)
+    logits += adj
+
+
 def choose(
     logits: torch.Tensor, sel: torch.Tensor, x: torch.Tensor, requests: list[Request], allowed, mask_id: int,
     top: int = 0,

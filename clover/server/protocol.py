@@ -139,6 +139,8 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
         "block_size": req.block_size, "threshold": req.threshold, "policy": req.policy,
         "steps_per_block": req.steps_per_block, "temperature": req.temperature, "top_p": req.top_p,
         "top_k": req.top_k, "seed": req.seed, "logprobs": logprobs_wanted(req),
+        "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
+        "logit_bias": _logit_bias(req.logit_bias, limits.vocab_size),
     }  # fmt: skip
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
@@ -151,9 +153,24 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
     return Prepared(list(prompt_ids), params, block_size=req.block_size or limits.block_size)
 
 
+def _logit_bias(bias: dict[str, float] | None, vocab_size: int) -> dict[int, float] | None:
+    if not bias:
+        return None
+    out = {}
+    for k, v in bias.items():
+        if not str(k).isdigit() or (vocab_size and int(k) >= vocab_size):
+            raise bad_request(
+                f"logit_bias key {k!r} is not a token id of this model (0..{vocab_size - 1})", "logit_bias"
+            )
+        if not -100 <= v <= 100:
+            raise bad_request(f"logit_bias[{k}] = {v} is outside [-100, 100]", "logit_bias")
+        out[int(k)] = float(v)
+    return out
+
+
 def _param_of(message: str) -> str | None:
     for name in ("max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
-                 "top_k", "seed", "stop", "logprobs"):  # fmt: skip
+                 "top_k", "seed", "stop", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):  # fmt: skip
         if name in message:
             return name
     return None

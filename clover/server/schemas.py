@@ -68,6 +68,9 @@ class Sampling(_Open):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=0)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = Field(None, max_length=1024)  # token id (as a string) -> bias
     stop: str | list[str] | None = Field(None, max_length=16)
     n: int | None = 1
     stream: bool = False

@@ -9,7 +9,7 @@ import torch
 
 from clover.engine import SamplingParams
 from clover.engine.policies import POLICIES, PassView
-from clover.engine.sampler import choose
+from clover.engine.sampler import adjust_logits, choose
 
 
 @torch.inference_mode()
@@ -60,6 +60,16 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
             x = torch.tensor(seq[:start], dtype=torch.long)
             x = torch.cat([x, block])[None]
             logits = model.forward_train(x, x, bs).logits[:, start : start + bs]  # [1, bs, V]
+            if params.adjusts_logits:  # penalties count every generated token committed so far
+                V = logits.shape[-1]
+                counts = torch.bincount(torch.tensor(out + block[~masked & wanted].tolist(), dtype=torch.long),
+                                        minlength=V)  # fmt: skip
+                bias = None
+                if params.logit_bias:
+                    bias = torch.zeros(V)
+                    for t, b in params.logit_bias.items():
+                        bias[t] = b
+                adjust_logits(logits[0], params, counts, bias)
             settled = ~masked & needed & policy.edits
             ch = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
             tok = ch.tok

@@ -146,6 +146,8 @@ def test_step_events_show_every_generated_position_being_filled():
         (dict(allowed={0: []}), "allowed"),
         (dict(logprobs=21), "logprobs"),
         (dict(logprobs=-1), "logprobs"),
+        (dict(presence_penalty=3), "presence_penalty"),
+        (dict(logit_bias={1: 200}), "logit_bias"),
     ],
 )
 def test_invalid_settings_are_refused(kwargs, match):

@@ -48,3 +48,17 @@ def test_logprobs_equal_the_reference_decoders(policy):
             lps = [q for _, q in e.top]
             assert len(e.top) == 3 and lps == sorted(lps, reverse=True)
             assert e.top[0][1] >= e.logprob - 1e-5 and e.logprob <= 0
+
+
+@pytest.mark.parametrize("policy", ["threshold", "ar"])
+def test_penalties_and_logit_bias_equal_the_reference_decoders(policy):
+    model = peaky_model(shift=False, seed=5, eos=None)
+    ps = prompts([3, 8, 13], seed=5)
+    plain = SamplingParams(max_tokens=24, policy=policy, threshold=0.6)
+    params = SamplingParams(max_tokens=24, policy=policy, threshold=0.6, presence_penalty=1.5,
+                            frequency_penalty=0.7, logit_bias={9: 5.0, 11: -100.0})  # fmt: skip
+    outs = Engine(model).generate_batch(ps, [params, plain, params])
+    for p, out, sp in zip(ps, outs, [params, plain, params]):
+        assert out.token_ids == reference_decode(model, p, sp)[0]
+    assert 11 not in outs[0].token_ids + outs[2].token_ids  # banned by its bias
+    assert Engine(model).generate(ps[0], plain).token_ids != outs[0].token_ids  # the knobs do something

@@ -131,3 +131,21 @@ def test_logprobs_in_chat_streamed_chat_and_completions(client, tokenizer):
         client.chat.completions.create(model="clover", messages=MSG, max_tokens=4, top_logprobs=2)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="clover", messages=MSG, max_tokens=4, logprobs=True, top_logprobs=21)
+
+
+def test_logit_bias_and_penalties_are_applied(client, tokenizer):
+    import openai
+    import pytest
+
+    kw = dict(model="clover", messages=MSG, max_tokens=16)
+    base = client.chat.completions.create(**kw, logprobs=True)
+    first = base.choices[0].logprobs.content[0]
+    tid = tokenizer.encode(first.token)
+    if len(tid) == 1:  # ban the first token the model chose: it must change
+        banned = client.chat.completions.create(**kw, logprobs=True, logit_bias={str(tid[0]): -100})
+        assert all(e.token != first.token for e in banned.choices[0].logprobs.content)
+    pen = client.chat.completions.create(**kw, presence_penalty=2.0, frequency_penalty=2.0)
+    assert pen.choices[0].finish_reason in ("stop", "length")
+    for bad in ({"logit_bias": {"abc": 1}}, {"logit_bias": {"999999": 1}}, {"presence_penalty": 3}):
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(**kw, **bad)
