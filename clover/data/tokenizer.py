@@ -204,6 +204,28 @@ class CloverTokenizer:
             return bytes(_BYTE_OF[c] for c in piece)
         return self.decode([i]).encode("utf-8")  # added tokens and non-byte-level vocabularies
 
+    def categories(self) -> tuple[list[str], list[int]]:
+        """(names, category index per token id): ``digit``, ``word`` (letters), ``markup`` (special
+        and added tokens: JSON fragments, tool names, tool tags), ``end`` (EOS / pad),
+        ``other`` (spaces, punctuation). For losses by kind of token (copying shows in digits, words)."""
+        names = ["digit", "word", "markup", "end", "other"]
+        end = set(self.eos_token_ids) | {self.pad_token_id}
+        added = set(self.tok.get_added_tokens_decoder())
+        cats = []
+        for i in range(self.vocab_size):
+            piece = self.decode([i]).strip()
+            if i in end:
+                cats.append(3)
+            elif i in added:
+                cats.append(2)
+            elif piece.isdigit():
+                cats.append(0)
+            elif piece.isalpha():
+                cats.append(1)
+            else:
+                cats.append(4)
+        return names, cats
+
     def token_to_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 

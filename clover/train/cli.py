@@ -66,7 +66,7 @@ def init_weights(model, src_dir: Path) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer
     from clover.model import CloverForBlockDiffusion
-    from clover.train.objective import block_loss, build_batch
+    from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source
     from clover.train.trainer import Trainer, setup_distributed, shard_model
 
@@ -100,10 +100,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     val_source = airspace_source(tok, recipe, "validation", seed=99)
     val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]  # the full mix, past the curriculum
     cfg = recipe.train
+    cat_names, cats = tok.categories()
+    cats = torch.tensor(cats)
 
     def evaluate(m, step):
         m.eval()
         tot, n = 0.0, 0
+        ce_sum, ce_n = torch.zeros(len(cat_names), dtype=torch.float64), torch.zeros(len(cat_names))
         with torch.no_grad():
             for i, vb in enumerate(val_batches):
                 b = build_batch(
@@ -115,12 +118,22 @@ def cmd_train(args: argparse.Namespace) -> int:
                     cfg.masking,
                     torch.Generator().manual_seed(i),
                 )
-                tot += float(block_loss(m, b, cfg.block_size, cfg.masking)[0])
+                loss, ce, _ = block_loss(m, b, cfg.block_size, cfg.masking)
+                tot += float(loss)
                 n += 1
+                nb = noisy_blocks(b, cfg.block_size)
+                kind = cats[nb["y"][nb["mask"]]]  # the same masked positions, in the same order as ce
+                ce_sum.index_add_(0, kind, ce.double())
+                ce_n.index_add_(0, kind, torch.ones_like(ce))
         m.train()
-        res = {"val_loss": tot / n}
+        # mean cross-entropy of the masked tokens by kind: copying shows up in digits and words
+        res = {
+            "val_loss": tot / n,
+            "val_ce": {c: float(ce_sum[k] / ce_n[k]) for k, c in enumerate(cat_names) if ce_n[k]},
+        }
         if args.export:
-            record = {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], **counts, "train": asdict(cfg)}
+            record = {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
+                      "train": asdict(cfg)}  # fmt: skip
             if args.init_from:
                 record["init_from"] = str(args.init_from)
             _export(m, tok, Path(args.export), record, rank)

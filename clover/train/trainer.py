@@ -212,10 +212,7 @@ class Trainer:
                         log.write(json.dumps({"step": self.step, "eval": res, "time": time.time()}) + "\n")
                         log.flush()
                     if res:
-                        bar.write(
-                            f"step {self.step}: "
-                            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items())
-                        )
+                        bar.write(f"step {self.step}: " + _figures(res))
                 if self.run_dir and (self.step % cfg.ckpt_every == 0 or self.step in (cfg.steps, until)):
                     self.save()
         finally:
@@ -223,3 +220,14 @@ class Trainer:
             if log:
                 log.close()
         return self.history
+
+
+def _figures(res: dict) -> str:
+    """``val_loss=0.61, val_ce=(digit 0.31, word 1.2)`` for the progress line."""
+
+    def one(v):
+        if isinstance(v, dict):
+            return "(" + ", ".join(f"{k} {one(x)}" for k, x in v.items()) + ")"
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{k}={one(v)}" for k, v in res.items())

@@ -188,3 +188,16 @@ def test_training_is_deterministic_and_small():
     texts = [chat.render(e["messages"], e["tools"]) for e in corpus.generate("train", 200, seed=1)]
     a, b = train_tokenizer(texts, 1024), train_tokenizer(texts, 1024)
     assert a.get_vocab() == b.get_vocab() and a.get_vocab_size() <= 1024
+
+
+def test_token_categories_and_bytes():
+    from pathlib import Path
+
+    tok = CloverTokenizer.load(Path(__file__).parents[2] / "clover" / "assets" / "default")
+    names, cats = tok.categories()
+    kind = lambda text: names[cats[tok.encode(text)[0]]]  # noqa: E731
+    assert kind("7") == "digit" and kind("Alpha") == "word" and kind("<tool_call>") == "markup"
+    assert names[cats[tok.eos_token_id]] == "end" and kind(",") == "other" and len(cats) == tok.vocab_size
+    text = 'Zone Ålesund 2.5 km «é» <tool_call>{"name": "x"}'
+    assert b"".join(tok.token_bytes(i) for i in tok.encode(text)).decode() == text
+    assert [tok.token_bytes(i) for i in tok.encode("é")] in ([b"\xc3\xa9"], [b"\xc3", b"\xa9"])

@@ -23,6 +23,11 @@ def test_init_from_the_bundled_model_trains_checkpoints_and_exports(tmp_path):
     step = tmp_path / "run" / "step-00000002"
     assert (step / "model.safetensors").exists() and (step / "tokenizer.json").exists()  # a loadable model dir
     assert (tmp_path / "exp" / "tokenizer.json").read_text() == (BUNDLED / "tokenizer.json").read_text()
+    evals = [
+        json.loads(x)["eval"] for x in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines() if '"eval"' in x
+    ]
+    ce = evals[-1]["val_ce"]  # validation cross-entropy by kind of token
+    assert {"digit", "word", "markup", "end"} <= set(ce) and all(v > 0 for v in ce.values())
 
 
 def test_unknown_override_fields_are_refused_by_name(tmp_path):
