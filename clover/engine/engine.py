@@ -21,7 +21,7 @@ from clover.engine.params import SamplingParams
 from clover.engine.policies import PassView
 from clover.engine.request import Request
 from clover.engine.runner import Runner
-from clover.engine.sampler import adjust_logits, choose
+from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
 from clover.engine.scheduler import Scheduler
 from clover.engine.text import tokenizer_eos_ids
 from clover.model import CloverForBlockDiffusion
@@ -225,8 +225,7 @@ class Engine:
         if params.adjusts_logits:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
             if params.logit_bias:
-                req.bias = torch.zeros(V, device=self.runner.device)
-                req.bias[list(params.logit_bias)] = torch.tensor(list(params.logit_bias.values()), dtype=torch.float)
+                req.bias = logit_bias_vector(params.logit_bias, V, self.runner.device)
         return req
 
     def _account(self, events: list[Event], t0: float) -> None:

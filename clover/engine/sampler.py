@@ -27,6 +27,13 @@ class Choice(NamedTuple):
     top_lp: torch.Tensor | None  # [R, bs, top] their log-probabilities
 
 
+def logit_bias_vector(logit_bias: dict[int, float], vocab_size: int, device=None) -> torch.Tensor:
+    """``{token id: bias}`` as a ``[V]`` vector (zero elsewhere)."""
+    v = torch.zeros(vocab_size, device=device)
+    v[list(logit_bias)] = torch.tensor(list(logit_bias.values()), dtype=torch.float, device=device)
+    return v
+
+
 def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None) -> None:
     """In place, one request's logits ``[n, V]``: + logit_bias, - presence_penalty for every token
     generated so far, - frequency_penalty per earlier occurrence (``counts [V]``: committed tokens)."""

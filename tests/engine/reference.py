@@ -9,7 +9,7 @@ import torch
 
 from clover.engine import SamplingParams
 from clover.engine.policies import POLICIES, PassView
-from clover.engine.sampler import adjust_logits, choose
+from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
 
 
 @torch.inference_mode()
@@ -64,11 +64,7 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
                 V = logits.shape[-1]
                 counts = torch.bincount(torch.tensor(out + block[~masked & wanted].tolist(), dtype=torch.long),
                                         minlength=V)  # fmt: skip
-                bias = None
-                if params.logit_bias:
-                    bias = torch.zeros(V)
-                    for t, b in params.logit_bias.items():
-                        bias[t] = b
+                bias = logit_bias_vector(params.logit_bias, V) if params.logit_bias else None
                 adjust_logits(logits[0], params, counts, bias)
             settled = ~masked & needed & policy.edits
             ch = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
