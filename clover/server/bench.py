@@ -31,7 +31,8 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=100, help="decision groups of the test split")
     p.add_argument("--block-size", type=int, help="default: the model's, or the smallest that holds the answers")
     p.add_argument("--policy", default="threshold")
-    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--threshold", type=float, default=None,
+                   help="answer slots' commit threshold (default: /v1/decisions' own, clover.server.decisions.DEFAULT_THRESHOLD)")
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -48,7 +49,7 @@ def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) ->
     from clover.data.decisions import single_question
     from clover.server.decisions import decide_sync
 
-    knobs = {"policy": args.policy, "threshold": args.threshold}
+    knobs = {"policy": args.policy, **({} if args.threshold is None else {"threshold": args.threshold})}
     right_groups = right_q = n_q = 0
     wall = passes = 0.0
     blocks = {}
@@ -95,7 +96,10 @@ def run_decisions(args: argparse.Namespace) -> int:
     from clover.data.decisions import load_groups
     from clover.server.app import load_engine
 
+    from clover.server.decisions import DEFAULT_THRESHOLD
+
     set_threads(args.threads)
+    args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     try:
         engine = load_engine(args.model, max_batch_size=16)
     except FileNotFoundError as e:

@@ -4,9 +4,11 @@ The chat template and tool-call parsing are ``clover.data.chat`` (the one place 
 this module only decides what to render and how to phrase the answer in OpenAI's shapes.
 
 ``tool_choice``: ``none`` renders no tools and parses none; ``auto`` renders them and parses
-whatever calls come out; ``required`` puts ``<tool_call>`` in the prompt (prefilled as the start
-of the assistant turn); a named function prefills ``<tool_call>{"name": "NAME`` (cut before the
-closing quote, so the tokens are exactly those of the trained canonical call).
+whatever calls come out; a named function prefills ``<tool_call>{"name": "NAME`` (cut before the
+closing quote, so the tokens are exactly those of the trained canonical call); ``required``
+with one tool is that tool named; with several it prefills ``<tool_call>{"name": "`` and
+constrains the first generated token to the first tokens of the listed names (so the call
+starts like one of them; without a grammar the rest of a long name is the model's).
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ def check_common(req: Sampling, limits: Limits) -> None:
         )
 
 
-def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, bool]:
-    """→ (prompt text incl. prefill, prefill, parse tool calls?)."""
+NAME_OPEN = '{"name": "'
+
+
+def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, bool, list[int] | None]:
+    """→ (prompt text incl. prefill, prefill, parse tool calls?, allowed first generated tokens or None)."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
@@ -65,16 +70,21 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             "response_format",
         )
     choice = req.tool_choice or "auto"
-    prefill = ""
-    if isinstance(choice, NamedToolChoice):
-        name = choice.function.name
-        if not tools or name not in {t["function"]["name"] for t in tools}:
-            raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
-        prefill = f'{TOOL_OPEN}{{"name": "{name}'
-    elif choice == "required":
+    prefill, first = "", None
+    names = list(dict.fromkeys(t["function"]["name"] for t in tools or []))
+    if choice == "required":
         if not tools:
             raise bad_request("tool_choice 'required' needs a non-empty tools list", "tool_choice")
-        prefill = TOOL_OPEN
+        if len(names) == 1:
+            choice = NamedToolChoice(type="function", function={"name": names[0]})
+        else:
+            first = first_name_tokens(tokenizer, names)
+            prefill = TOOL_OPEN + (NAME_OPEN if first else "")
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in names:
+            raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+        prefill = f"{TOOL_OPEN}{NAME_OPEN}{name}"
     if choice == "none":
         tools = None
     for i, m in enumerate(req.messages):
@@ -85,7 +95,20 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
                                   "text only", f"messages.{i}.content")  # fmt: skip
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
-    return text, prefill, bool(tools)
+    return text, prefill, bool(tools), first
+
+
+def first_name_tokens(tokenizer, names: list[str]) -> list[int] | None:
+    """The token each name starts with right after ``<tool_call>{"name": "``, or None when the
+    tokenizer does not split there (then ``required`` prefills ``<tool_call>`` only)."""
+    base = tokenizer.encode(TOOL_OPEN + NAME_OPEN)
+    out = set()
+    for name in names:
+        e = tokenizer.encode(TOOL_OPEN + NAME_OPEN + name + '"')
+        if e[: len(base)] != base or len(e) == len(base):
+            return None
+        out.add(e[len(base)])
+    return sorted(out)
 
 
 def completion_prompt(req: CompletionRequest, tokenizer, limits: Limits) -> list[int]:

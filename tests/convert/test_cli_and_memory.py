@@ -151,6 +151,9 @@ def test_peak_memory_stays_near_one_layer_not_the_model(run):
         f"{'' if mem['reset'] else ' (peak counter not reset: upper bound)'}"
     )
     assert report["total_bytes"] >= 0.95 * total and n_shards >= 20 and len(report["files"]) > 10
-    assert extra < 0.25 * total  # 16 layers: a conversion holding the model would need ~1x
-    assert extra < 8 * largest
+    # One layer's tensors are ~1/16 of the total here; at the peak a layer is in memory with its
+    # calibration activations and whatever the allocator has not handed back yet (measured 0.20 to
+    # 0.26 of the total on different machines). A conversion holding the model needs >= 1x.
+    assert extra < 0.4 * total
+    assert extra < 12 * largest
     load_model(root / "big_out", dtype=torch.float32)  # and the result is a valid checkpoint

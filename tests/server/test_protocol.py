@@ -57,12 +57,15 @@ def test_tool_choice_prompts(tokenizer):
 
     lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
     base = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
-    text, prefill, parse = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
-    assert "<tools>" in text and prefill == "" and parse
-    text, prefill, parse = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "none"}), tokenizer, lim)
+    text, prefill, parse, first = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
+    assert "<tools>" in text and prefill == "" and parse and first is None
+    text, prefill, parse, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "none"}), tokenizer, lim)
     assert "<tools>" not in text and not parse
+    text, prefill, _, first = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "required"}), tokenizer, lim)
+    assert prefill == '<tool_call>{"name": "' and text.endswith(prefill)
+    assert sorted({tokenizer.decode([t]) for t in first}) == sorted({t["function"]["name"] for t in AIRSPACE_TOOLS})
     named = {"type": "function", "function": {"name": "recall_drone"}}
-    text, prefill, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": named}), tokenizer, lim)
+    text, prefill, _, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": named}), tokenizer, lim)
     assert text.endswith('<|im_start|>assistant\n<tool_call>{"name": "recall_drone') and text.endswith(prefill)
     # the prefill tokenises as the trained canonical call does
     full = tokenizer.encode(text[: -len(prefill)] + A)

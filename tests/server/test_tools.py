@@ -98,10 +98,21 @@ def test_tool_choice_none_required_named(forced, tokenizer):
     assert "<tools>" not in tokenizer.decode(engine.prompts[-1])
     assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
 
-    engine.force(CALL[len("<tool_call>") :])
+    engine.force(CALL[len('<tool_call>{"name": "') :])
     r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required")
-    assert tokenizer.decode(engine.prompts[-1]).endswith("<|im_start|>assistant\n<tool_call>")
+    assert tokenizer.decode(engine.prompts[-1]).endswith('<|im_start|>assistant\n<tool_call>{"name": "')
     assert r.choices[0].message.tool_calls[0].function.name == "recall_drone"
+    # the first generated token must start one of the listed names
+    base = tokenizer.encode('<tool_call>{"name": "')
+    starts = {tokenizer.encode('<tool_call>{"name": "' + t["function"]["name"])[len(base)] for t in AIRSPACE_TOOLS}
+    assert set(engine.allowed[-1]) == {0} and set(engine.allowed[-1][0]) == starts
+
+    # required with a single tool is that tool named
+    engine.force('", "arguments": {"drone_id": "D-2"}}</tool_call>')
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS[1:2], tool_choice="required")
+    name = AIRSPACE_TOOLS[1]["function"]["name"]
+    assert tokenizer.decode(engine.prompts[-1]).endswith(f'<tool_call>{{"name": "{name}')
+    assert r.choices[0].message.tool_calls[0].function.name == name
 
     engine.force('", "arguments": {"drone_id": "D-9"}}</tool_call>')
     choice = {"type": "function", "function": {"name": "get_drone_status"}}
