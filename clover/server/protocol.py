@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
@@ -45,9 +45,12 @@ class Prepared:
 
 
 # -- requests -----------------------------------------------------------------------------------
+MAX_CHOICES = 16  # n × prompts in one request
+
+
 def check_common(req: Sampling, limits: Limits) -> None:
-    if req.n not in (None, 1):
-        raise bad_request(f"n={req.n} is not supported: Clover returns one choice per request (n=1)", "n")
+    if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
+        raise bad_request(f"n={req.n} is out of range: 1..{MAX_CHOICES} choices per request", "n")
     if req.block_size is not None and req.block_size > limits.max_block_size:
         raise bad_request(
             f"block_size {req.block_size} is out of range: this model takes 1..{limits.max_block_size}", "block_size"
@@ -111,21 +114,33 @@ def first_name_tokens(tokenizer, names: list[str]) -> list[int] | None:
     return sorted(out)
 
 
-def completion_prompt(req: CompletionRequest, tokenizer, limits: Limits) -> list[int]:
+def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> list[list[int]]:
+    """The request's prompts as token ids: a string, a list of token ids, or a batch of either."""
     if req.suffix:
         raise bad_request("suffix is not supported", "suffix")
     if req.echo:
         raise bad_request("echo is not supported", "echo")
     p = req.prompt
-    if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
-        if limits.vocab_size and not all(0 <= x < limits.vocab_size for x in p):
+    batch = [p] if isinstance(p, str) or (p and all(isinstance(x, int) for x in p)) else list(p)
+    if not batch:
+        raise bad_request("the prompt is empty", "prompt")
+    if len(batch) * (req.n or 1) > MAX_CHOICES:
+        raise bad_request(f"{len(batch)} prompts × n={req.n or 1} is more than {MAX_CHOICES} choices per request",
+                          "prompt")  # fmt: skip
+    out = []
+    for q in batch:
+        if isinstance(q, str):
+            out.append(tokenizer.encode(q))
+            continue
+        if limits.vocab_size and not all(0 <= x < limits.vocab_size for x in q):
             raise bad_request(f"prompt token ids must lie in [0, {limits.vocab_size})", "prompt")
-        return list(p)
-    if isinstance(p, list):
-        if len(p) != 1:
-            raise bad_request(f"one prompt per request (got {len(p)})", "prompt")
-        p = p[0]
-    return tokenizer.encode(p)
+        out.append(list(q))
+    return out
+
+
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """One request per choice; with a seed, choice i samples with seed + i (so they differ)."""
+    return [params if i == 0 or params.seed is None else replace(params, seed=params.seed + i) for i in range(n)]
 
 
 def logprobs_wanted(req: Sampling) -> int | None:
@@ -204,8 +219,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(out: RequestOutput) -> dict:
-    p, c = len(out.prompt_ids), len(out.token_ids)
+def usage(outs: RequestOutput | list[RequestOutput], n: int = 1) -> dict:
+    """Token counts; with several choices each prompt counts once (every ``n`` outputs share one)."""
+    outs = outs if isinstance(outs, list) else [outs]
+    p = sum(len(o.prompt_ids) for o in outs[::n])
+    c = sum(len(o.token_ids) for o in outs)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
@@ -230,25 +248,30 @@ def finish_reason(out: RequestOutput, tool_calls: list) -> str:
     return "length" if out.finish_reason == "length" else "stop"
 
 
-def chat_response(rid: str, model: str, prep: Prepared, out: RequestOutput, tokenizer) -> dict:
-    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls)
-    message: dict = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = calls
-    choice = {"index": 0, "message": message, "finish_reason": finish_reason(out, calls),
-              "logprobs": chat_logprobs(out.logprobs, tokenizer)}  # fmt: skip
+def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput], tokenizer) -> dict:
+    """One choice per output (``n`` samples of the same prompt)."""
+    choices = []
+    for i, out in enumerate(outs):
+        content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls)
+        message: dict = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        choices.append({"index": i, "message": message, "finish_reason": finish_reason(out, calls),
+                        "logprobs": chat_logprobs(out.logprobs, tokenizer)})  # fmt: skip
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [choice], "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+        "choices": choices, "usage": usage(outs, len(outs)), "clover": clover_stats(outs[0], prep.block_size),
     }  # fmt: skip
 
 
-def completion_response(rid: str, model: str, prep: Prepared, out: RequestOutput, tokenizer) -> dict:
-    choice = {"index": 0, "text": out.text or "", "finish_reason": finish_reason(out, []),
-              "logprobs": completion_logprobs(out.logprobs, tokenizer)}  # fmt: skip
+def completion_response(rid: str, model: str, preps: list[Prepared], outs: list[RequestOutput], tokenizer,
+                        n: int = 1) -> dict:  # fmt: skip
+    """Choice ``k * n + i``: sample i of prompt k (OpenAI's order)."""
+    choices = [{"index": i, "text": out.text or "", "finish_reason": finish_reason(out, []),
+                "logprobs": completion_logprobs(out.logprobs, tokenizer)} for i, out in enumerate(outs)]  # fmt: skip
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-        "choices": [choice], "usage": usage(out), "clover": clover_stats(out, prep.block_size),
+        "choices": choices, "usage": usage(outs, n), "clover": clover_stats(outs[0], preps[0].block_size),
     }  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -23,9 +24,10 @@ from clover.server.protocol import (
     chat_prompt,
     chat_response,
     check_common,
+    choice_params,
     clover_stats,
     completion_logprobs,
-    completion_prompt,
+    completion_prompts,
     completion_response,
     finish_reason,
     prepare,
@@ -116,59 +118,92 @@ async def chat_completions(request: Request):
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
     opts = req.stream_options
     steps = bool(req.stream and opts and opts.include_steps)
-    (handle,) = s.submit([(prep.prompt_ids, prep.params)], "chatcmpl", steps=steps)
+    handles = s.submit([(prep.prompt_ids, p) for p in choice_params(prep.params, req.n or 1)], "chatcmpl", steps=steps)
     if not req.stream:
         try:
-            (out,) = await s.wait([handle], request)
+            outs = await s.wait(handles, request)
         except ClientGone:
             return Response(status_code=499)
-        return chat_response(handle.request_id, s.model_name, prep, out, s.tokenizer)
-    gen = _chat_stream(s, handle, prep, bool(opts and opts.include_usage), steps)
+        return chat_response(handles[0].request_id, s.model_name, prep, outs, s.tokenizer)
+    gen = _chat_stream(s, handles, prep, bool(opts and opts.include_usage), steps)
     return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _chat_stream(s: ServerState, handle, prep: Prepared, include_usage: bool, steps: bool):
-    rid, created = handle.request_id, int(time.time())
-    pending: list | None = [] if prep.params.logprobs is not None else None  # logprobs not yet sent
+async def _merged(handles):
+    """``(choice index, event)`` from every handle as they come; ends when all have finished."""
+    queue: asyncio.Queue = asyncio.Queue()
 
-    def chunk(delta: dict | None = None, reason: str | None = None, **extra) -> str:
+    async def pump(i, h):
+        try:
+            async for ev in h.events():
+                await queue.put((i, ev))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            await queue.put((i, e))
+        finally:
+            await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        left = len(handles)
+        while left:
+            i, ev = await queue.get()
+            if ev is None:
+                left -= 1
+            elif isinstance(ev, Exception):
+                raise ev
+            else:
+                yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, steps: bool):
+    rid, created = handles[0].request_id, int(time.time())
+    want_lp = prep.params.logprobs is not None
+    pending: list[list] = [[] for _ in handles]  # per choice: logprobs not yet sent
+
+    def chunk(i: int = 0, delta: dict | None = None, reason: str | None = None, **extra) -> str:
         choices = []
         if delta is not None:  # a chunk's logprobs: those of the tokens committed since the last chunk
-            lp = chat_logprobs(pending, s.tokenizer) if pending else None
-            if pending:
-                pending.clear()
-            choices = [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": lp}]
+            lp = chat_logprobs(pending[i], s.tokenizer) if want_lp and pending[i] else None
+            pending[i] = []
+            choices = [{"index": i, "delta": delta, "finish_reason": reason, "logprobs": lp}]
         d = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": s.model_name,
              "choices": choices, **extra}  # fmt: skip
         if include_usage:
             d.setdefault("usage", None)
         return _sse(d)
 
-    stream = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls)
+    streams = [AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls) for _ in handles]
+    outs = []
     try:
-        yield chunk({"role": "assistant", "content": ""})
+        for i in range(len(handles)):
+            yield chunk(i, {"role": "assistant", "content": ""})
         if steps:
             yield chunk(clover=start_record(prep, s.tokenizer))
-        async for ev in handle.events():
+        async for i, ev in _merged(handles):
             if isinstance(ev, TextDelta):
-                if pending is not None:
-                    pending += ev.logprobs or []
-                for d in stream.feed(ev.text):
-                    yield chunk(d)
+                if want_lp:
+                    pending[i] += ev.logprobs or []
+                for d in streams[i].feed(ev.text):
+                    yield chunk(i, d)
             elif isinstance(ev, StepEvent):
-                yield chunk(clover=step_record(ev, s.tokenizer))
+                yield chunk(clover={**step_record(ev, s.tokenizer), "choice": i})
             elif isinstance(ev, Finished):
                 out = ev.output
-                for d in stream.finish():
-                    yield chunk(d)
-                yield chunk({}, finish_reason(out, stream.calls), clover=clover_stats(out, prep.block_size))
-                if include_usage:
-                    yield chunk(usage=usage(out))
+                outs.append(out)
+                for d in streams[i].finish():
+                    yield chunk(i, d)
+                yield chunk(i, {}, finish_reason(out, streams[i].calls), clover=clover_stats(out, prep.block_size))
+        if include_usage:
+            yield chunk(usage=usage(outs, len(outs)))
         yield _sse("[DONE]")
     except (ValueError, EngineFailure) as e:
         yield _sse(as_api_error(e).body())
     finally:
-        handle.abort()  # a no-op once finished; a client that went away frees its slot here
+        for h in handles:
+            h.abort()  # a no-op once finished; a client that went away frees its slot here
 
 
 @router.post("/v1/completions")
@@ -177,48 +212,53 @@ async def completions(request: Request):
     req: CompletionRequest = await s.read(request, CompletionRequest)
     s.check_model(req.model)
     check_common(req, s.limits)
-    prep = prepare(req, completion_prompt(req, s.tokenizer, s.limits), s.limits, None, req.max_tokens)
-    (handle,) = s.submit([(prep.prompt_ids, prep.params)], "cmpl")
+    n = req.n or 1
+    preps = [prepare(req, ids, s.limits, None, req.max_tokens) for ids in completion_prompts(req, s.tokenizer, s.limits)]
+    items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
+    handles = s.submit(items, "cmpl")
     if not req.stream:
         try:
-            (out,) = await s.wait([handle], request)
+            outs = await s.wait(handles, request)
         except ClientGone:
             return Response(status_code=499)
-        return completion_response(handle.request_id, s.model_name, prep, out, s.tokenizer)
+        return completion_response(handles[0].request_id, s.model_name, preps, outs, s.tokenizer, n)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return StreamingResponse(_text_stream(s, handle, prep, include_usage), media_type="text/event-stream",
+    return StreamingResponse(_text_stream(s, handles, preps[0], include_usage, n), media_type="text/event-stream",
                              headers=SSE_HEADERS)  # fmt: skip
 
 
-async def _text_stream(s: ServerState, handle, prep: Prepared, include_usage: bool):
-    rid, created = handle.request_id, int(time.time())
-    offset = 0  # characters of text sent so far (logprobs' text_offset)
+async def _text_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, n: int = 1):
+    rid, created = handles[0].request_id, int(time.time())
+    offset = [0] * len(handles)  # per choice: characters of text sent so far (logprobs' text_offset)
 
-    def chunk(text: str | None, reason: str | None = None, logprobs=None, **extra) -> str:
+    def chunk(i: int, text: str | None, reason: str | None = None, logprobs=None, **extra) -> str:
         choices = []
         if text is not None:
-            lp = completion_logprobs(logprobs, s.tokenizer, offset) if logprobs is not None else None
-            choices = [{"index": 0, "text": text, "finish_reason": reason, "logprobs": lp}]
+            lp = completion_logprobs(logprobs, s.tokenizer, offset[i]) if logprobs is not None else None
+            choices = [{"index": i, "text": text, "finish_reason": reason, "logprobs": lp}]
         d = {"id": rid, "object": "text_completion", "created": created, "model": s.model_name, "choices": choices,
              **extra}  # fmt: skip
         if include_usage:
             d.setdefault("usage", None)
         return _sse(d)
 
+    outs: list = [None] * len(handles)
     try:
-        async for ev in handle.events():
+        async for i, ev in _merged(handles):
             if isinstance(ev, TextDelta) and (ev.text or ev.logprobs):
-                yield chunk(ev.text, logprobs=ev.logprobs)
-                offset += len(ev.text)
+                yield chunk(i, ev.text, logprobs=ev.logprobs)
+                offset[i] += len(ev.text)
             elif isinstance(ev, Finished):
-                yield chunk("", finish_reason(ev.output, []), clover=clover_stats(ev.output, prep.block_size))
-                if include_usage:
-                    yield chunk(None, usage=usage(ev.output))
+                outs[i] = ev.output
+                yield chunk(i, "", finish_reason(ev.output, []), clover=clover_stats(ev.output, prep.block_size))
+        if include_usage:
+            yield chunk(0, None, usage=usage(outs, n))
         yield _sse("[DONE]")
     except (ValueError, EngineFailure) as e:
         yield _sse(as_api_error(e).body())
     finally:
-        handle.abort()
+        for h in handles:
+            h.abort()
 
 
 # -- joint decisions ------------------------------------------------------------------------------

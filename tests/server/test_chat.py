@@ -3,6 +3,8 @@
 import json
 
 import httpx
+import openai
+import pytest
 
 from clover.data.chat import render
 from tests.server.conftest import API_KEY
@@ -149,3 +151,41 @@ def test_logit_bias_and_penalties_are_applied(client, tokenizer):
     for bad in ({"logit_bias": {"abc": 1}}, {"logit_bias": {"999999": 1}}, {"presence_penalty": 3}):
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(**kw, **bad)
+
+
+def test_n_choices_chat(client):
+    """n samples of one prompt: one choice each (seed + i per choice), the prompt counted once."""
+    kw = dict(model="clover", messages=MSG, max_tokens=10, temperature=1.0, seed=5)
+    r = client.chat.completions.create(**kw, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    one = client.chat.completions.create(**kw)
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens
+    assert r.choices[0].message.content == one.choices[0].message.content  # choice 0 samples with the seed
+    texts = [c.message.content for c in r.choices]
+    assert len(set(texts)) > 1  # seeds 5, 6, 7 on a random model: different samples
+    chunks = list(client.chat.completions.create(**kw, n=3, stream=True, stream_options={"include_usage": True}))
+    streamed = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+                for i in range(3)}  # fmt: skip
+    assert [streamed[i] for i in range(3)] == texts
+    finishes = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert sorted(finishes) == [0, 1, 2]
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_batched_completion_prompts(client, tokenizer):
+    """A list of prompts (strings or token ids) × n: choice k*n + i is sample i of prompt k."""
+    kw = dict(model="clover", max_tokens=6)
+    a, b = "drone 17 to", "zone Harbor"
+    r = client.completions.create(**kw, prompt=[a, b], n=2)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    sa = client.completions.create(**kw, prompt=a).choices[0].text
+    sb = client.completions.create(**kw, prompt=b).choices[0].text
+    assert [c.text for c in r.choices] == [sa, sa, sb, sb]  # greedy: the n samples agree
+    assert r.usage.prompt_tokens == len(tokenizer.encode(a)) + len(tokenizer.encode(b))
+    ids = client.completions.create(**kw, prompt=[tokenizer.encode(a), tokenizer.encode(b)])
+    assert [c.text for c in ids.choices] == [sa, sb]
+    streamed = list(client.completions.create(**kw, prompt=[a, b], stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices and c.choices[0].index == 1) == sb
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(**kw, prompt=[a] * 9, n=2)
+    assert e.value.body["param"] == "prompt"
