@@ -90,4 +90,11 @@ def main(argv: list[str] | None = None) -> None:
         code = args.func(args)
     except KeyboardInterrupt:
         code = 130
+    except RuntimeError as e:  # a missing or corrupt checkpoint: the message says which and why
+        from clover.model.io import CheckpointError
+
+        if not isinstance(e, CheckpointError):
+            raise
+        print(f"clover: {e}", file=sys.stderr)
+        code = 2
     sys.exit(code or 0)

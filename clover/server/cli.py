@@ -30,11 +30,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0-65535)")
+    return port
+
+
 def register(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=_port, default=8000)
     p.add_argument(
         "--api-key",
         default=os.environ.get("CLOVER_API_KEY"),

@@ -58,6 +58,31 @@ def test_generate_refuses_bad_settings(checkpoint):
         main(["generate", "hi", "--model", str(d), "--threshold", "2"])
 
 
+def test_missing_or_corrupt_checkpoint_is_a_message_not_a_traceback(checkpoint, tmp_path, capsys):
+    from clover.cli import main as clover_main
+
+    with pytest.raises(SystemExit) as e:
+        clover_main(["generate", "hi", "--model", str(tmp_path / "nowhere")])
+    assert e.value.code == 2 and "no config.json" in capsys.readouterr().err
+    d, _ = checkpoint
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in d.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes()[:100] if f.suffix == ".safetensors" else f.read_bytes())
+    with pytest.raises(SystemExit) as e:
+        clover_main(["generate", "hi", "--model", str(bad)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("clover: ") and "Traceback" not in err
+
+
+def test_serve_refuses_a_port_out_of_range(capsys):
+    from clover.cli import main as clover_main
+
+    with pytest.raises(SystemExit) as e:
+        clover_main(["serve", "--port", "99999"])
+    assert e.value.code == 2 and "out of range" in capsys.readouterr().err
+
+
 def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
     d, tok = checkpoint
     prompts = tmp_path / "p.jsonl"
