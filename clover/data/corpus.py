@@ -54,6 +54,7 @@ from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus 
     heldout_words,
     radius_forms,
     radius_surface,
+    system_prompt,
     target_name,
     time_forms,
     time_surface,
@@ -404,6 +405,9 @@ def example(
         ex = _chat("clarify", AIRSPACE_TOOLS, user(text), said(answer))
     else:
         raise ValueError(f"unknown kind {kind!r}; choose from {KINDS}")
+    system = system_prompt(ex["messages"][0]["content"], split)
+    if system is not None:
+        ex["messages"].insert(0, {"role": "system", "content": system})
     ex["split"], ex["novel"] = split, ctx.novel
     return ex
 

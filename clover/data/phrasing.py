@@ -332,7 +332,8 @@ RECALL_T = ["recall {d}", "bring {d} back to base", "{d} return to base", "RTB {
             "{d} rtb immediately", "recall {d} right away", "send {d} home"]
 STATUS_T = ["what's the status of {d}?", "status {d}", "check on {d}", "how is {d} doing?",
             "give me a status report for {d}", "where is {d} right now?", "{d} status?", "battery level of {d}?",
-            "report on {d}", "sitrep {d}", "is {d} ok?", "any news from {d}?"]
+            "report on {d}", "sitrep {d}", "is {d} ok?", "what's the battery and position of {d}?",
+            "how much battery does {d} have left?", "where's {d} and how is its battery?", "any news from {d}?"]
 MANY_T = {"recall_drone": ["recall {ds}", "bring {ds} back to base", "RTB {ds}", "{ds}: return to base",
                            "call back {ds}", "send {ds} home"],
           "get_drone_status": ["status of {ds}?", "check on {ds}", "how are {ds} doing?", "report on {ds}",
@@ -388,3 +389,63 @@ def _style(rng: random.Random, pieces: Pieces, decorate: bool = True) -> str:
     elif k < 0.5 and pieces[0][1]:
         pieces[0] = (pieces[0][0][:1].upper() + pieces[0][0][1:], True)
     return _text(pieces)
+
+
+# System prompts a client may send before the conversation (agent frameworks nearly always do).
+# A share of examples carries one, so that the model reads past text it was not trained to
+# act on; split like the entity pools (validation and test prompts are never trained on).
+# fmt: off
+SYSTEM_PROMPTS = (
+    "You are a helpful assistant.",
+    "You are a helpful assistant that can call functions.",
+    "You are an airspace operations assistant. Use the tools when an action is needed.",
+    "You are Clover, a drone fleet controller.",
+    "Answer concisely.",
+    "You are a helpful AI assistant. Call tools when needed and keep answers short.",
+    "You manage a fleet of drones for a city operations centre.",
+    "Always use the provided tools to act; never make up results.",
+    "You are an assistant for air traffic operators. Be precise with numbers and names.",
+    "You are a function-calling AI model. You may call one or more functions to assist with the user query.",
+    "Keep responses brief and professional.",
+    "You are a drone dispatch assistant.",
+    "You help operators control drones and no-fly zones.",
+    "You are a helpful, harmless and honest assistant.",
+    "Respond in English.",
+    "You are an operations copilot. Prefer tool calls over explanations.",
+    "You are ChatGPT, a large language model. Follow the user's instructions carefully.",
+    "You are a helpful assistant with access to tools.",
+    "Use the tools to fulfil the operator's request.",
+    "You are an AI agent in an airspace control room.",
+    "Be concise. Do not explain your reasoning.",
+    "You are a reliable assistant for UAV fleet management.",
+    "Today is a busy day at the operations centre; act quickly and accurately.",
+    "You are an assistant. If a request needs an action, call the matching tool.",
+    "You are a helpful assistant. Think carefully, then answer.",
+    "You are the dispatch desk assistant for a drone delivery company.",
+    "Assist the user with drone operations.",
+    "You are a careful assistant: copy names, numbers and times exactly as given.",
+    "You are a smart assistant for a municipal drone program.",
+    "Follow the operator's commands using the available functions.",
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    "You are an expert in composing functions.",
+    "You are a command assistant for an unmanned aircraft fleet.",
+    "Reply briefly.",
+    "You are an assistant that turns operator requests into tool calls.",
+    "You work for the airport's drone safety team.",
+    "You are a helpful assistant. The user is a drone operator.",
+    "You are an AI that executes drone fleet commands.",
+    "Help the user manage airspace restrictions and drone missions.",
+    "You are a concise, accurate assistant.",
+)
+# fmt: on
+SYSTEM_SHARE = 0.3
+
+
+def system_prompt(key: str, split: str) -> str | None:
+    """A client-style system prompt for the example keyed ``key`` (its first user text), or None
+    (``1 - SYSTEM_SHARE`` of the time). Drawn from its own generator, keyed by the text, so the
+    rest of the example stream is what it would be without system prompts."""
+    rng = random.Random(zlib.crc32(f"system|{split}|{key}".encode()))
+    if rng.random() >= SYSTEM_SHARE:
+        return None
+    return rng.choice(_pool(SYSTEM_PROMPTS, split))

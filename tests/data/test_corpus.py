@@ -139,7 +139,7 @@ def test_hand_checked_conventions():
 def test_gold_arguments_are_copied_from_the_message(by_split):
     for exs in by_split.values():
         for e in exs:
-            user = e["messages"][0]["content"]
+            user = _dialogue(e)[0]["content"]
             for c in corpus.gold_calls(e):
                 a = c["arguments"]
                 for k in ("zone_name", "target"):
@@ -172,13 +172,13 @@ def test_kinds_tools_and_curriculum(by_split):
     assert {len(corpus.gold_calls(e)) for e in kinds["compound"]} == {2, 3, 4, 5}
     for e in kinds["missing_tool"]:
         offered = {t["function"]["name"] for t in e["tools"] or []}
-        assert not any(n.replace("_", " ") in offered for n in offered) and "can't" in e["messages"][1]["content"]
+        assert not any(n.replace("_", " ") in offered for n in offered) and "can't" in _dialogue(e)[1]["content"]
     for e in kinds["tool_call"] + kinds["compound"]:
         offered = {t["function"]["name"] for t in e["tools"]}
         assert {c["name"] for c in corpus.gold_calls(e)} <= offered
     assert any(len(e["tools"]) < 6 for e in kinds["tool_call"])
     for e in kinds["tool_result"]:
-        ids = [c["id"] for c in e["messages"][1]["tool_calls"]]
+        ids = [c["id"] for c in _dialogue(e)[1]["tool_calls"]]
         assert [m["tool_call_id"] for m in e["messages"] if m["role"] == "tool"] == ids
         assert e["messages"][-1]["role"] == "assistant" and e["messages"][-1]["content"]
     assert all(e["kind"] == "tool_call" for e in corpus.generate("train", 200, stage=1))
@@ -237,3 +237,22 @@ def test_train_coins_entity_words_that_no_pool_holds():
     coined = [phrasing.zone_name(rng, "train") for _ in range(400)]
     fresh = [z for z in coined if any(w.lower() not in phrasing._pool_words() and w.isalpha() for w in z.split())]
     assert 0.3 < len(fresh) / len(coined) < 0.95
+
+
+def _dialogue(e: dict) -> list[dict]:
+    """The messages after a client-style system prompt, if the example has one."""
+    return [m for m in e["messages"] if m["role"] != "system"]
+
+
+def test_a_share_of_examples_carries_a_system_prompt_from_its_own_split():
+    from clover.data.phrasing import SYSTEM_PROMPTS, SYSTEM_SHARE, _pool
+
+    seen = {}
+    for split in corpus.SPLITS:
+        exs = corpus.generate(split, 400, seed=3)
+        systems = [e["messages"][0]["content"] for e in exs if e["messages"][0]["role"] == "system"]
+        assert abs(len(systems) / len(exs) - SYSTEM_SHARE) < 0.08
+        assert all(m["role"] != "system" for e in exs for m in e["messages"][1:])
+        assert set(systems) <= set(_pool(SYSTEM_PROMPTS, split))
+        seen[split] = set(systems)
+    assert not seen["train"] & (seen["validation"] | seen["test"])  # held-out prompts are never trained on
