@@ -54,12 +54,14 @@ def evaluate_airspace(
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
     wall = time.perf_counter() - t0
-    ok, kinds, fields = [], {}, {}
+    ok, kinds, systems, fields = [], {}, {}, {}
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
         ok.append(score_tool_calls(pred, gold))
-        k = kinds.setdefault(e["kind"], [0, 0])
-        k[0], k[1] = k[0] + ok[-1], k[1] + 1
+        has_system = "with" if e["messages"][0]["role"] == "system" else "without"
+        for table, key in ((kinds, e["kind"]), (systems, has_system)):
+            k = table.setdefault(key, [0, 0])
+            k[0], k[1] = k[0] + ok[-1], k[1] + 1
         for f, (right, total) in field_scores(pred, gold).items():
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
@@ -84,6 +86,7 @@ def evaluate_airspace(
         "tokens_per_s": tokens / max(1e-9, wall),
         "wall_s": wall,
         "by_kind": {k: r / t for k, (r, t) in sorted(kinds.items())},
+        "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},  # a client system message or not
         "fields": {f: r / t for f, (r, t) in sorted(fields.items(), key=lambda kv: kv[1][0] / kv[1][1])},
     }
 
@@ -131,17 +134,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             t.add_column(r["policy"], justify="right")
         for k in results[0]:
-            if k not in ("policy", "by_kind", "fields"):
+            if k not in ("policy", "by_kind", "by_system_prompt", "fields"):
                 t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
         Console().print(t)
         w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
         w.add_column("")
         for r in results:
             w.add_column(r["policy"], justify="right")
-        for group in ("by_kind", "fields"):
+        label = {"by_kind": "kind", "by_system_prompt": "system prompt", "fields": "field"}
+        for group in label:
             for k in results[0][group]:
-                w.add_row(f"{'kind' if group == 'by_kind' else 'field'}: {k}",
-                          *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])  # fmt: skip
+                w.add_row(f"{label[group]}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
         Console().print(w)
     return 0
 

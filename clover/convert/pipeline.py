@@ -75,7 +75,7 @@ def convert(
     scale ρ (0 disables it: ρ = 1).
     """
     t0 = time.time()
-    src, out = Path(src), Path(out)
+    src, out = _source_dir(src), Path(out)
     dt = DTYPES[dtype] if isinstance(dtype, str) else dtype
     if calib_seqs > 0 and calib_blocks < 2:
         raise ConversionError("calibration needs at least 2 blocks per sequence (the readout of block 0 is empty)")
@@ -144,6 +144,16 @@ def convert(
         rho=rho,
         seconds=time.time() - t0,
     )
+
+
+def _source_dir(src: str | Path) -> Path:
+    """A local directory or a Hugging Face repo id already in the local cache (never downloaded)."""
+    from clover.model.io import CheckpointError, resolve_dir
+
+    try:
+        return resolve_dir(src)
+    except CheckpointError as e:
+        raise ConversionError(str(e)) from None
 
 
 def _stream(p: Plan, ckpt, writer, config, dt, calib, progress) -> dict[int, list[float]]:

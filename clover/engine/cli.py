@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
@@ -24,9 +23,9 @@ def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
             model_dir = default_model_dir()
         except FileNotFoundError as e:
             raise SystemExit(f"clover: {e}") from None
-    from clover.model.io import load_model
+    from clover.model.io import load_model, resolve_dir
 
-    path = Path(model_dir)
+    path = resolve_dir(model_dir)
     model = load_model(path)
     tokenizer = None
     if (path / "tokenizer.json").exists():

@@ -89,11 +89,33 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def resolve_dir(path: str | Path) -> Path:
+    """A local directory, or a Hugging Face repo id (``org/name``) already in the local Hugging
+    Face cache (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub). Nothing is
+    downloaded: an id that is not cached is a CheckpointError that says how to fetch it."""
+    p = Path(path)
+    s = str(path)
+    if p.exists() or s.count("/") != 1 or s.startswith((".", "/", "~")):
+        return p
+    cache = os.environ.get("HF_HUB_CACHE") or str(Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(s, local_files_only=True, cache_dir=Path(cache).expanduser()))
+    except Exception:  # noqa: BLE001 - no huggingface_hub, not cached, or not a valid id: say how to get it
+        pass
+    raise CheckpointError(
+        f"{s}: not a local directory, and not in the Hugging Face cache ({cache}). Clover never downloads at "
+        f"run time: fetch it first (e.g. `hf download {s} --local-dir DIR`) and pass DIR"
+    )
+
+
 def load_model(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> CloverForBlockDiffusion:
-    """Load a Clover checkpoint directory; every tensor must be present with the right shape."""
-    path = Path(path)
+    """Load a Clover checkpoint directory (or a cached Hugging Face repo id, see ``resolve_dir``);
+    every tensor must be present with the right shape."""
+    path = resolve_dir(path)
     if not (path / "config.json").exists():
         raise CheckpointError(f"{path}: no config.json (is this a Clover checkpoint directory?)")
     try:

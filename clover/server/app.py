@@ -41,9 +41,9 @@ def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, t
 
         model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
     from clover.data.tokenizer import CloverTokenizer
-    from clover.model.io import load_model
+    from clover.model.io import load_model, resolve_dir
 
-    path = Path(model_dir)
+    path = resolve_dir(model_dir)
     if not (path / "tokenizer.json").exists():
         raise FileNotFoundError(f"{path}: no tokenizer.json; the server needs the checkpoint's tokenizer")
     return Engine(load_model(path), CloverTokenizer.load(path), max_batch_size=max_batch_size)

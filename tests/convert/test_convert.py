@@ -234,3 +234,11 @@ def test_cli_reports_conversion_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["convert", "--from", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"])
     assert e.value.code == 2 and "unsupported architecture" in capsys.readouterr().err
+
+
+def test_a_hub_id_that_is_not_cached_says_how_to_fetch_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConversionError, match="never downloads.*hf download Qwen/Qwen3.6-35B-A3B"):
+        convert("Qwen/Qwen3.6-35B-A3B", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()

@@ -68,3 +68,25 @@ def test_cli_info_full_preset_counts():
     assert 34e9 < d["total_params"] < 36.5e9, d["total_params"]
     assert 2.8e9 < d["active_params"] < 3.8e9, d["active_params"]
     assert d["layer_types"].count("full_attention") == 10 and len(d["layer_types"]) == 40
+
+
+def test_a_cached_hugging_face_repo_id_loads_and_an_uncached_one_says_how_to_fetch_it(tmp_path, monkeypatch):
+    """``org/name`` resolves through the local Hugging Face cache only (its documented layout:
+    models--org--name/refs/main names the snapshot folder); nothing is downloaded."""
+    pytest.importorskip("huggingface_hub")
+    m = make_model()
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--tiny-clover"
+    save_model(m, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = load_model("acme/tiny-clover")
+    assert torch.equal(loaded.lm_head.weight, m.lm_head.weight)
+    with pytest.raises(CheckpointError, match="hf download acme/other"):
+        load_model("acme/other")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acme" / "tiny-clover").mkdir(parents=True)  # a local folder of that name wins (and has no config)
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_model("acme/tiny-clover")
