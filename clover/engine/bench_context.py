@@ -36,7 +36,7 @@ class _SyntheticHistory:
     def __init__(self, model, spare: int):
         self.model, self.spare = model, spare
 
-    def __call__(self, req):
+    def __call__(self, req, alone: bool = False):
         import torch
 
         from clover.model.cache import AttnCache

@@ -25,10 +25,19 @@ class Runner:
         self.device, self.dtype = p.device, p.dtype
         self.forwards = 0  # model calls, prefill excluded
 
-    def prefill(self, req: Request) -> tuple[ModelCache, torch.Tensor]:
-        """Commit the prompt's complete blocks (batch of one); the tail goes to the first block."""
+    def prefill(self, req: Request, alone: bool = False) -> tuple[ModelCache, torch.Tensor]:
+        """Commit the prompt's complete blocks (batch of one); the tail goes to the first block.
+
+        ``alone`` (the request starts a batch of its own) and fusing: nothing is run now; the
+        complete blocks wait in ``req.prompt_blocks`` and are committed by the first ``forward``,
+        in the same model call as the first denoise pass (one call fewer per request)."""
         prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
-        cache, tail = self.model.prefill(prompt, req.block_size)
+        full = len(req.prompt) // req.block_size * req.block_size
+        if self.fuse and alone and full:
+            req.prompt_blocks = prompt[:, :full]
+            cache, tail = self.model.new_cache(1), prompt[:, full:]
+        else:
+            cache, tail = self.model.prefill(prompt, req.block_size)
         if self.model.config.shift_logits and cache.last_logits is None:
             # nothing committed yet: block 0's row-0 logit is never used (token 0 is the prompt's),
             # but the row needs one so that ModelCache.cat keeps the other rows' logits
@@ -39,6 +48,13 @@ class Runner:
         """One pass over ``batch``: commit pending blocks, denoise the active ones → logits ``[R, bs, V]``."""
         step, bs, cache = self.model.step, batch.bs, batch.cache
         pending = batch.pending
+        first = batch.requests[0].prompt_blocks
+        if first is not None:  # a request alone with its prompt not yet committed (see prefill)
+            if len(batch) != 1 or bool(pending.any()):
+                raise RuntimeError("internal: a deferred prompt commit in a batch that is not a fresh single row")
+            batch.requests[0].prompt_blocks = None
+            self.forwards += 1
+            return step(cache, commit=first, denoise=batch.x, block_size=bs)
         if not bool(pending.any()):
             logits = step(cache, denoise=batch.x, block_size=bs)
         elif self.fuse and bool(pending.all()):

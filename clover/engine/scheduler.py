@@ -37,17 +37,25 @@ class Scheduler:
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
-    def admit(self, prefill: Callable[[Request], tuple[ModelCache, torch.Tensor]]) -> None:
-        """Move waiting requests into the batches of their block size while there is room."""
+    def admit(self, prefill: Callable[[Request, bool], tuple[ModelCache, torch.Tensor]]) -> None:
+        """Move waiting requests into the batches of their block size while there is room.
+
+        ``prefill(req, alone)``: ``alone`` when the request starts a batch of its own (no other
+        request runs or joins at its block size), so its prompt may ride along with its first
+        denoise pass (``Runner.prefill``)."""
         joining: dict[int, list] = {}
         free = self.max_batch_size - self.num_active
         while self.waiting and free > 0:
             req = self.waiting.popleft()
-            cache, tail = prefill(req)
-            req.t_start = time.perf_counter()
-            joining.setdefault(req.block_size, []).append((req, cache, tail))
+            joining.setdefault(req.block_size, []).append(req)
             free -= 1
-        for bs, items in joining.items():
+        for bs, reqs in joining.items():
+            alone = len(reqs) == 1 and not len(self.batches.get(bs, ()))
+            items = []
+            for req in reqs:
+                cache, tail = prefill(req, alone)
+                req.t_start = time.perf_counter()
+                items.append((req, cache, tail))
             batch = self.batches.setdefault(bs, Batch(bs, self.mask_id, self.device))
             batch.join(*(list(t) for t in zip(*items)))
 

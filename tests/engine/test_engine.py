@@ -44,6 +44,27 @@ def test_fused_commit_gives_the_same_tokens_as_unfused(shift):
 
 
 @pytest.mark.parametrize("shift", [True, False])
+def test_a_request_alone_commits_its_prompt_inside_its_first_denoise_pass(shift, monkeypatch):
+    model = peaky_model(shift=shift)
+    calls = []
+    step = model.step
+    monkeypatch.setattr(model, "step", lambda *a, **k: calls.append(1) or step(*a, **k))
+    ps, params = _mixed_requests(8)
+    for p, sp in zip(ps, params):
+        bs = sp.block_size
+        calls.clear()
+        a = Engine(model, fuse=True).generate(p, sp)
+        fused_calls = len(calls)
+        calls.clear()
+        b = Engine(model, fuse=False).generate(p, sp)
+        assert a.token_ids == b.token_ids
+        prefill = 1 if len(p) >= bs else 0  # a prompt shorter than a block has nothing to prefill
+        assert fused_calls == a.stats["forward_passes"]  # the prompt rode along with the first pass
+        assert len(calls) == prefill + b.stats["forward_passes"] + b.stats["commit_passes"]
+    assert any(len(p) >= sp.block_size for p, sp in zip(ps, params))
+
+
+@pytest.mark.parametrize("shift", [True, False])
 def test_output_alone_equals_output_in_a_batch_of_16_mixed_requests(shift):
     model = peaky_model(shift=shift, seed=3)
     ps, params = _mixed_requests(16)
