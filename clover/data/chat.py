@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -242,13 +242,14 @@ def _parse_call(body: str) -> dict | None:
     return {"name": obj["name"], "arguments": args}
 
 
-def parse_assistant(text: str) -> tuple[str, list[dict]]:
+def parse_assistant(text: str, names: Collection[str] | None = None) -> tuple[str, list[dict]]:
     """Generated assistant text → ``(content, [{"name", "arguments": dict}, ...])``.
 
     Tolerates surrounding whitespace, several calls, text between calls, a missing final
     ``</tool_call>`` (the call runs to the end, or to the next ``<tool_call>``) and trailing
-    ``<|im_end|>``/``<|endoftext|>``. A call whose JSON does not parse is skipped and its raw
-    text is kept in ``content`` (nothing is silently dropped, as vLLM's hermes parser does).
+    ``<|im_end|>``/``<|endoftext|>``. A call whose JSON does not parse, or (given ``names``, the
+    tools on offer) that names another function, is skipped and its raw text is kept in
+    ``content`` (nothing is silently dropped, as vLLM's hermes parser does).
     """
     for stop in (IM_END, EOT):
         text = text.split(stop, 1)[0]
@@ -266,7 +267,7 @@ def parse_assistant(text: str) -> tuple[str, list[dict]]:
         end = min(ends) if ends else len(text)
         after = end + len(TOOL_CLOSE) if text.startswith(TOOL_CLOSE, end) else end
         call = _parse_call(text[body_start:end])
-        if call is None:
+        if call is None or (names is not None and call["name"] not in names):
             kept.append(text[start:after])
         else:
             calls.append(call)

@@ -42,6 +42,7 @@ class Prepared:
     parse_tools: bool = False
     block_size: int = 0
     max_calls: int | None = None  # parallel_tool_calls=false: 1
+    tool_names: frozenset[str] | None = None  # the functions on offer: a call to another one stays text
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -232,11 +233,13 @@ def clover_stats(out: RequestOutput, block_size: int) -> dict:
     return {"type": "stats", "block_size": block_size, **{k: out.stats[k] for k in keys if k in out.stats}}
 
 
-def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None) -> tuple[str | None, list[dict]]:
-    """Full assistant text (prefill included) → (content, OpenAI tool_calls)."""
+def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None,
+                      names: frozenset[str] | None = None) -> tuple[str | None, list[dict]]:  # fmt: skip
+    """Full assistant text (prefill included) → (content, OpenAI tool_calls); a call to a function
+    not in ``names`` (when given) is not a tool call: its text stays in the content."""
     if not parse_tools:
         return text.strip(), []
-    content, calls = parse_assistant(text)
+    content, calls = parse_assistant(text, names)
     calls = calls[:max_calls]
     tool_calls = openai_tool_calls(calls, [new_id("call") for _ in calls])
     return (content or None) if tool_calls else content, tool_calls
@@ -252,7 +255,8 @@ def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput
     """One choice per output (``n`` samples of the same prompt)."""
     choices = []
     for i, out in enumerate(outs):
-        content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls)
+        content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
+                                           prep.tool_names)  # fmt: skip
         message: dict = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
@@ -337,10 +341,12 @@ class AssistantStream:
     once its ``</tool_call>`` is final; ``finish`` flushes what only the end decides.
     """
 
-    def __init__(self, prefill: str, parse_tools: bool, max_calls: int | None = None):
+    def __init__(self, prefill: str, parse_tools: bool, max_calls: int | None = None,
+                 names: frozenset[str] | None = None):  # fmt: skip
         self.text = prefill
         self.parse_tools = parse_tools
         self.max_calls = max_calls
+        self.names = names
         self.content = ""  # content sent so far
         self.calls: list[dict] = []  # tool calls sent so far (OpenAI shape)
 
@@ -350,13 +356,13 @@ class AssistantStream:
         out = self._content(visible.strip())
         if self.parse_tools and TOOL_CLOSE in self.text:
             end = self.text.rfind(TOOL_CLOSE) + len(TOOL_CLOSE)
-            out += self._calls(parse_assistant(self.text[:end])[1])
+            out += self._calls(parse_assistant(self.text[:end], self.names)[1])
         return out
 
     def finish(self) -> list[dict]:
         if not self.parse_tools:
             return self._content(self.text.strip())
-        content, calls = parse_assistant(self.text)
+        content, calls = parse_assistant(self.text, self.names)
         return self._content(content) + self._calls(calls)
 
     def _content(self, target: str) -> list[dict]:

@@ -111,6 +111,8 @@ async def chat_completions(request: Request):
         req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
     )
     prep.prefill, prep.parse_tools = prefill, parse_tools
+    if parse_tools:
+        prep.tool_names = frozenset(t.function.name for t in req.tools or [])
     if first:
         prep.params.allowed = {0: first}
     if parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
@@ -175,7 +177,7 @@ async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: b
             d.setdefault("usage", None)
         return _sse(d)
 
-    streams = [AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls) for _ in handles]
+    streams = [AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names) for _ in handles]
     outs = []
     try:
         for i in range(len(handles)):

@@ -97,6 +97,10 @@ def test_parse_is_robust():
     assert chat.parse_assistant("plain answer") == ("plain answer", [])
     assert chat.parse_assistant('<tool_call>{"name": "a", "arguments": {"x": ')[1] == []
     assert chat.parse_assistant("<tool_call>[1, 2]</tool_call>")[1] == []
+    # given the functions on offer, a call to another one is kept as text
+    text = '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "z", "arguments": {}}</tool_call>'
+    content, calls = chat.parse_assistant(text, names={"a"})
+    assert [c["name"] for c in calls] == ["a"] and content == '<tool_call>{"name": "z", "arguments": {}}</tool_call>'
 
 
 def test_openai_text_parts_are_joined_by_newlines():

@@ -129,3 +129,21 @@ def test_random_model_with_tools_gives_a_valid_shape(client):
     assert c.finish_reason in ("stop", "length", "tool_calls")
     for call in c.message.tool_calls or []:
         json.loads(call.function.arguments)
+
+
+def test_a_call_to_a_function_not_on_offer_stays_text(forced):
+    """The model may name a function the client did not declare (the bundled model knows only
+    the airspace tools): that is no tool call; its text comes back as content, streamed alike."""
+    engine, client = forced
+    offered = [t for t in AIRSPACE_TOOLS if t["function"]["name"] != "recall_drone"]
+    engine.force(CALL)
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=offered)
+    (choice,) = r.choices
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    assert '"recall_drone"' in choice.message.content
+    chunks = list(client.chat.completions.create(model="clover", messages=MSG, tools=offered, stream=True))
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == choice.message.content
+    # offered, the same text is a call
+    r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS)
+    assert r.choices[0].message.tool_calls[0].function.name == "recall_drone"
