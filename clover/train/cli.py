@@ -64,10 +64,12 @@ def init_weights(model, src_dir: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer
-    from clover.model import CloverForBlockDiffusion
+    from clover.data.chat import render
+    from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
+    from clover.model import CloverConfig, CloverForBlockDiffusion
+    from clover.model.io import resolve_dir
     from clover.train.objective import block_loss, build_batch, noisy_blocks
-    from clover.train.recipes import RECIPES, airspace_source
+    from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
     from clover.train.trainer import Trainer, setup_distributed, shard_model
 
     torch.set_num_threads(args.threads)
@@ -80,25 +82,47 @@ def cmd_train(args: argparse.Namespace) -> int:
         apply_overrides(recipe, json.loads(Path(args.config).read_text()), args.config)
     if args.steps:
         recipe.train.steps = args.steps
+    data = val_data = None
+    if args.data:
+        try:
+            data = read_chat_jsonl(args.data)
+            val_data = read_chat_jsonl(args.val_data) if args.val_data else None
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"clover train: {e}") from None
+        if val_data is None:  # hold out the last 5 % (at least one example) when there are 20+
+            k = len(data) // 20 if len(data) >= 20 else 0
+            data, val_data = (data[:-k], data[-k:]) if k else (data, data)
+    elif args.val_data:
+        raise SystemExit("clover train: --val-data needs --data")
     run = Path(args.out)
     run.mkdir(parents=True, exist_ok=True)
     if (run / "tokenizer.json").exists():
         tok = CloverTokenizer.load(run)  # a resumed run keeps its tokenizer
     elif args.init_from:
-        tok = CloverTokenizer.load(args.init_from)  # the weights' own tokenizer
+        tok = CloverTokenizer.load(resolve_dir(args.init_from))  # the weights' own tokenizer
+    elif data is not None:  # from scratch on your data: a byte-level BPE trained on it
+        texts = [render(e["messages"], e["tools"]) for e in data]
+        tok = CloverTokenizer(train_tokenizer(texts, recipe.tokenizer_vocab, default_added_tokens()))
     else:
         tok = build_default_tokenizer(recipe.tokenizer_vocab)
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
-    model = CloverForBlockDiffusion(recipe.model_config(tok))
+    if data is not None and args.init_from:  # fine-tuning: the model keeps its own shape
+        config = CloverConfig.load(resolve_dir(args.init_from) / "config.json")
+    else:
+        config = recipe.model_config(tok)
+    model = CloverForBlockDiffusion(config)
     if args.init_from:
-        init_weights(model, Path(args.init_from))
+        init_weights(model, resolve_dir(args.init_from))
     counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)
-    val_source = airspace_source(tok, recipe, "validation", seed=99)
-    val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]  # the full mix, past the curriculum
+    if data is not None:
+        val_batches = [chat_source(tok, val_data, recipe, seed=99)(i) for i in range(4)]
+    else:
+        val_source = airspace_source(tok, recipe, "validation", seed=99)
+        val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]  # the full mix, past the curriculum
     cfg = recipe.train
     cat_names, cats = tok.categories()
     cats = torch.tensor(cats)
@@ -132,14 +156,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             "val_ce": {c: float(ce_sum[k] / ce_n[k]) for k, c in enumerate(cat_names) if ce_n[k]},
         }
         if args.export:
-            record = {"recipe": args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
+            record = {"recipe": f"chat data {args.data}" if data is not None else args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
                       "train": asdict(cfg)}  # fmt: skip
             if args.init_from:
                 record["init_from"] = str(args.init_from)
             _export(m, tok, Path(args.export), record, rank)
         return res
 
-    trainer = Trainer(model, airspace_source(tok, recipe, "train", seed=cfg.seed), cfg, run, evaluate, tokenizer=tok)
+    train_source = chat_source(tok, data, recipe, cfg.seed) if data is not None else airspace_source(tok, recipe, "train", seed=cfg.seed)
+    trainer = Trainer(model, train_source, cfg, run, evaluate, tokenizer=tok)
     if args.resume and trainer.resume() and rank == 0:
         print(f"resumed from step {trainer.step}")
         if trainer.step >= cfg.steps and args.export:  # a finished run: just export it
@@ -165,6 +190,13 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, help="total optimiser steps")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--init-from", help="start from this model directory's weights (fresh optimizer and schedule)")
+    p.add_argument(
+        "--data",
+        help="train on your chats instead of the recipe's corpus: JSONL in OpenAI's fine-tuning format, one "
+        '{"messages": [...], "tools": [...]} per line (with --init-from: fine-tune that model, its own shape '
+        "and tokenizer; else the recipe's model and a tokenizer trained on the data)",
+    )
+    p.add_argument("--val-data", help="validation chats (same format; default: the last 5 %% of --data)")
     p.add_argument("--export", help="also write the model + tokenizer here at every evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true")

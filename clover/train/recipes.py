@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -130,6 +132,55 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
             else:
                 ex = example(rng, split, max_actions)
             rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))
+        return collate(rows, tok.pad_token_id)
+
+    return source
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def read_chat_jsonl(path: str | Path) -> list[dict]:
+    """Chat examples in OpenAI's fine-tuning format: one ``{"messages": [...], "tools": [...]}``
+    per line (``tools`` optional), each with at least one assistant message to learn. Every
+    problem is a ValueError naming the line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                ex = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+            msgs = ex.get("messages") if isinstance(ex, dict) else None
+            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+                raise ValueError(f'{where}: expected {{"messages": [{{"role": ..., "content": ...}}, ...]}}')
+            bad = [m.get("role") for m in msgs if m.get("role") not in ROLES]
+            if bad:
+                raise ValueError(f"{where}: unknown role {bad[0]!r}; roles are {', '.join(ROLES)}")
+            if not any(m["role"] == "assistant" for m in msgs):
+                raise ValueError(f"{where}: no assistant message (nothing to learn)")
+            tools = ex.get("tools")
+            if tools is not None and not isinstance(tools, list):
+                raise ValueError(f"{where}: tools must be a list of OpenAI tool definitions")
+            out.append({"messages": msgs, "tools": tools or None})
+    if not out:
+        raise ValueError(f"{path}: no examples")
+    return out
+
+
+def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: AirspaceRecipe, seed: int = 0):
+    """step → batch of ``recipe.batch_size`` examples drawn from ``examples``, a pure function of
+    (seed, step) like ``airspace_source``; each example's target is one of its assistant turns."""
+
+    def source(step: int) -> dict[str, torch.Tensor]:
+        rng = random.Random(f"chat-{seed}-{step}")
+        rows = [
+            encode_example(tok, rng.choice(examples), recipe.max_len, recipe.train.block_size, rng)
+            for _ in range(recipe.batch_size)
+        ]
         return collate(rows, tok.pad_token_id)
 
     return source

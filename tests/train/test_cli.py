@@ -45,3 +45,61 @@ def test_init_from_a_model_of_another_shape_is_refused(tmp_path):
     over.write_text(json.dumps({"model": {"hidden_size": 64}}))
     r = _train("--out", tmp_path / "run", "--config", over, "--init-from", BUNDLED, "--steps", 1)
     assert r.returncode != 0 and "differs from the recipe's" in r.stderr and "hidden_size" in r.stderr
+
+
+def _chats(path, n=25):
+    """Chat JSONL in OpenAI's fine-tuning format: airspace turns plus a tool the model never saw."""
+    from clover.data.corpus import generate
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    lines = [json.dumps({"messages": e["messages"], "tools": e["tools"]}) for e in generate("train", n - 5, seed=4)]
+    for city in ("Oslo", "Lyon", "Perth", "Quito", "Graz"):
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+        msgs = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"weather in {city}?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]}]  # fmt: skip
+        lines.append(json.dumps({"messages": msgs, "tools": [weather]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fine_tune_on_chat_jsonl_and_train_from_scratch_on_it(tmp_path):
+    data = _chats(tmp_path / "chats.jsonl")
+    r = _train("--out", tmp_path / "ft", "--steps", 2, "--init-from", BUNDLED, "--data", data, "--export", tmp_path / "exp")
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = json.loads((tmp_path / "exp" / "training.json").read_text())
+    assert record["recipe"] == f"chat data {data}" and record["step"] == 2 and record["val_loss"] > 0
+    assert (tmp_path / "exp" / "tokenizer.json").read_text() == (BUNDLED / "tokenizer.json").read_text()
+    # from scratch: the recipe's model (made smaller here) and a tokenizer trained on the data
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({"model": {"hidden_size": 64, "num_hidden_layers": 2, "full_attention_interval": 2}}))
+    r = _train("--out", tmp_path / "scratch", "--steps", 1, "--data", data, "--config", small)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from clover.data.tokenizer import CloverTokenizer
+
+    tok = CloverTokenizer.load(tmp_path / "scratch")
+    assert tok.mask_token_id is not None and "get_weather" in tok.decode(tok.encode("get_weather"))
+
+
+def test_bad_chat_data_is_refused_with_its_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
+                    '{"messages": [{"role": "user", "content": "no answer"}]}\n')  # fmt: skip
+    r = _train("--out", tmp_path / "run", "--steps", 1, "--data", data)
+    assert r.returncode != 0 and f"{data}:2: no assistant message" in r.stderr
+    data.write_text("not json\n")
+    r = _train("--out", tmp_path / "run", "--steps", 1, "--data", data)
+    assert r.returncode != 0 and f"{data}:1: not valid JSON" in r.stderr
+
+
+def test_chat_source_is_a_pure_function_of_the_step():
+    import torch
+
+    from clover.data.corpus import generate
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.train.recipes import AirspaceRecipe, chat_source
+
+    tok = CloverTokenizer.load(BUNDLED)
+    exs = [{"messages": e["messages"], "tools": e["tools"]} for e in generate("train", 30, seed=1)]
+    a, b = chat_source(tok, exs, AirspaceRecipe())(7), chat_source(tok, exs, AirspaceRecipe())(7)
+    assert all(torch.equal(a[k], b[k]) for k in a) and a["target"].any()
