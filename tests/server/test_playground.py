@@ -22,7 +22,7 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
     with live(api_key="pg-key") as srv:
         browser = Chromium()
         try:
-            url = srv.url + "/?key=pg-key&autorun=1&max_tokens=24&delay=10&prompt=Recall%20drone%2017"
+            url = srv.url + "/?key=pg-key&autorun=1&max_tokens=24&delay=10&system=Be%20brief&prompt=Recall%20drone%2017"
             done = browser.open(url, "['done', 'error'].includes(document.getElementById('status').dataset.state)")
             shot = tmp_path / "playground.png"
             browser.screenshot(shot)
@@ -31,9 +31,11 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
             text = browser.evaluate("document.querySelector('.msg.assistant .body').textContent")
             filled = browser.evaluate("document.querySelectorAll('#block .cell.done, #block .cell.new').length")
             tpf = browser.evaluate("document.getElementById('s-tpf').textContent")
+            system = browser.evaluate("document.getElementById('system').value")
         finally:
             browser.close()
     assert done and status.startswith("done"), status
     assert text and text != "(empty)"
     assert filled > 0 and float(tpf) > 0
+    assert system == "Be brief"  # the system prompt field, sent as a system message before the chat
     assert shot.stat().st_size > 10_000
