@@ -28,7 +28,8 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 # -- decisions -----------------------------------------------------------------------------------
 def add_decisions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
-    p.add_argument("--n", type=int, default=100, help="decision groups of the test split")
+    p.add_argument("--n", type=int, default=100, help="decision groups of the split")
+    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--block-size", type=int, help="default: the model's, or the smallest that holds the answers")
     p.add_argument("--policy", default="threshold")
     p.add_argument("--threshold", type=float, default=None,
@@ -104,7 +105,7 @@ def run_decisions(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     tok = engine.tokenizer
-    asked = load_groups("test", args.n)
+    asked = load_groups(args.split, args.n)
     groups = _expressible(engine, tok, asked)
     if not groups:
         raise SystemExit("clover bench decisions: no test group has only single-token options for this tokenizer")
@@ -114,7 +115,7 @@ def run_decisions(args: argparse.Namespace) -> int:
            "independent": _run_mode(engine, tok, groups, "independent", args)}  # fmt: skip
     if not args.no_sequential:
         res["independent_sequential"] = _run_mode(engine, tok, groups, "independent", args, sequential=True)
-    figures = {"n_groups": len(groups), "skipped_groups": len(asked) - len(groups), "n_questions": sum(len(g.questions) for g in groups),
+    figures = {"split": args.split, "n_groups": len(groups), "skipped_groups": len(asked) - len(groups), "n_questions": sum(len(g.questions) for g in groups),
                "model": str(args.model or "bundled default"), "policy": args.policy, "threshold": args.threshold}  # fmt: skip
     for mode, r in res.items():
         for k, v in r.items():
@@ -127,7 +128,7 @@ def run_decisions(args: argparse.Namespace) -> int:
     rows = [[m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]]
             for m, r in res.items()]  # fmt: skip
     print_table(
-        f"clover bench decisions ({len(groups)} test groups, {figures['n_questions']} questions, {args.policy} "
+        f"clover bench decisions ({len(groups)} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
         f"{args.threshold}, {args.threads} thread(s))",
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
         rows,
