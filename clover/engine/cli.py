@@ -105,7 +105,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.chat:
         from clover.data.chat import render
 
-        text = render([{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True)
+        system = [{"role": "system", "content": args.system}] if args.system else []
+        text = render(system + [{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True)
+    elif args.system:
+        raise SystemExit("clover: --system needs --chat (a plain completion has no system turn)")
     engine = Engine(model, tokenizer)
     out = None
     try:
@@ -148,6 +151,7 @@ def register(sub) -> None:
     g.add_argument("prompt", help="prompt text")
     g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object (text, token ids, stats)")
+    g.add_argument("--system", help="system prompt (with --chat)")
     add_decoding_args(g)
     g.set_defaults(func=cmd_generate)
     c = sub.add_parser("chat", help="interactive chat; the active block fills in place, live")

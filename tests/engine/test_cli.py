@@ -50,6 +50,11 @@ def test_generate_prints_json(checkpoint, capsys):
     assert out["stats"]["forward_passes"] >= 1
     out = json.loads(_run(["generate", "hello", "--chat", "--model", str(d), "--max-tokens", "5", "--json"], capsys))
     assert "tool_calls" in out
+    sys_out = json.loads(_run(["generate", "hello", "--chat", "--system", "Be brief.", "--model", str(d),
+                               "--max-tokens", "5", "--json"], capsys))  # fmt: skip
+    assert "tool_calls" in sys_out
+    with pytest.raises(SystemExit, match="--system needs --chat"):
+        main(["generate", "hello", "--system", "x", "--model", str(d)])
 
 
 def test_generate_refuses_bad_settings(checkpoint):
