@@ -17,6 +17,32 @@ def prompt_of(ex: dict) -> list[dict]:
     return out
 
 
+def load_cases(path: str) -> list[dict]:
+    """Tool-call test messages from a JSONL file, one ``{"message", "gold": [{"name", "arguments"}],
+    "system"?}`` per line (e.g. ``benchmarks/operator_messages.jsonl``, written by hand rather than
+    by the corpus generator), as corpus examples offering the airspace tools."""
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                msg, gold = str(d["message"]), list(d["gold"])
+                if not all(isinstance(c, dict) and "name" in c for c in gold):
+                    raise TypeError("gold must be a list of {name, arguments}")
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise SystemExit(f'clover eval: {path}:{n}: expected {{"message": ..., "gold": [...]}} ({e})') from None
+            msgs = [{"role": "system", "content": d["system"]}] if d.get("system") else []
+            msgs += [{"role": "user", "content": msg}, {"role": "assistant", "content": "", "tool_calls": gold}]
+            out.append({"messages": msgs, "tools": AIRSPACE_TOOLS, "kind": "tool_call" if len(gold) == 1 else "compound"})
+    if not out:
+        raise SystemExit(f"clover eval: {path}: no cases")
+    return out
+
+
 def evaluate_airspace(
     model,
     tok,
@@ -29,6 +55,7 @@ def evaluate_airspace(
     batch_size: int = 16,
     progress: bool = True,
     errors: list | None = None,
+    cases: list[dict] | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
@@ -42,8 +69,11 @@ def evaluate_airspace(
 
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
-    groups = load_groups(split, n_groups)
+    if cases is None:
+        exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
+    else:  # hand-written messages (load_cases) instead of the split's tool-call turns
+        exs, split = cases, "cases"
+    groups = load_groups(split if cases is None else "test", n_groups)
     prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
     t0 = time.perf_counter()
@@ -105,6 +135,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if bad or not policies:
         raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
     errors: list | None = [] if args.errors else None
+    cases = load_cases(args.cases) if args.cases else None
     results = [
         evaluate_airspace(
             model,
@@ -117,6 +148,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             args.block_size,
             progress=not args.json,
             errors=errors,
+            cases=cases,
         )  # fmt: skip
         for p in policies
     ]
@@ -129,7 +161,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        t = Table(title=f"airspace {args.split} ({path})")
+        t = Table(title=f"airspace {args.cases or args.split} ({path})")
         t.add_column("metric")
         for r in results:
             t.add_column(r["policy"], justify="right")
@@ -164,4 +196,6 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", action="store_true")
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
+    p.add_argument("--cases", metavar="JSONL", help='score these messages instead of the split\'s tool-call turns: '
+                   '{"message", "gold", "system"?} per line, e.g. benchmarks/operator_messages.jsonl')  # fmt: skip
     p.set_defaults(func=cmd_eval)

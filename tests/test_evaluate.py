@@ -3,10 +3,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _eval(*args):
-    cmd = [sys.executable, "-m", "clover", "eval", "airspace", "--n", "3", "--groups", "1", "--json", *args]
+    cmd = [sys.executable, "-m", "clover", "eval", "airspace", "--n", "3", "--groups", "1", "--json", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -37,3 +38,16 @@ def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
 def test_eval_refuses_an_unknown_policy():
     r = _eval("--policy", "beam")
     assert r.returncode != 0 and "unknown policy" in r.stderr
+
+
+def test_eval_scores_hand_written_cases(tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    lines = (Path(__file__).parents[1] / "benchmarks" / "operator_messages.jsonl").read_text().splitlines()
+    cases.write_text("\n".join(lines[:3]) + "\n")
+    r = _eval("--policy", "ar", "--cases", cases, "--groups", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["split"] == "cases" and res["n"] == 3 and res["decision_groups"] == 0
+    cases.write_text('{"message": "recall drone 1"}\n')
+    r = _eval("--cases", cases)
+    assert r.returncode != 0 and f"{cases}:1" in r.stderr
