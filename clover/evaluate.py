@@ -72,8 +72,8 @@ def evaluate_airspace(
     if cases is None:
         exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
     else:  # hand-written messages (load_cases) instead of the split's tool-call turns
-        exs, split = cases, "cases"
-    groups = load_groups(split if cases is None else "test", n_groups)
+        exs = cases
+    groups = load_groups(split, n_groups)
     prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
     t0 = time.perf_counter()
@@ -105,7 +105,7 @@ def evaluate_airspace(
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     return {
-        "split": split,
+        "split": split if cases is None else "cases",
         "policy": policy,
         "threshold": threshold,
         "n": len(exs),

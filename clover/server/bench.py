@@ -50,7 +50,7 @@ def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) ->
     from clover.data.decisions import single_question
     from clover.server.decisions import decide_sync
 
-    knobs = {"policy": args.policy, **({} if args.threshold is None else {"threshold": args.threshold})}
+    knobs = {"policy": args.policy, "threshold": args.threshold}  # threshold resolved in run_decisions
     right_groups = right_q = n_q = 0
     wall = passes = 0.0
     blocks = {}

@@ -39,10 +39,13 @@ class Prepared:
     prompt_ids: list[int]
     params: SamplingParams
     prefill: str = ""  # assistant text already placed in the prompt (tool_choice required / named)
-    parse_tools: bool = False
     block_size: int = 0
     max_calls: int | None = None  # parallel_tool_calls=false: 1
-    tool_names: frozenset[str] | None = None  # the functions on offer: a call to another one stays text
+    tool_names: frozenset[str] | None = None  # the functions on offer (None: no tools); a call to another stays text
+
+    @property
+    def parse_tools(self) -> bool:
+        return self.tool_names is not None
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -61,8 +64,11 @@ def check_common(req: Sampling, limits: Limits) -> None:
 NAME_OPEN = '{"name": "'
 
 
-def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, bool, list[int] | None]:
-    """→ (prompt text incl. prefill, prefill, parse tool calls?, allowed first generated tokens or None)."""
+def chat_prompt(
+    req: ChatRequest, tokenizer, limits: Limits
+) -> tuple[str, str, frozenset[str] | None, list[int] | None]:
+    """→ (prompt text incl. prefill, prefill, the tool names on offer or None when no tools are
+    rendered (no calls parsed), allowed first generated tokens or None)."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
@@ -99,7 +105,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
                                   "text only", f"messages.{i}.content")  # fmt: skip
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
-    return text, prefill, bool(tools), first
+    return text, prefill, frozenset(names) if tools else None, first
 
 
 def first_name_tokens(tokenizer, names: list[str]) -> list[int] | None:

@@ -106,16 +106,14 @@ async def chat_completions(request: Request):
     req: ChatRequest = await s.read(request, ChatRequest)
     s.check_model(req.model)
     check_common(req, s.limits)
-    text, prefill, parse_tools, first = chat_prompt(req, s.tokenizer, s.limits)
+    text, prefill, tool_names, first = chat_prompt(req, s.tokenizer, s.limits)
     prep = prepare(
         req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
     )
-    prep.prefill, prep.parse_tools = prefill, parse_tools
-    if parse_tools:
-        prep.tool_names = frozenset(t.function.name for t in req.tools or [])
+    prep.prefill, prep.tool_names = prefill, tool_names
     if first:
         prep.params.allowed = {0: first}
-    if parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
+    if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
     opts = req.stream_options

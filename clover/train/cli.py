@@ -94,12 +94,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             data, val_data = (data[:-k], data[-k:]) if k else (data, data)
     elif args.val_data:
         raise SystemExit("clover train: --val-data needs --data")
+    init_dir = resolve_dir(args.init_from) if args.init_from else None
     run = Path(args.out)
     run.mkdir(parents=True, exist_ok=True)
     if (run / "tokenizer.json").exists():
         tok = CloverTokenizer.load(run)  # a resumed run keeps its tokenizer
-    elif args.init_from:
-        tok = CloverTokenizer.load(resolve_dir(args.init_from))  # the weights' own tokenizer
+    elif init_dir:
+        tok = CloverTokenizer.load(init_dir)  # the weights' own tokenizer
     elif data is not None:  # from scratch on your data: a byte-level BPE trained on it
         texts = [render(e["messages"], e["tools"]) for e in data]
         tok = CloverTokenizer(train_tokenizer(texts, recipe.tokenizer_vocab, default_added_tokens()))
@@ -108,13 +109,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
-    if data is not None and args.init_from:  # fine-tuning: the model keeps its own shape
-        config = CloverConfig.load(resolve_dir(args.init_from) / "config.json")
+    if data is not None and init_dir:  # fine-tuning: the model keeps its own shape
+        config = CloverConfig.load(init_dir / "config.json")
     else:
         config = recipe.model_config(tok)
     model = CloverForBlockDiffusion(config)
-    if args.init_from:
-        init_weights(model, resolve_dir(args.init_from))
+    if init_dir:
+        init_weights(model, init_dir)
     counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)
