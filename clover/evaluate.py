@@ -37,7 +37,9 @@ def load_cases(path: str) -> list[dict]:
                 raise SystemExit(f'clover eval: {path}:{n}: expected {{"message": ..., "gold": [...]}} ({e})') from None
             msgs = [{"role": "system", "content": d["system"]}] if d.get("system") else []
             msgs += [{"role": "user", "content": msg}, {"role": "assistant", "content": "", "tool_calls": gold}]
-            out.append({"messages": msgs, "tools": AIRSPACE_TOOLS, "kind": "tool_call" if len(gold) == 1 else "compound"})
+            out.append(
+                {"messages": msgs, "tools": AIRSPACE_TOOLS, "kind": "tool_call" if len(gold) == 1 else "compound"}
+            )
     if not out:
         raise SystemExit(f"clover eval: {path}: no cases")
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
@@ -106,9 +107,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from clover.data.chat import render
 
         system = [{"role": "system", "content": args.system}] if args.system else []
-        text = render(system + [{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True)
+        text = render(
+            system + [{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True
+        )
     elif args.system:
         raise SystemExit("clover: --system needs --chat (a plain completion has no system turn)")
+    if args.json_schema is not None:
+        params.grammar = _schema_grammar(args.json_schema)
     engine = Engine(model, tokenizer)
     out = None
     try:
@@ -137,6 +142,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema_grammar(spec: str):
+    """``--json-schema``: a JSON Schema given inline or as a file; ``{}`` is any JSON value."""
+    from clover.engine.grammar import GrammarError, json_grammar
+
+    try:
+        text = Path(spec).read_text() if not spec.lstrip().startswith(("{", "true")) and Path(spec).is_file() else spec
+        return json_grammar(json.loads(text))
+    except (OSError, ValueError) as e:  # GrammarError and JSONDecodeError are ValueErrors
+        kind = "schema" if isinstance(e, GrammarError) else "JSON"
+        raise SystemExit(f"clover: --json-schema: not a usable {kind}: {e}") from None
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from clover.engine.chat_ui import run_chat
 
@@ -152,6 +169,11 @@ def register(sub) -> None:
     g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object (text, token ids, stats)")
     g.add_argument("--system", help="system prompt (with --chat)")
+    g.add_argument(
+        "--json-schema",
+        metavar="SCHEMA",
+        help='constrain the output to JSON valid for this JSON Schema (inline or a file; {"type": "object"}: any object)',
+    )
     add_decoding_args(g)
     g.set_defaults(func=cmd_generate)
     c = sub.add_parser("chat", help="interactive chat; the active block fills in place, live")

@@ -38,6 +38,7 @@ class Engine:
         self._live: set[str] = set()
         self._lock = threading.RLock()  # add_request / abort may come from another thread than step
         self.totals = {"requests": 0, "tokens": 0, "forward_passes": 0, "busy_s": 0.0}
+        self._token_table = None  # the tokenizer's token bytes, built for the first grammar request
 
     # -- the API -----------------------------------------------------------------------------
     def add_request(
@@ -149,6 +150,14 @@ class Engine:
                 done = ~batch.masked[r] & batch.wanted[r]  # generated positions committed in this block
                 now = req.counts + torch.bincount(batch.x[r][done], minlength=len(req.counts))
                 adjust_logits(logits[r], req.params, now, req.bias)
+        constrained = [(r, req) for r, req in enumerate(batch.requests) if req.grammar is not None]
+        for r, req in constrained:  # the leftmost open position: only tokens the grammar allows
+            open_ = cand[r].nonzero()
+            if len(open_):
+                ids = torch.tensor(req.grammar.allowed(req.gstate) or req.grammar.eos, device=logits.device)
+                keep = logits[r, int(open_[0]), ids].clone()
+                logits[r, int(open_[0])] = -float("inf")
+                logits[r, int(open_[0]), ids] = keep
         ch = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id, batch.top)
         view = PassView(
             ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
@@ -159,7 +168,30 @@ class Engine:
             commit |= rows & policy.commit(view)
             if (e := policy.edit(view)) is not None:
                 edit |= rows & e
+        for r, req in constrained:
+            commit[r], edit[r] = self._grammar_commit(req, cand[r], ch.tok[r], ch.conf[r]), False
         return self._step_events(batch, batch.apply(ch, commit, edit))
+
+    @staticmethod
+    def _grammar_commit(req: Request, cand: torch.Tensor, tok: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+        """A constrained request commits left to right: the leftmost open position (its token is
+        allowed by construction), then each next one while the policy is not ``ar``, its
+        confidence reaches the threshold and its token continues the grammar. So constrained
+        output keeps the block's parallelism wherever the model is sure and grammatical."""
+        out = torch.zeros_like(cand)
+        c, t, p = cand.tolist(), tok.tolist(), conf.tolist()
+        state, g = req.gstate, req.grammar
+        for q in range(c.index(True) if True in c else len(c), len(c)):
+            if not c[q] or (out.any() and (req.params.policy == "ar" or p[q] < req.params.threshold)):
+                break
+            nxt = g.step(state, t[q])
+            if nxt is None:
+                break
+            out[q], state = True, nxt
+            if t[q] in g.eos:
+                break
+        req.gstate = state
+        return out
 
     def _step_events(self, batch: Batch, changed: torch.Tensor) -> list[Event]:
         """One ``StepEvent`` per request: the positions this pass set, absolute."""
@@ -222,6 +254,15 @@ class Engine:
         stop_ids = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer)) | set(params.stop_token_ids or [])
         rid = uuid.uuid4().hex if rid is None else str(rid)
         req = Request(rid, prompt, params, bs, stop_ids, self.tokenizer, self.runner.device)
+        if params.grammar is not None:
+            if self.tokenizer is None:
+                raise ValueError("a grammar needs an engine with a tokenizer")
+            from clover.engine.grammar import TokenGrammar, TokenTable
+
+            if self._token_table is None:
+                self._token_table = TokenTable(self.tokenizer, sorted(stop_ids))
+            req.grammar = TokenGrammar(params.grammar, self._token_table)
+            req.gstate = req.grammar.start
         if params.adjusts_logits:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
             if params.logit_bias:

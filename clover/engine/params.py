@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clover.engine.grammar import Grammar
 from clover.engine.policies import POLICIES
 
 MAX_TOP_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
@@ -42,6 +43,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from the logit of every token already generated (-2..2)
     frequency_penalty: float = 0.0  # subtracted once per earlier occurrence of the token (-2..2)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit (-100..100)
+    grammar: Grammar | None = None  # structured output (clover.engine.grammar): JSON, a JSON Schema, tool calls
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -90,6 +92,10 @@ class SamplingParams:
                 problems.append(
                     f"logit_bias must map token ids >= 0 to numbers in [-100, 100], got {self.logit_bias!r}"
                 )
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            problems.append(f"grammar must be a clover.engine.grammar.Grammar, got {type(self.grammar).__name__}")
+        if self.grammar is not None and self.allowed:
+            problems.append("grammar and allowed cannot be combined")
         if problems:
             raise ValueError("invalid sampling parameters: " + "; ".join(problems))
 

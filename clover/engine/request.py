@@ -39,6 +39,8 @@ class Request:
         self.logprobs: list[TokenLogprob] | None = None if params.logprobs is None else []
         self.counts: torch.Tensor | None = None  # [V] committed tokens so far (penalties), set by the engine
         self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector
+        self.grammar = None  # TokenGrammar when params.grammar: set by the engine
+        self.gstate = None  # the grammar's state after the tokens committed so far
         # statistics
         self.t_arrival = time.perf_counter()
         self.t_start: float | None = None  # joined a batch (prefill done)

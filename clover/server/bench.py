@@ -32,8 +32,12 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--block-size", type=int, help="default: the model's, or the smallest that holds the answers")
     p.add_argument("--policy", default="threshold")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="answer slots' commit threshold (default: /v1/decisions' own, clover.server.decisions.DEFAULT_THRESHOLD)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="answer slots' commit threshold (default: /v1/decisions' own, clover.server.decisions.DEFAULT_THRESHOLD)",
+    )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="PATH", help="write the figures here")

@@ -6,9 +6,10 @@ this module only decides what to render and how to phrase the answer in OpenAI's
 ``tool_choice``: ``none`` renders no tools and parses none; ``auto`` renders them and parses
 whatever calls come out; a named function prefills ``<tool_call>{"name": "NAME`` (cut before the
 closing quote, so the tokens are exactly those of the trained canonical call); ``required``
-with one tool is that tool named; with several it prefills ``<tool_call>{"name": "`` and
-constrains the first generated token to the first tokens of the listed names (so the call
-starts like one of them; without a grammar the rest of a long name is the model's).
+with one tool is that tool named; with several it prefills ``<tool_call>{"name": "``. Both
+decode under a grammar (``clover.engine.grammar``): only offered names, arguments valid for
+the function's JSON Schema, further calls only where ``parallel_tool_calls`` allows.
+``response_format`` ``json_object`` / ``json_schema`` constrains the answer the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
+from clover.engine.grammar import Grammar, GrammarError, json_grammar, tool_call_grammar
 from clover.server.errors import APIError, bad_request, too_large
 from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
 
@@ -64,23 +66,15 @@ def check_common(req: Sampling, limits: Limits) -> None:
 NAME_OPEN = '{"name": "'
 
 
-def chat_prompt(
-    req: ChatRequest, tokenizer, limits: Limits
-) -> tuple[str, str, frozenset[str] | None, list[int] | None]:
+def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, frozenset[str] | None, Grammar | None]:
     """→ (prompt text incl. prefill, prefill, the tool names on offer or None when no tools are
-    rendered (no calls parsed), allowed first generated tokens or None)."""
+    rendered (no calls parsed), the grammar the output must follow or None)."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
-    fmt = (req.response_format or {}).get("type", "text")
-    if fmt != "text":
-        raise bad_request(
-            f"response_format {fmt!r} is not supported: Clover does not constrain output to a JSON schema; "
-            "use tools (the answer comes back as tool_calls with JSON arguments) or {'type': 'text'}",
-            "response_format",
-        )
+    grammar = response_grammar(req.response_format)
     choice = req.tool_choice or "auto"
-    prefill, first = "", None
+    prefill = ""
     names = list(dict.fromkeys(t["function"]["name"] for t in tools or []))
     if choice == "required":
         if not tools:
@@ -88,13 +82,25 @@ def chat_prompt(
         if len(names) == 1:
             choice = NamedToolChoice(type="function", function={"name": names[0]})
         else:
-            first = first_name_tokens(tokenizer, names)
-            prefill = TOOL_OPEN + (NAME_OPEN if first else "")
+            prefill = TOOL_OPEN + NAME_OPEN
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
         if name not in names:
             raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
         prefill = f"{TOOL_OPEN}{NAME_OPEN}{name}"
+        names = [name]
+    if prefill:  # the calls: names from the list, arguments valid for their schemas
+        if grammar is not None:
+            raise bad_request("response_format json cannot be combined with tool_choice required or named",
+                              "response_format")  # fmt: skip
+        schemas = {
+            t["function"]["name"]: t["function"].get("parameters") for t in tools if t["function"]["name"] in names
+        }
+        try:
+            grammar = tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=req.parallel_tool_calls is not False,
+                                        started=prefill)  # fmt: skip
+        except GrammarError as e:
+            raise bad_request(f"tools: {e}", "tools") from None
     if choice == "none":
         tools = None
     for i, m in enumerate(req.messages):
@@ -105,20 +111,28 @@ def chat_prompt(
                                   "text only", f"messages.{i}.content")  # fmt: skip
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
-    return text, prefill, frozenset(names) if tools else None, first
+    return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
 
-def first_name_tokens(tokenizer, names: list[str]) -> list[int] | None:
-    """The token each name starts with right after ``<tool_call>{"name": "``, or None when the
-    tokenizer does not split there (then ``required`` prefills ``<tool_call>`` only)."""
-    base = tokenizer.encode(TOOL_OPEN + NAME_OPEN)
-    out = set()
-    for name in names:
-        e = tokenizer.encode(TOOL_OPEN + NAME_OPEN + name + '"')
-        if e[: len(base)] != base or len(e) == len(base):
-            return None
-        out.add(e[len(base)])
-    return sorted(out)
+def response_grammar(fmt: dict | None) -> Grammar | None:
+    """OpenAI's ``response_format``: ``text`` (None), ``json_object`` (any JSON object) or
+    ``json_schema`` (``{"json_schema": {"name", "schema", "strict"?}}``: a value valid for the schema)."""
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_grammar({"type": "object"})
+    if kind != "json_schema":
+        raise bad_request(f"response_format type {kind!r} is not supported: use text, json_object or json_schema",
+                          "response_format")  # fmt: skip
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+        raise bad_request("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
+                          "response_format")  # fmt: skip
+    try:
+        return json_grammar(spec.get("schema", True))
+    except GrammarError as e:
+        raise bad_request(f"response_format json_schema: {e}", "response_format") from None
 
 
 def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> list[list[int]]:

@@ -106,13 +106,12 @@ async def chat_completions(request: Request):
     req: ChatRequest = await s.read(request, ChatRequest)
     s.check_model(req.model)
     check_common(req, s.limits)
-    text, prefill, tool_names, first = chat_prompt(req, s.tokenizer, s.limits)
+    text, prefill, tool_names, grammar = chat_prompt(req, s.tokenizer, s.limits)
     prep = prepare(
         req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
     )
     prep.prefill, prep.tool_names = prefill, tool_names
-    if first:
-        prep.params.allowed = {0: first}
+    prep.params.grammar = grammar
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
@@ -213,7 +212,9 @@ async def completions(request: Request):
     s.check_model(req.model)
     check_common(req, s.limits)
     n = req.n or 1
-    preps = [prepare(req, ids, s.limits, None, req.max_tokens) for ids in completion_prompts(req, s.tokenizer, s.limits)]
+    preps = [
+        prepare(req, ids, s.limits, None, req.max_tokens) for ids in completion_prompts(req, s.tokenizer, s.limits)
+    ]
     items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
     handles = s.submit(items, "cmpl")
     if not req.stream:

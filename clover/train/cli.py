@@ -43,10 +43,34 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
     recipe.model.update(over.get("model", {}))
 
 
-def init_weights(model, src_dir: Path) -> None:
+# a new layer's residual writers: zeroed, the layer adds nothing until training moves them
+_WRITERS = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "experts.down_proj")
+
+
+def layer_map(src: list[str], dst: list[str]) -> list[int | None]:
+    """For each layer of ``dst``, the ``src`` layer it starts from (None: a new layer). The source
+    layers are matched in order and by type, so ``src`` must be a subsequence of ``dst``."""
+    out, j = [], 0
+    for t in dst:
+        if j < len(src) and src[j] == t:
+            out.append(j)
+            j += 1
+        else:
+            out.append(None)
+    if j < len(src):
+        raise ValueError(f"the layers {src} are not an in-order subsequence of {dst}")
+    return out
+
+
+def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] | None:
     """Start from a trained model's weights, with a fresh optimizer and schedule. Every tensor
     must match in name and shape; config fields that change no shape (RoPE settings, say) may
-    differ: they are listed, and the run's own config is what gets trained and saved."""
+    differ: they are listed, and the run's own config is what gets trained and saved.
+
+    ``grow``: the run's model may have more layers (``layer_types`` with the source's layers as an
+    in-order subsequence). Matched layers take the source's weights; each new layer keeps its
+    fresh init but with zeroed output projections, so the grown model starts as exactly the
+    source's function (tested). Returns the layer map when growing."""
     from clover.model.io import CheckpointError, load_model
 
     try:
@@ -56,11 +80,33 @@ def init_weights(model, src_dir: Path) -> None:
     a, b = src.config.to_dict(), model.config.to_dict()
     diff = sorted(k for k in set(a) | set(b) if k != "extra" and a.get(k) != b.get(k))
     ours, theirs = model.state_dict(), src.state_dict()
+    mapping = None
+    if grow:
+        try:
+            mapping = layer_map(src.config.layer_types, model.config.layer_types)
+        except ValueError as e:
+            raise SystemExit(f"clover: --grow: {e}") from None
+        renamed = {}
+        for i, j in enumerate(mapping):
+            if j is not None:
+                pre = f"model.layers.{j}."
+                renamed.update(
+                    {f"model.layers.{i}." + k[len(pre) :]: v for k, v in theirs.items() if k.startswith(pre)}
+                )
+        theirs = {k: v for k, v in theirs.items() if not k.startswith("model.layers.")} | renamed
+        for i, j in enumerate(mapping):
+            if j is None:
+                pre = f"model.layers.{i}."
+                theirs.update(
+                    {k: v.zero_() if k.endswith(_WRITERS) else v for k, v in ours.items() if k.startswith(pre)}
+                )
+        diff = [k for k in diff if k not in ("num_hidden_layers", "layer_types")]
     if set(ours) != set(theirs) or any(ours[k].shape != theirs[k].shape for k in ours):
         raise SystemExit(f"clover: --init-from {src_dir}: its config differs from the recipe's in {diff}")
     if diff:
         print(f"clover: --init-from {src_dir}: same tensors, but these config fields change: {diff}", file=sys.stderr)
     model.load_state_dict(theirs)
+    return mapping
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -114,8 +160,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = recipe.model_config(tok)
     model = CloverForBlockDiffusion(config)
-    if init_dir:
-        init_weights(model, init_dir)
+    grown = init_weights(model, init_dir, grow=args.grow) if init_dir else None
+    if args.grow and not init_dir:
+        raise SystemExit("clover train: --grow needs --init-from")
     counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)
@@ -161,10 +208,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                       "train": asdict(cfg)}  # fmt: skip
             if args.init_from:
                 record["init_from"] = str(args.init_from)
+            if grown:  # layer i of this model started from layer grown[i] of --init-from (None: new)
+                record["grown_layers"] = grown
             _export(m, tok, Path(args.export), record, rank)
         return res
 
-    train_source = chat_source(tok, data, recipe, cfg.seed) if data is not None else airspace_source(tok, recipe, "train", seed=cfg.seed)
+    train_source = (
+        chat_source(tok, data, recipe, cfg.seed)
+        if data is not None
+        else airspace_source(tok, recipe, "train", seed=cfg.seed)
+    )
     trainer = Trainer(model, train_source, cfg, run, evaluate, tokenizer=tok)
     if args.resume and trainer.resume() and rank == 0:
         print(f"resumed from step {trainer.step}")
@@ -191,6 +244,12 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, help="total optimiser steps")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--init-from", help="start from this model directory's weights (fresh optimizer and schedule)")
+    p.add_argument(
+        "--grow",
+        action="store_true",
+        help="with --init-from: the run's model may add layers (set layer_types in --config); the source's "
+        "layers are matched in order by type, new layers start as identity (zeroed output projections)",
+    )
     p.add_argument(
         "--data",
         help="train on your chats instead of the recipe's corpus: JSONL in OpenAI's fine-tuning format, one "

@@ -24,6 +24,7 @@ class AirspaceRecipe:
         default_factory=lambda: dict(
             hidden_size=128,
             num_hidden_layers=4,
+            layer_types=None,  # None: from full_attention_interval
             full_attention_interval=4,
             num_attention_heads=4,
             num_key_value_heads=2,

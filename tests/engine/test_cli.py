@@ -57,6 +57,25 @@ def test_generate_prints_json(checkpoint, capsys):
         main(["generate", "hello", "--system", "x", "--model", str(d)])
 
 
+def test_generate_json_schema_constrains_the_output(checkpoint, capsys, tmp_path):
+    d, _ = checkpoint
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["a", "b"]}},
+              "required": ["ok", "kind"]}  # fmt: skip
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(schema))
+    for spec in (json.dumps(schema), str(f)):
+        out = json.loads(
+            _run(["generate", "hi", "--model", str(d), "--max-tokens", "40", "--json", "--json-schema", spec], capsys)
+        )
+        assert out["finish_reason"] == "stop"  # nothing but these two keys can come out: the object must close
+        v = json.loads(out["text"])
+        assert isinstance(v["ok"], bool) and v["kind"] in ("a", "b")
+    with pytest.raises(SystemExit, match="not a usable schema"):
+        main(["generate", "hi", "--model", str(d), "--json-schema", '{"type": "tuple"}'])
+    with pytest.raises(SystemExit, match="not a usable JSON"):
+        main(["generate", "hi", "--model", str(d), "--json-schema", "{nope"])
+
+
 def test_generate_refuses_bad_settings(checkpoint):
     d, _ = checkpoint
     with pytest.raises(SystemExit, match="threshold"):

@@ -72,7 +72,9 @@ class ForcedEngine(Engine):
     def add_request(self, prompt_ids, params=None, request_id=None):
         self.prompts = getattr(self, "prompts", []) + [list(prompt_ids)]
         self.allowed = getattr(self, "allowed", []) + [dict(params.allowed or {})]  # as the server asked
+        self.grammars = getattr(self, "grammars", []) + [params.grammar]
         if self.forced is not None:
             params.allowed = {i: [t] for i, t in enumerate(self.forced)}
+            params.grammar = None
             params.max_tokens = max(params.max_tokens, len(self.forced))
         return super().add_request(prompt_ids, params, request_id)

@@ -57,13 +57,21 @@ def test_tool_choice_prompts(tokenizer):
 
     lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
     base = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
-    text, prefill, parse, first = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
-    assert "<tools>" in text and prefill == "" and parse and first is None
+    text, prefill, parse, g = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
+    assert "<tools>" in text and prefill == "" and parse and g is None
     text, prefill, parse, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "none"}), tokenizer, lim)
     assert "<tools>" not in text and not parse
-    text, prefill, _, first = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "required"}), tokenizer, lim)
+    text, prefill, _, g = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "required"}), tokenizer, lim)
     assert prefill == '<tool_call>{"name": "' and text.endswith(prefill)
-    assert sorted({tokenizer.decode([t]) for t in first}) == sorted({t["function"]["name"] for t in AIRSPACE_TOOLS})
+    for t in AIRSPACE_TOOLS:  # any offered function, with arguments its schema admits
+        args = {
+            k: 1 if v.get("type") in ("number", "integer") else "x"
+            for k, v in t["function"]["parameters"]["properties"].items()
+        }
+        if "mission_type" in args:
+            args["mission_type"] = "survey"
+        assert g.accepts(t["function"]["name"] + '", "arguments": ' + json.dumps(args) + "}</tool_call>"), t
+    assert not g.accepts('fly", "arguments": {}}</tool_call>')
     named = {"type": "function", "function": {"name": "recall_drone"}}
     text, prefill, _, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": named}), tokenizer, lim)
     assert text.endswith('<|im_start|>assistant\n<tool_call>{"name": "recall_drone') and text.endswith(prefill)

@@ -65,14 +65,36 @@ def test_parallel_tool_calls_false_gives_one_call_and_stops_after_it(forced):
     assert len(both.choices[0].message.tool_calls) == 2
 
 
-def test_response_format_json_is_refused_clearly(forced):
-    _, client = forced
-    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+SCHEMA = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"},
+          "eta": {"type": "integer"}}, "required": ["drone_id", "urgent"]}  # fmt: skip
+
+
+def test_response_format_json_object_and_json_schema_constrain_the_answer(forced):
+    engine, client = forced
+    engine.force(None)  # the random model itself, under the grammar
+    fmt = {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA, "strict": True}}
+    for seed in range(3):
+        r = client.chat.completions.create(model="clover", messages=MSG, response_format=fmt, max_tokens=40,
+                                           temperature=1.0, seed=seed)  # fmt: skip
+        c = r.choices[0]
+        if c.finish_reason == "stop":  # else cut by max_tokens inside an integer: still a valid prefix
+            ans = json.loads(c.message.content)
+            assert ans["drone_id"] in ("D-1", "D-2") and isinstance(ans["urgent"], bool)
+            assert set(ans) <= {"drone_id", "urgent", "eta"} and isinstance(ans.get("eta", 0), int)
+    assert engine.grammars[-1].accepts('{"urgent": false, "drone_id": "D-2"}')
+    assert not engine.grammars[-1].accepts('{"drone_id": "D-3", "urgent": true}')
+    r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "json_object"},
+                                       max_tokens=12)  # fmt: skip
+    assert engine.grammars[-1].accepts('{"any": [1, {"thing": null}]}') and not engine.grammars[-1].accepts("[1]")
+    assert r.choices[0].message.content.startswith("{")
+    r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
+    assert r.choices[0].finish_reason in ("stop", "length") and engine.grammars[-1] is None
+    bad = [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {"type": "tuple"}}},
+           {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://example.com/s.json"}}}]  # fmt: skip
+    for fmt in bad:
         with pytest.raises(openai.BadRequestError, match="response_format") as e:
             client.chat.completions.create(model="clover", messages=MSG, response_format=fmt)
         assert e.value.body["param"] == "response_format"
-    r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
-    assert r.choices[0].finish_reason in ("stop", "length")
 
 
 def test_tool_result_turn(forced, tokenizer):
@@ -102,10 +124,15 @@ def test_tool_choice_none_required_named(forced, tokenizer):
     r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required")
     assert tokenizer.decode(engine.prompts[-1]).endswith('<|im_start|>assistant\n<tool_call>{"name": "')
     assert r.choices[0].message.tool_calls[0].function.name == "recall_drone"
-    # the first generated token must start one of the listed names
-    base = tokenizer.encode('<tool_call>{"name": "')
-    starts = {tokenizer.encode('<tool_call>{"name": "' + t["function"]["name"])[len(base)] for t in AIRSPACE_TOOLS}
-    assert set(engine.allowed[-1]) == {0} and set(engine.allowed[-1][0]) == starts
+    # decoded under a grammar: offered names only, arguments valid for that function's schema
+    g, rest = engine.grammars[-1], CALL[len('<tool_call>{"name": "') :]
+    assert g.accepts(rest) and g.accepts(rest + "\n" + CALL)  # parallel calls allowed by default
+    assert not g.accepts(rest.replace("recall_drone", "launch_drone"))
+    assert not g.accepts(rest.replace('"drone_id"', '"drone"'))  # not a parameter of recall_drone
+    assert not g.accepts('get_drone_status", "arguments": {}}</tool_call>')  # drone_id is required
+    client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required",
+                                   parallel_tool_calls=False)  # fmt: skip
+    assert engine.grammars[-1].accepts(rest) and not engine.grammars[-1].accepts(rest + "\n" + CALL)
 
     # required with a single tool is that tool named
     engine.force('", "arguments": {"drone_id": "D-2"}}</tool_call>')
@@ -120,6 +147,8 @@ def test_tool_choice_none_required_named(forced, tokenizer):
     assert tokenizer.decode(engine.prompts[-1]).endswith('assistant\n<tool_call>{"name": "get_drone_status')
     (call,) = r.choices[0].message.tool_calls
     assert call.function.name == "get_drone_status" and json.loads(call.function.arguments) == {"drone_id": "D-9"}
+    assert engine.grammars[-1].accepts('", "arguments": {"drone_id": "D-9"}}</tool_call>')
+    assert not engine.grammars[-1].accepts('", "arguments": {"zone_name": "x"}}</tool_call>')
     assert IM_END not in (r.choices[0].message.content or "")
 
 

@@ -55,7 +55,11 @@ def _chats(path, n=25):
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
     lines = [json.dumps({"messages": e["messages"], "tools": e["tools"]}) for e in generate("train", n - 5, seed=4)]
     for city in ("Oslo", "Lyon", "Perth", "Quito", "Graz"):
-        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+        }
         msgs = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"weather in {city}?"},
                 {"role": "assistant", "content": None, "tool_calls": [call]}]  # fmt: skip
         lines.append(json.dumps({"messages": msgs, "tools": [weather]}))
@@ -65,7 +69,9 @@ def _chats(path, n=25):
 
 def test_fine_tune_on_chat_jsonl_and_train_from_scratch_on_it(tmp_path):
     data = _chats(tmp_path / "chats.jsonl")
-    r = _train("--out", tmp_path / "ft", "--steps", 2, "--init-from", BUNDLED, "--data", data, "--export", tmp_path / "exp")
+    r = _train(
+        "--out", tmp_path / "ft", "--steps", 2, "--init-from", BUNDLED, "--data", data, "--export", tmp_path / "exp"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((tmp_path / "exp" / "training.json").read_text())
     assert record["recipe"] == f"chat data {data}" and record["step"] == 2 and record["val_loss"] > 0

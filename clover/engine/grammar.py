@@ -1,0 +1,512 @@
+"""Structured output: generated text constrained to JSON, to a JSON Schema, or to tool calls.
+
+A grammar here is a byte-level pushdown automaton with immutable, hashable states: a state is
+``(stack, ws)``, the stack a tuple of frames (tuples), ``ws`` the run of whitespace just read.
+``advance(state, bytes)`` is the state after those bytes or None when they cannot continue a
+valid text; a token is allowed where its bytes advance the state (``TokenGrammar.allowed``),
+EOS only where the text is complete. The engine applies it to the leftmost open position of a
+block and may commit further positions in the same pass when each one advances the state too
+(see ``Engine._grammar_commit``), so constrained output still fills several tokens per pass.
+
+Supported JSON Schema: ``type`` (one or a list), ``properties`` / ``required`` /
+``additionalProperties`` (listed properties only unless ``additionalProperties`` is true or a
+schema, as OpenAI's strict mode), ``items`` / ``minItems`` / ``maxItems``, ``enum`` / ``const``,
+``anyOf`` / ``oneOf`` / ``allOf`` (merged: alternatives of different types are told apart by
+their first byte; several object alternatives become one object with the union of their
+properties and the intersection of their required ones), local ``$ref`` (``#/$defs/...``).
+Ignored (not enforced): ``pattern``, ``format``, string and number bounds.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
+WS = frozenset(b" \t\n\r")
+MAX_WS = 8  # consecutive whitespace bytes between JSON tokens (a model could pad forever)
+MAX_NUMBER_DIGITS = 24
+_NUM_START = frozenset(b"-0123456789")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESC = frozenset(b'"\\/bfnrtu')
+_NUM_END = frozenset(("zero", "int", "frac", "exp"))
+
+
+class GrammarError(ValueError):
+    """A schema or grammar this module cannot compile."""
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+class Schemas:
+    """A JSON Schema compiled into numbered nodes (frames refer to nodes by index, so states hash)."""
+
+    def __init__(self, root: dict | bool):
+        self.root = root
+        self.nodes: list[dict] = []
+        self._ids: dict[int, int] = {}
+        self.start = self.compile(root)
+
+    def _resolve(self, s):
+        seen = 0
+        while isinstance(s, dict) and "$ref" in s:
+            ref = s["$ref"]
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                raise GrammarError(f"only local $ref ('#/...') is supported, got {ref!r}")
+            s = self.root
+            for part in [p for p in ref[1:].split("/") if p]:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if not isinstance(s, dict) or part not in s:
+                    raise GrammarError(f"$ref {ref!r} points nowhere")
+                s = s[part]
+            seen += 1
+            if seen > 32:
+                raise GrammarError(f"$ref {ref!r} does not resolve (a cycle of references)")
+        return s
+
+    def compile(self, s) -> int:
+        s = self._resolve(s)
+        if id(s) in self._ids:  # recursive schemas: a node refers to itself by index
+            return self._ids[id(s)]
+        idx = len(self.nodes)
+        self._ids[id(s)] = idx
+        self.nodes.append({})
+        node = self._node(s)
+        if node.get("any"):  # any value: objects of any keys and arrays of any items, recursively
+            node.update(props={}, required=frozenset(), extra=idx, items=idx, min_items=0, max_items=None)
+        self.nodes[idx] = node
+        return idx
+
+    def _node(self, s) -> dict:
+        if s is True or s == {} or s is None:
+            return {"kinds": set(KINDS), "any": True}
+        if s is False:
+            raise GrammarError("the schema 'false' admits no value")
+        if not isinstance(s, dict):
+            raise GrammarError(f"a schema must be an object or a boolean, got {type(s).__name__}")
+        if "const" in s or "enum" in s:
+            values = [s["const"]] if "const" in s else s["enum"]
+            if not isinstance(values, list) or not values:
+                raise GrammarError("enum must be a non-empty list")
+            if all(isinstance(v, str) for v in values):
+                return {"kinds": {"string"}, "str_enum": tuple(_str_body(v) for v in values)}
+            return {"kinds": set(), "literals": tuple(_literal(v) for v in values)}
+        alts = s.get("anyOf") or s.get("oneOf")
+        if alts or "allOf" in s:
+            return self._merge(s, alts or [], s.get("allOf") or [])
+        kinds = s.get("type")
+        if kinds is None:
+            kinds = ["object"] if "properties" in s else ["array"] if "items" in s else list(KINDS)
+        kinds = set([kinds] if isinstance(kinds, str) else kinds)
+        if bad := kinds - set(KINDS):
+            raise GrammarError(f"unknown type(s) {sorted(bad)}")
+        node: dict = {"kinds": kinds}
+        if "object" in kinds:
+            props = s.get("properties") or {}
+            if not isinstance(props, dict):
+                raise GrammarError("properties must be an object")
+            extra = s.get("additionalProperties", not props)  # listed properties only, as strict mode
+            node["props"] = {k: self.compile(v) for k, v in props.items()}
+            node["required"] = frozenset(k for k in s.get("required", []) if k in props) if props else frozenset()
+            node["extra"] = None if extra is False else self.compile(True if extra is True else extra)
+        if "array" in kinds:
+            node["items"] = self.compile(s.get("items", True))
+            node["min_items"] = int(s.get("minItems", 0))
+            node["max_items"] = s.get("maxItems")
+        return node
+
+    def _merge(self, s, alts: list, all_of: list) -> dict:
+        """anyOf/oneOf (union) and allOf (intersection of objects, roughly): one node."""
+        base = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "allOf")}
+        if all_of:
+            merged = dict(base)
+            for part in all_of:
+                part = self._resolve(part)
+                merged.setdefault("properties", {}).update(part.get("properties", {}))
+                merged["required"] = [*merged.get("required", []), *part.get("required", [])]
+                if "type" in part:
+                    merged["type"] = part["type"]
+            if not alts:
+                return self._node(merged)
+            base = merged
+        nodes = [self._node({**base, **self._resolve(a)} if base.get("properties") is None else self._resolve(a))
+                 for a in alts]  # fmt: skip
+        out: dict = {"kinds": set()}
+        for n in nodes:
+            if n.get("any"):
+                return n
+            out["kinds"] |= n["kinds"]
+            if "literals" in n:
+                out["literals"] = out.get("literals", ()) + n["literals"]
+            if "str_enum" in n:
+                out["str_enum"] = out.get("str_enum", ()) + n["str_enum"]
+            elif "string" in n["kinds"]:
+                out["free_string"] = True
+            if "props" in n:
+                if "props" in out:
+                    out["props"] = {**out["props"], **n["props"]}
+                    out["required"] &= n["required"]
+                    out["extra"] = out["extra"] if n["extra"] is None else n["extra"]
+                else:
+                    out.update(props=dict(n["props"]), required=n["required"], extra=n["extra"])
+            if "items" in n:
+                out.update(items=n["items"], min_items=n["min_items"], max_items=n["max_items"])
+        if out.pop("free_string", False):
+            out.pop("str_enum", None)
+        return out
+
+
+def _str_body(v: str) -> bytes:
+    return json.dumps(v, ensure_ascii=False)[1:-1].encode()
+
+
+def _literal(v) -> bytes:
+    return json.dumps(v, ensure_ascii=False, separators=(", ", ": ")).encode()
+
+
+# -- the automaton ---------------------------------------------------------------------------------
+# frames: ("lit", bytes, i)                    the next bytes must be these
+#         ("val", node)                        a value of schema node is next
+#         ("str", options|None, typed, esc)    inside a string; options: allowed bodies
+#         ("key", node, seen, typed, esc)      inside an object key
+#         ("num", integer, phase, digits)      inside a number
+#         ("lits", options, typed)             one of these literal values (non-string enum)
+#         ("obj", node, seen, phase, key)      phase: open | colon | after | next
+#         ("arr", node, phase, count)          phase: open | after | next
+#         ("alt", table, typed)                one of the table's literals, then its continuation
+#         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
+class Grammar:
+    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = ()):
+        self.start_state = (start, 0)
+        self.schemas = schemas
+        self.tables = list(tables)
+        self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
+        self.advance = lru_cache(maxsize=65536)(self._advance)
+
+    # whole-text helpers
+    def accepts(self, text: str | bytes) -> bool:
+        st = self.advance(self.start_state, text.encode() if isinstance(text, str) else text)
+        return st is not None and self.complete(st)
+
+    def complete(self, state) -> bool:
+        """The text may end here (a number or literal at the very end ends with it)."""
+        stack = state[0]
+        if stack and (
+            stack[-1][0] == "num"
+            and stack[-1][2] in _NUM_END
+            or stack[-1][0] == "lits"
+            and stack[-1][2] in stack[-1][1]
+        ):
+            stack = stack[:-1]
+        return all(f[0] == "more" for f in stack)
+
+    def _advance(self, state, data: bytes):
+        for b in data:
+            state = self._step(state, b)
+            if state is None:
+                return None
+        return state
+
+    def _step(self, state, b: int):
+        stack, ws = state
+        if not stack:
+            return None
+        top, rest = stack[-1], stack[:-1]
+        if b in WS and top[0] in ("val", "obj", "arr"):  # between JSON tokens (not before a top-level value)
+            nested = top[0] != "val" or any(f[0] in ("obj", "arr") for f in rest)
+            return (stack, ws + 1) if nested and ws < MAX_WS else None
+        out = self._frame(top, rest, b)
+        return None if out is None else (out, 0)
+
+    def _frame(self, f, rest, b):  # noqa: C901 - one branch per frame kind, kept together
+        kind = f[0]
+        if kind == "lit":
+            lit, i = f[1], f[2]
+            if lit[i] != b:
+                return None
+            return rest if i + 1 == len(lit) else (*rest, ("lit", lit, i + 1))
+        if kind == "val":
+            return self._value(f[1], rest, b)
+        if kind in ("str", "key"):
+            return self._string(f, rest, b)
+        if kind == "num":
+            return self._number(f, rest, b)
+        if kind == "lits":
+            typed = f[2] + bytes([b])
+            if any(o.startswith(typed) for o in f[1]):
+                return (*rest, ("lits", f[1], typed))
+            if f[2] in f[1]:  # a complete literal ends here: the byte belongs to what follows
+                return self._after_value(rest, b)
+            return None
+        if kind == "obj":
+            return self._object(f, rest, b)
+        if kind == "arr":
+            return self._array(f, rest, b)
+        if kind == "alt":
+            table = self.tables[f[1]]
+            typed = f[2] + bytes([b])
+            hits = [(lit, cont) for lit, cont in table if lit.startswith(typed)]
+            if not hits:
+                return None
+            exact = [
+                cont for lit, cont in hits if lit == typed
+            ]  # a literal ends with '"', so none is a prefix of another
+            if exact:
+                return (*rest, *reversed(exact[0]))
+            return (*rest, ("alt", f[1], typed))
+        if kind == "more":
+            sep = f[2]
+            if sep[0] != b:
+                return None
+            return (*rest, f, ("alt", f[1], b""), *([("lit", sep, 1)] if len(sep) > 1 else []))
+        return None
+
+    def _after_value(self, rest, b):
+        """A value ended just before byte ``b``: feed it to the frame below."""
+        if not rest:
+            return None
+        st = self._step((rest, 0), b)
+        return None if st is None else st[0]
+
+    def _value(self, nid: int, rest, b):
+        node = self.nodes[nid]
+        kinds = node["kinds"]
+        if "literals" in node and any(o[0] == b for o in node["literals"]):
+            return (*rest, ("lits", node["literals"], bytes([b])))
+        if b == ord("{") and "object" in kinds:
+            return (*rest, ("obj", nid, frozenset(), "open", None))
+        if b == ord("[") and "array" in kinds:
+            return (*rest, ("arr", nid, "open", 0))
+        if b == ord('"') and "string" in kinds:
+            return (*rest, ("str", node.get("str_enum"), b"", 0))
+        if b in _NUM_START and kinds & {"number", "integer"}:
+            integer = "number" not in kinds
+            phase = "sign" if b == ord("-") else "zero" if b == ord("0") else "int"
+            return (*rest, ("num", integer, phase, 0 if b == ord("-") else 1))
+        if b == ord("t") and "boolean" in kinds:
+            return (*rest, ("lit", b"true", 1))
+        if b == ord("f") and "boolean" in kinds:
+            return (*rest, ("lit", b"false", 1))
+        if b == ord("n") and "null" in kinds:
+            return (*rest, ("lit", b"null", 1))
+        return None
+
+    def _string(self, f, rest, b):
+        is_key = f[0] == "key"
+        if is_key:
+            node = self.nodes[f[1]]
+            options = (
+                None
+                if node.get("extra") is not None
+                else tuple(_str_body(k) for k in node.get("props", {}) if k not in f[2])
+            )
+            typed, esc = f[3], f[4]
+        else:
+            options, typed, esc = f[1], f[2], f[3]
+        if esc == 0 and b == ord('"'):
+            if options is not None and typed not in options:
+                return None
+            if is_key:  # below the key: its object, waiting in the "key" phase
+                key = json.loads(b'"' + typed + b'"')
+                if key in f[2]:
+                    return None  # a key appears once
+                return (*rest[:-1], ("obj", f[1], f[2] | {key}, "colon", key))
+            return rest
+        if esc == 0:
+            if b < 0x20:
+                return None
+            esc = 1 if b == ord("\\") else 0
+        elif esc == 1:
+            if b not in _ESC:
+                return None
+            esc = 2 if b == ord("u") else 0
+        else:
+            if b not in _HEX:
+                return None
+            esc = 0 if esc == 5 else esc + 1
+        typed = typed + bytes([b])
+        if options is not None and not any(o.startswith(typed) for o in options):
+            return None
+        if options is None and not is_key:
+            typed = b""  # a free string's content does not matter to what follows: states repeat (cache)
+        return (*rest, ("key", f[1], f[2], typed, esc) if is_key else ("str", f[1], typed, esc))
+
+    def _number(self, f, rest, b):
+        _, integer, phase, digits = f
+        d = ord("0") <= b <= ord("9")
+        if d and digits >= MAX_NUMBER_DIGITS:
+            return None
+        nxt = None
+        if phase == "sign":
+            nxt = ("zero" if b == ord("0") else "int") if d else None
+        elif phase == "zero":
+            nxt = "dot" if b == ord(".") and not integer else "e" if b in b"eE" and not integer else None
+        elif phase == "int":
+            nxt = (
+                "int" if d else "dot" if b == ord(".") and not integer else "e" if b in b"eE" and not integer else None
+            )
+        elif phase == "dot":
+            nxt = "frac" if d else None
+            if not d:
+                return None
+        elif phase == "frac":
+            nxt = "frac" if d else "e" if b in b"eE" else None
+        elif phase == "e":
+            nxt = "esign" if b in b"+-" else "exp" if d else None
+            if nxt is None:
+                return None
+        elif phase in ("esign", "exp"):
+            nxt = "exp" if d else None
+            if nxt is None and phase == "esign":
+                return None
+        if nxt is not None:
+            return (*rest, ("num", integer, nxt, digits + d))
+        if phase in ("zero", "int", "frac", "exp"):
+            return self._after_value(rest, b)  # the number ended; the byte is the next thing's
+        return None
+
+    def _object(self, f, rest, b):
+        _, nid, seen, phase, key = f
+        node = self.nodes[nid]
+        props, extra = node.get("props", {}), node.get("extra")
+        can_key = extra is not None or any(k not in seen for k in props)
+        can_close = node.get("required", frozenset()) <= seen
+        if phase in ("open", "next") and b == ord('"') and can_key:
+            return (*rest, ("obj", nid, seen, "key", None), ("key", nid, seen, b"", 0))
+        if phase == "open" and b == ord("}") and can_close:
+            return rest
+        if phase == "colon" and b == ord(":"):
+            child = props.get(key, extra)
+            return (*rest, ("obj", nid, seen, "after", None), ("val", child))
+        if phase == "after":
+            if b == ord(",") and can_key:
+                return (*rest, ("obj", nid, seen, "next", None))
+            if b == ord("}") and can_close:
+                return rest
+        return None
+
+    def _array(self, f, rest, b):
+        _, nid, phase, count = f
+        node = self.nodes[nid]
+        mx = node.get("max_items")
+        if phase in ("open", "after") and b == ord("]") and count >= node.get("min_items", 0):
+            return rest
+        if phase == "after" and b == ord(",") and (mx is None or count < mx):
+            return (*rest, ("arr", nid, "next", count))
+        if phase in ("open", "next") and (mx is None or count < mx):
+            child = ("val", node["items"])
+            st = self._step(((*rest, ("arr", nid, "after", count + 1), child), 0), b)
+            return None if st is None else st[0]
+        return None
+
+
+# -- building grammars -----------------------------------------------------------------------------
+def _offset(sc: Schemas, base: int) -> Schemas:
+    """Renumber a compiled schema's node references by ``base`` (several schemas in one grammar)."""
+    if base:
+        for n in sc.nodes:
+            if "props" in n:
+                n["props"] = {k: v + base for k, v in n["props"].items()}
+            for k in ("extra", "items"):
+                if n.get(k) is not None:
+                    n[k] += base
+        sc.start += base
+    return sc
+
+
+def json_grammar(schema: dict | bool | None = None, prefix: str = "", suffix: str = "") -> Grammar:
+    """``prefix``, then one JSON value (any, or valid for ``schema``), then ``suffix``."""
+    sc = Schemas(True if schema is None else schema)
+    frames = [("lit", suffix.encode(), 0)] if suffix else []
+    frames.append(("val", sc.start))
+    if prefix:
+        frames.append(("lit", prefix.encode(), 0))
+    return Grammar(tuple(frames), [sc])
+
+
+def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, head: str = '{"name": "',
+                      sep: str = "\n", parallel: bool = True, started: str = "") -> Grammar:  # fmt: skip
+    """Tool calls in the Qwen style, ``open_ {"name": NAME, "arguments": ARGS} close``, each ARGS
+    valid for NAME's parameter schema; with ``parallel`` further calls may follow after ``sep``.
+    ``started``: how much of the first call the prompt already holds (a prefill), which is then
+    not generated."""
+    schemas, table = [], []
+    base = 0
+    for name, params in tools.items():
+        sc = _offset(Schemas(params if params else {"type": "object"}), base)
+        base += len(sc.nodes)
+        schemas.append(sc)
+        lit = (json.dumps(name)[1:] + ', "arguments": ').encode()
+        table.append((lit, (("val", sc.start), ("lit", ("}" + close).encode(), 0))))
+    call = (open_ + head).encode()
+    frames: list[tuple] = [("more", 0, (sep + open_ + head).encode())] if parallel else []
+    done = started.encode()
+    if len(done) <= len(call):  # the prefill ends inside "<tool_call>{"name": ""
+        if not call.startswith(done):
+            raise GrammarError(f"the prefill {started!r} does not start a tool call")
+        frames.append(("alt", 0, b""))
+        if done != call:
+            frames.append(("lit", call, len(done)))
+    else:  # it ends inside a name
+        typed = done[len(call) :]
+        if not done.startswith(call) or not any(lit.startswith(typed) for lit, _ in table):
+            raise GrammarError(f"the prefill {started!r} does not start a call of one of {sorted(tools)}")
+        frames.append(("alt", 0, typed))
+    return Grammar(tuple(frames), schemas, [tuple(table)])
+
+
+# -- tokens ----------------------------------------------------------------------------------------
+class TokenTable:
+    """A tokenizer's tokens as bytes, grouped by first byte; built once per engine."""
+
+    def __init__(self, tokenizer, eos_ids: list[int]):
+        self.eos = list(eos_ids)
+        added = tokenizer.tok.get_added_tokens_decoder()
+        control = set(getattr(tokenizer, "_control", ())) | set(self.eos)
+        self.bytes: list[bytes | None] = []
+        self.atomic: set[int] = set()  # markup tokens (<tool_call>, ...): only where a literal spells them
+        self.by_first: dict[int, list[int]] = {}
+        for i in range(tokenizer.vocab_size):
+            bs = None if i in control else tokenizer.token_bytes(i) or None
+            self.bytes.append(bs)
+            if bs is None:
+                continue
+            content = getattr(added.get(i), "content", "")
+            if len(content) > 2 and content.startswith("<") and content.endswith(">"):
+                self.atomic.add(i)
+            self.by_first.setdefault(bs[0], []).append(i)
+
+
+class TokenGrammar:
+    """A grammar over a tokenizer's tokens: which ids may come next, and the state after one."""
+
+    def __init__(self, grammar: Grammar, table: TokenTable):
+        self.g = grammar
+        self.t = table
+        self.eos = table.eos
+        self._allowed = lru_cache(maxsize=4096)(self._compute)
+
+    @property
+    def start(self):
+        return self.g.start_state
+
+    def step(self, state, token: int):
+        """The state after ``token``, or None when it may not come next (EOS: only at the end)."""
+        if token in self.eos:
+            return state if self.g.complete(state) else None
+        bs = self.t.bytes[token] if 0 <= token < len(self.t.bytes) else None
+        if bs is None:
+            return None
+        if token in self.t.atomic and not (state[0] and state[0][-1][0] in ("lit", "alt", "more")):
+            return None
+        return self.g.advance(state, bs)
+
+    def allowed(self, state) -> list[int]:
+        """Token ids that may come next (EOS ids where the text may end)."""
+        return self._allowed(state)
+
+    def _compute(self, state) -> list[int]:
+        out = list(self.eos) if self.g.complete(state) else []
+        for first, ids in self.t.by_first.items():
+            if self.g.advance(state, bytes([first])) is not None:
+                out += [i for i in ids if self.step(state, i) is not None]
+        return out

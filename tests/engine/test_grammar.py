@@ -1,0 +1,150 @@
+"""Structured output: the JSON / JSON Schema / tool-call automaton, and decoding under it."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, parse_assistant, render
+from clover.data.tokenizer import CloverTokenizer
+from clover.data.tools import AIRSPACE_TOOLS
+from clover.engine import Engine, SamplingParams
+from clover.engine.grammar import GrammarError, TokenGrammar, TokenTable, json_grammar, tool_call_grammar
+from clover.model.io import load_model
+
+BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "drone_id": {"type": "string"}, "count": {"type": "integer"}, "kind": {"enum": ["survey", "mapping"]},
+        "alt": {"type": ["number", "null"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+    },
+    "required": ["drone_id", "kind"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [("{}", True), ('{"a": 1}', True), ('{"a": [1, -2.5e3, "x", null, true, {"b": false}]}', True),
+     ('{ "a" : -0.5 }', True), ('{"a": "\\u00e9\\n\\"q\\""}', True), ('{"é": "ü"}', True),
+     ('{"a": 01}', False), ('{"a": 1,}', False), ("[1]", False), ('{"a": 1} ', False), (' {"a": 1}', False),
+     ('{"a": 1, "a": 2}', False), ('{"a": "x\ny"}', False), ('{"a": tru}', False), ('{"a": 1.}', False)],
+)  # fmt: skip
+def test_json_object(text, ok):
+    assert json_grammar({"type": "object"}).accepts(text) is ok
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [('{"drone_id": "D-1", "kind": "survey"}', True), ('{"kind": "mapping", "drone_id": "x", "count": 3}', True),
+     ('{"drone_id": "D-1", "kind": "survey", "alt": null, "tags": ["a", "b"]}', True),
+     ('{"drone_id": "D-1"}', False),  # required kind missing
+     ('{"drone_id": "D-1", "kind": "surveys"}', False), ('{"drone_id": 5, "kind": "survey"}', False),
+     ('{"drone_id": "D-1", "kind": "survey", "x": 1}', False),  # not a listed property
+     ('{"drone_id": "D-1", "kind": "survey", "count": 1.5}', False),
+     ('{"drone_id": "D-1", "kind": "survey", "tags": ["a", "b", "c"]}', False)],
+)  # fmt: skip
+def test_json_schema(text, ok):
+    assert json_grammar(SCHEMA).accepts(text) is ok
+
+
+def test_schema_features_refs_unions_and_errors():
+    rec = {"$defs": {"n": {"type": "object", "required": ["v", "next"], "properties": {
+        "v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}}}, "$ref": "#/$defs/n"}  # fmt: skip
+    g = json_grammar(rec)
+    assert g.accepts('{"v": 1, "next": {"v": 2, "next": null}}') and not g.accepts('{"v": 1}')
+    assert json_grammar({"enum": [1, 2, 12]}).accepts("12") and not json_grammar({"enum": [1, 2, 12]}).accepts("13")
+    assert json_grammar(None).accepts("42") and json_grammar({"type": "object", "additionalProperties": True,
+                                                               "properties": {"a": {"type": "string"}}}).accepts('{"b": 1}')  # fmt: skip
+    for bad in ({"type": "tuple"}, {"$ref": "https://x/y.json"}, {"$ref": "#/nowhere"}, {"enum": []}, False):
+        with pytest.raises(GrammarError):
+            json_grammar(bad)
+
+
+def test_tool_call_grammar_prefills_and_parallel_calls():
+    tools = {"recall_drone": {"type": "object", "properties": {"drone_id": {"type": "string"}}, "required": ["drone_id"]},
+             "get_drone_status": None}  # fmt: skip
+    call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-1"}}</tool_call>'
+    g = tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE)
+    assert g.accepts(call) and g.accepts(call + "\n" + call.replace("recall_drone", "get_drone_status"))
+    assert not g.accepts(call.replace("recall_drone", "recall")) and not g.accepts(call[:-1])
+    one = tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE, parallel=False, started='<tool_call>{"name": "recall')
+    assert one.accepts(call[len('<tool_call>{"name": "recall') :]) and not one.accepts(call[30:] + "\n" + call)
+    with pytest.raises(GrammarError):
+        tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE, started='<tool_call>{"name": "launch')
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    torch.set_num_threads(1)
+    tok = CloverTokenizer.load(BUNDLED)
+    return Engine(load_model(BUNDLED), tok), tok
+
+
+def _prompt(tok, msg):
+    return tok.encode(render([{"role": "user", "content": msg}], AIRSPACE_TOOLS, add_generation_prompt=True))
+
+
+def test_token_level_allowed_sets_agree_with_the_byte_automaton(bundled):
+    _, tok = bundled
+    tg = TokenGrammar(json_grammar(SCHEMA), TokenTable(tok, tok.eos_token_ids))
+    text = '{"drone_id": "D-17", "kind": "mapping", "tags": ["north pier"]}'
+    state = tg.start
+    for t in tok.encode(text):
+        allowed = tg.allowed(state)
+        assert t in allowed and tok.eos_token_id not in allowed
+        # the allowed set is exactly the tokens whose bytes continue the text (slow reference: every token)
+        ref = [i for i in range(tok.vocab_size) if tg.step(state, i) is not None]
+        assert sorted(allowed) == sorted(ref)
+        state = tg.step(state, t)
+    assert tg.allowed(state) == tok.eos_token_ids[: len(tg.allowed(state))] and tg.g.complete(state)
+
+
+MESSAGES = ["Assign drone 17 to survey the north pier.", "Recall UAV 12 and lift the no-fly zone Market Square.",
+            "What's going on with drone 8?", "Move waypoint 3 of D-46 to 12.5, 49.8 at 110 m."]  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["ar", "threshold"])
+def test_decoding_under_a_grammar(bundled, policy):
+    """Under the tool-call grammar every output parses into calls valid for their schemas; with
+    ``ar`` it equals the unconstrained output wherever that was already valid (masking the
+    leftmost position never changes an allowed argmax: the slow reference)."""
+    engine, tok = bundled
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
+    g = tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE)
+    for msg in MESSAGES:
+        ids = _prompt(tok, msg)
+        free = engine.generate(ids, SamplingParams(max_tokens=120, policy=policy))
+        out = engine.generate(ids, SamplingParams(max_tokens=120, policy=policy, grammar=g))
+        assert out.finish_reason == "stop" and g.accepts(out.text), out.text
+        calls = parse_assistant(out.text)[1]
+        for c in calls:
+            props = schemas[c["name"]]["properties"]
+            assert set(c["arguments"]) <= set(props) and set(schemas[c["name"]]["required"]) <= set(c["arguments"])
+        if policy == "ar" and g.accepts(free.text):
+            assert out.token_ids == free.token_ids
+        if policy == "threshold":
+            assert out.stats["forward_passes"] < len(out.token_ids)  # several tokens per pass still
+
+
+def test_grammar_json_mode_with_sampling_always_parses(bundled):
+    engine, tok = bundled
+    g = json_grammar(SCHEMA)
+    ids = tok.encode(
+        render([{"role": "user", "content": "status of drone 4 as JSON"}], None, add_generation_prompt=True)
+    )
+    for seed in range(4):
+        out = engine.generate(ids, SamplingParams(max_tokens=200, temperature=1.0, seed=seed, grammar=g))
+        if out.finish_reason == "stop":
+            d = json.loads(out.text)
+            assert d["kind"] in ("survey", "mapping") and set(d) <= set(SCHEMA["properties"])
+        else:  # cut by max_tokens: still a prefix the grammar accepts
+            assert g.advance(g.start_state, out.text.encode()) is not None
+
+
+def test_grammar_params_are_checked():
+    with pytest.raises(ValueError, match="grammar"):
+        SamplingParams(grammar={"type": "object"})
+    with pytest.raises(ValueError, match="combined"):
+        SamplingParams(grammar=json_grammar(None), allowed={0: [1]})
