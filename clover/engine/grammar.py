@@ -181,6 +181,7 @@ class Grammar:
         self.tables = list(tables)
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.advance = lru_cache(maxsize=65536)(self._advance)
+        self.allowed_cache: dict = {}  # (token table, state) -> allowed ids, shared by the requests using this grammar
 
     # whole-text helpers
     def accepts(self, text: str | bytes) -> bool:
@@ -483,7 +484,6 @@ class TokenGrammar:
         self.g = grammar
         self.t = table
         self.eos = table.eos
-        self._allowed = lru_cache(maxsize=4096)(self._compute)
 
     @property
     def start(self):
@@ -502,7 +502,13 @@ class TokenGrammar:
 
     def allowed(self, state) -> list[int]:
         """Token ids that may come next (EOS ids where the text may end)."""
-        return self._allowed(state)
+        cache = self.g.allowed_cache
+        key = (id(self.t), state)
+        if key not in cache:
+            if len(cache) >= 16384:
+                cache.clear()
+            cache[key] = self._compute(state)
+        return cache[key]
 
     def _compute(self, state) -> list[int]:
         out = list(self.eos) if self.g.complete(state) else []

@@ -14,9 +14,11 @@ the function's JSON Schema, further calls only where ``parallel_tool_calls`` all
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
@@ -96,9 +98,8 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         schemas = {
             t["function"]["name"]: t["function"].get("parameters") for t in tools if t["function"]["name"] in names
         }
-        try:
-            grammar = tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=req.parallel_tool_calls is not False,
-                                        started=prefill)  # fmt: skip
+        try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
+            grammar = _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False)
         except GrammarError as e:
             raise bad_request(f"tools: {e}", "tools") from None
     if choice == "none":
@@ -114,6 +115,18 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
 
+@lru_cache(maxsize=64)
+def _tool_grammar(schemas_json: str, prefill: str, parallel: bool) -> Grammar:
+    return tool_call_grammar(
+        json.loads(schemas_json), TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=parallel, started=prefill
+    )
+
+
+@lru_cache(maxsize=64)
+def _schema_grammar(schema_json: str) -> Grammar:
+    return json_grammar(json.loads(schema_json))
+
+
 def response_grammar(fmt: dict | None) -> Grammar | None:
     """OpenAI's ``response_format``: ``text`` (None), ``json_object`` (any JSON object) or
     ``json_schema`` (``{"json_schema": {"name", "schema", "strict"?}}``: a value valid for the schema)."""
@@ -121,7 +134,7 @@ def response_grammar(fmt: dict | None) -> Grammar | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return json_grammar({"type": "object"})
+        return _schema_grammar('{"type": "object"}')
     if kind != "json_schema":
         raise bad_request(f"response_format type {kind!r} is not supported: use text, json_object or json_schema",
                           "response_format")  # fmt: skip
@@ -130,7 +143,7 @@ def response_grammar(fmt: dict | None) -> Grammar | None:
         raise bad_request("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
                           "response_format")  # fmt: skip
     try:
-        return json_grammar(spec.get("schema", True))
+        return _schema_grammar(json.dumps(spec.get("schema", True), sort_keys=True))
     except GrammarError as e:
         raise bad_request(f"response_format json_schema: {e}", "response_format") from None
 
