@@ -160,6 +160,45 @@ def test_random_model_with_tools_gives_a_valid_shape(client):
         json.loads(call.function.arguments)
 
 
+SWITCH = [{"type": "function", "function": {"name": "set_mode", "parameters": {"type": "object", "properties": {
+    "mode": {"enum": ["on", "off"]}, "level": {"type": "integer"}}, "required": ["mode"]}}},
+    {"type": "function", "function": {"name": "get_mode", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_choice_on_a_random_model_returns_valid_calls(client, stream):
+    """A model that knows nothing of these tools, under the grammar: a call of an offered
+    function with arguments its schema admits (plain and streamed), whatever the weights."""
+    for choice in ("required", {"type": "function", "function": {"name": "set_mode"}}):
+        kw = dict(model="clover", messages=[{"role": "user", "content": "lights on"}], tools=SWITCH,
+                  tool_choice=choice, parallel_tool_calls=False, max_tokens=60)  # fmt: skip
+        if stream:
+            calls: dict = {}
+            finish = None
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                for c in chunk.choices:
+                    finish = c.finish_reason or finish
+                    for d in c.delta.tool_calls or []:
+                        e = calls.setdefault(d.index, {"name": "", "arguments": ""})
+                        e["name"] += (d.function.name or "") if d.function else ""
+                        e["arguments"] += (d.function.arguments or "") if d.function else ""
+            got = list(calls.values())
+        else:
+            r = client.chat.completions.create(**kw)
+            finish = r.choices[0].finish_reason
+            got = [
+                {"name": c.function.name, "arguments": c.function.arguments} for c in r.choices[0].message.tool_calls
+            ]
+        if finish == "length":  # a long integer can run to max_tokens; the shape up to there is still right
+            continue
+        assert finish == "tool_calls" and len(got) == 1, got
+        args = json.loads(got[0]["arguments"])
+        if got[0]["name"] == "set_mode":
+            assert args["mode"] in ("on", "off") and set(args) <= {"mode", "level"}
+        else:
+            assert choice == "required" and got[0]["name"] == "get_mode" and args == {}
+
+
 def test_a_call_to_a_function_not_on_offer_stays_text(forced):
     """The model may name a function the client did not declare (the bundled model knows only
     the airspace tools): that is no tool call; its text comes back as content, streamed alike."""
