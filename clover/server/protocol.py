@@ -46,6 +46,7 @@ class Prepared:
     block_size: int = 0
     max_calls: int | None = None  # parallel_tool_calls=false: 1
     tool_names: frozenset[str] | None = None  # the functions on offer (None: no tools); a call to another stays text
+    legacy: bool = False  # the request used the deprecated functions/function_call: answer in that shape
 
     @property
     def parse_tools(self) -> bool:
@@ -110,7 +111,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             if kind != "text":
                 raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
                                   "text only", f"messages.{i}.content")  # fmt: skip
-    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    messages = [_modern(m.model_dump(exclude_none=True)) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
@@ -125,6 +126,24 @@ def _tool_grammar(schemas_json: str, prefill: str, parallel: bool) -> Grammar:
 @lru_cache(maxsize=64)
 def _schema_grammar(schema_json: str) -> Grammar:
     return json_grammar(json.loads(schema_json))
+
+
+def _modern(m: dict) -> dict:
+    """Legacy function-calling messages as tool messages: a ``function`` result is a ``tool``
+    result, an assistant's ``function_call`` its one tool call."""
+    if m["role"] == "function":
+        return {**m, "role": "tool"}
+    if m["role"] == "assistant" and "function_call" in m and not m.get("tool_calls"):
+        fc = m.pop("function_call")
+        return {**m, "tool_calls": [{"id": "call_0", "type": "function", "function": fc}]}
+    return m
+
+
+def legacy_delta(d: dict) -> dict:
+    """A streamed tool-call delta in the legacy ``function_call`` shape (one call per turn)."""
+    if "tool_calls" in d:
+        return {"function_call": d["tool_calls"][0]["function"]}
+    return d
 
 
 def response_grammar(fmt: dict | None) -> Grammar | None:
@@ -278,9 +297,9 @@ def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None
     return (content or None) if tool_calls else content, tool_calls
 
 
-def finish_reason(out: RequestOutput, tool_calls: list) -> str:
+def finish_reason(out: RequestOutput, tool_calls: list, legacy: bool = False) -> str:
     if tool_calls:
-        return "tool_calls"
+        return "function_call" if legacy else "tool_calls"
     return "length" if out.finish_reason == "length" else "stop"
 
 
@@ -291,9 +310,11 @@ def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput
         content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
                                            prep.tool_names)  # fmt: skip
         message: dict = {"role": "assistant", "content": content}
-        if calls:
+        if calls and prep.legacy:
+            message["function_call"] = calls[0]["function"]
+        elif calls:
             message["tool_calls"] = calls
-        choices.append({"index": i, "message": message, "finish_reason": finish_reason(out, calls),
+        choices.append({"index": i, "message": message, "finish_reason": finish_reason(out, calls, prep.legacy),
                         "logprobs": chat_logprobs(out.logprobs, tokenizer)})  # fmt: skip
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,

@@ -30,6 +30,7 @@ from clover.server.protocol import (
     completion_prompts,
     completion_response,
     finish_reason,
+    legacy_delta,
     prepare,
     start_record,
     step_record,
@@ -110,7 +111,7 @@ async def chat_completions(request: Request):
     prep = prepare(
         req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
     )
-    prep.prefill, prep.tool_names = prefill, tool_names
+    prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
     prep.params.grammar = grammar
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
@@ -186,15 +187,16 @@ async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: b
                 if want_lp:
                     pending[i] += ev.logprobs or []
                 for d in streams[i].feed(ev.text):
-                    yield chunk(i, d)
+                    yield chunk(i, legacy_delta(d) if prep.legacy else d)
             elif isinstance(ev, StepEvent):
                 yield chunk(clover={**step_record(ev, s.tokenizer), "choice": i})
             elif isinstance(ev, Finished):
                 out = ev.output
                 outs.append(out)
                 for d in streams[i].finish():
-                    yield chunk(i, d)
-                yield chunk(i, {}, finish_reason(out, streams[i].calls), clover=clover_stats(out, prep.block_size))
+                    yield chunk(i, legacy_delta(d) if prep.legacy else d)
+                reason = finish_reason(out, streams[i].calls, prep.legacy)
+                yield chunk(i, {}, reason, clover=clover_stats(out, prep.block_size))
         if include_usage:
             yield chunk(usage=usage(outs, len(outs)))
         yield _sse("[DONE]")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
 
@@ -27,11 +27,12 @@ class ToolCall(_Open):
 
 
 class Message(_Open):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]  # function: legacy tool result
     content: str | list[dict] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    function_call: FunctionCall | None = None  # legacy: an assistant's single call
 
 
 class FunctionDef(_Open):
@@ -90,7 +91,27 @@ class ChatRequest(Sampling):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     parallel_tool_calls: bool | None = None  # false: at most one tool call per turn
-    response_format: dict | None = None  # only {"type": "text"}: Clover does not constrain output to JSON
+    response_format: dict | None = None  # text, json_object or json_schema
+    # OpenAI's deprecated function calling, as older clients send it: mapped onto tools (one call
+    # per turn) and answered in its own shape (message.function_call, finish_reason "function_call")
+    functions: list[FunctionDef] | None = None
+    function_call: Literal["auto", "none"] | NamedFunction | None = None
+
+    @model_validator(mode="after")
+    def _legacy_functions(self) -> ChatRequest:
+        if self.functions is None and self.function_call is None:
+            return self
+        if self.tools is not None:
+            raise ValueError("functions and tools cannot be combined (functions is the deprecated form of tools)")
+        self.tools = [Tool(function=f) for f in self.functions or []]
+        fc = self.function_call
+        self.tool_choice = NamedToolChoice(function=fc) if isinstance(fc, NamedFunction) else fc
+        self.parallel_tool_calls = False
+        return self
+
+    @property
+    def legacy_functions(self) -> bool:
+        return self.functions is not None
 
 
 class CompletionRequest(Sampling):

@@ -215,3 +215,35 @@ def test_a_call_to_a_function_not_on_offer_stays_text(forced):
     # offered, the same text is a call
     r = client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS)
     assert r.choices[0].message.tool_calls[0].function.name == "recall_drone"
+
+
+def test_legacy_functions_and_function_call(forced, tokenizer):
+    """OpenAI's deprecated function calling, as older clients send it: answered in its own shape."""
+    engine, client = forced
+    functions = [t["function"] for t in AIRSPACE_TOOLS]
+    engine.force(CALL)
+    r = client.chat.completions.create(model="clover", messages=MSG, functions=functions)
+    c = r.choices[0]
+    assert c.finish_reason == "function_call" and not c.message.tool_calls
+    assert c.message.function_call.name == "recall_drone"
+    assert json.loads(c.message.function_call.arguments) == {"drone_id": "D-17"}
+    assert "<tools>" in tokenizer.decode(engine.prompts[-1])
+    chunks = list(client.chat.completions.create(model="clover", messages=MSG, functions=functions, stream=True))
+    fc = [ch.choices[0].delta.function_call for ch in chunks if ch.choices and ch.choices[0].delta.function_call]
+    assert [f.name for f in fc] == ["recall_drone"] and chunks[-1].choices[0].finish_reason == "function_call"
+    # function_call named / none; a function result turn in the legacy shape
+    engine.force('", "arguments": {"drone_id": "D-3"}}</tool_call>')
+    r = client.chat.completions.create(model="clover", messages=MSG, functions=functions,
+                                       function_call={"name": "get_drone_status"})  # fmt: skip
+    assert r.choices[0].message.function_call.name == "get_drone_status"
+    assert tokenizer.decode(engine.prompts[-1]).endswith('<tool_call>{"name": "get_drone_status')
+    engine.force("It is returning.")
+    msgs = MSG + [{"role": "assistant", "content": None, "function_call": {"name": "recall_drone",
+                   "arguments": '{"drone_id": "D-17"}'}}, {"role": "function", "name": "recall_drone",
+                   "content": '{"status": "returning"}'}]  # fmt: skip
+    r = client.chat.completions.create(model="clover", messages=msgs, functions=functions, function_call="none")
+    prompt = tokenizer.decode(engine.prompts[-1])
+    assert CALL in prompt and '<tool_response>{"status": "returning"}</tool_response>' in prompt
+    assert "<tools>" not in prompt and r.choices[0].message.content == "It is returning."
+    with pytest.raises(openai.BadRequestError, match="cannot be combined"):
+        client.chat.completions.create(model="clover", messages=MSG, functions=functions, tools=AIRSPACE_TOOLS)
