@@ -188,7 +188,9 @@ def register(sub) -> None:
     p.add_argument("task", choices=["airspace"])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument(
-        "--policy", default="threshold", help="ar, threshold, fixed or edit; several comma-separated: one column each"
+        "--policy",
+        default="threshold",
+        help="ar, threshold, prefix, fixed or edit; several comma-separated: one column each",
     )
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--block-size", type=int)

@@ -39,7 +39,7 @@ def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
-    p.add_argument("--policy", default="threshold", help="threshold, fixed, ar or edit")
+    p.add_argument("--policy", default="threshold", help="threshold, prefix, fixed, ar or edit")
     p.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a position (threshold/edit)")
     p.add_argument("--steps-per-block", type=int, help="passes per block for --policy fixed")
     p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")

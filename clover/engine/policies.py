@@ -79,6 +79,21 @@ class AR(Policy):
         return v.cand & (v.cand.cumsum(1) == 1)
 
 
+class Prefix(Policy):
+    """Left to right in runs: the leftmost open position, then each next one while p(chosen) >= τ
+    (a run stops at the first unsure position). Parallel where the model is sure of a whole
+    stretch, autoregressive where it is not; never commits a token whose left neighbour is
+    still open (what makes threshold write "porto porto": two positions guessing one word)."""
+
+    name = "prefix"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        before = v.cand.cumsum(1) == 0  # positions left of the first open one
+        first = v.cand & (v.cand.long().cumsum(1) == 1)
+        ok = first | (v.cand & (v.conf >= v.threshold[:, None]))
+        return (ok | before).long().cumprod(1).bool() & v.cand
+
+
 class Edit(Threshold):
     """Threshold, plus re-predicting committed positions of the active block when another token
     is now far more likely (LLaDA 2.1-style editing), at most ``max_edits`` per block."""
@@ -100,5 +115,5 @@ def register(policy: Policy) -> Policy:
     return policy
 
 
-for _p in (Threshold(), Fixed(), AR(), Edit()):
+for _p in (Threshold(), Fixed(), AR(), Edit(), Prefix()):
     register(_p)

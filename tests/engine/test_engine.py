@@ -277,3 +277,16 @@ def test_stream_text_deltas_carry_the_logprobs_of_their_tokens():
     out = evs[-1].output
     assert [e.token_id for d in deltas for e in d.logprobs] == out.token_ids
     assert all(e.top == [] for e in out.logprobs)
+
+
+def test_prefix_policy_commits_left_to_right_runs():
+    """``prefix``: the leftmost open position always, then following ones only while sure."""
+    from clover.engine.policies import POLICIES, PassView
+
+    cand = torch.tensor([[False, True, True, True, True, True], [True, True, False, False, False, False]])
+    conf = torch.tensor([[-1, 0.2, 0.95, 0.99, 0.1, 0.99], [0.3, 0.1, -1, -1, -1, -1]])
+    z = torch.zeros_like(cand)
+    v = PassView(conf, conf, conf, z.long(), cand, z, torch.tensor([0.9, 0.9]), torch.ones(2, dtype=torch.long),
+                 torch.zeros(2, dtype=torch.long))  # fmt: skip
+    got = POLICIES["prefix"].commit(v)
+    assert got.tolist() == [[False, True, True, True, False, False], [True, False, False, False, False, False]]

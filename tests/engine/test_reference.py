@@ -8,7 +8,7 @@ from tests.engine.reference import reference_decode
 
 
 @pytest.mark.parametrize("shift", [True, False])
-@pytest.mark.parametrize("policy", ["threshold", "fixed", "ar", "edit"])
+@pytest.mark.parametrize("policy", ["threshold", "fixed", "ar", "edit", "prefix"])
 def test_engine_equals_reference_decoder(shift, policy):
     model = peaky_model(shift=shift)
     # 3 < block, 8 on a boundary, 13 ends mid-block; EOS (id 5) ends some of them early
