@@ -455,6 +455,19 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
     return Grammar(tuple(frames), schemas, [tuple(table)])
 
 
+def choice_grammar(parts: list[tuple[str, list[str]]]) -> Grammar:
+    """``prefix_1 option_1 prefix_2 option_2 ...``, each option one of its list (an option may be
+    a prefix of another: the next byte decides)."""
+    frames: list[tuple] = []
+    for prefix, options in reversed(parts):
+        if any(not o for o in options):
+            raise GrammarError("options must be non-empty")
+        frames.append(("lits", tuple(o.encode() for o in options), b""))
+        if prefix:
+            frames.append(("lit", prefix.encode(), 0))
+    return Grammar(tuple(frames), [])
+
+
 # -- tokens ----------------------------------------------------------------------------------------
 class TokenTable:
     """A tokenizer's tokens as bytes, grouped by first byte; built once per engine."""

@@ -84,7 +84,8 @@ def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) ->
 
 
 def _expressible(engine, tok, groups) -> list:
-    """Groups whose every option is one token for this tokenizer (others cannot be asked)."""
+    """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
+    the layout cannot hold, such as one with a line break, is refused)."""
     from clover.server.decisions import DecisionError, plan_joint
 
     ok = []
@@ -112,7 +113,7 @@ def run_decisions(args: argparse.Namespace) -> int:
     asked = load_groups(args.split, args.n)
     groups = _expressible(engine, tok, asked)
     if not groups:
-        raise SystemExit("clover bench decisions: no test group has only single-token options for this tokenizer")
+        raise SystemExit("clover bench decisions: no test group can be asked with this tokenizer")
     _run_mode(engine, tok, groups[:2], "joint", args)  # warm-up
     _run_mode(engine, tok, groups[:2], "independent", args)
     res = {"joint": _run_mode(engine, tok, groups, "joint", args),
@@ -137,7 +138,7 @@ def run_decisions(args: argparse.Namespace) -> int:
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
         rows,
         [f"joint block size x blocks spanned: {j['blocks']}",
-         f"{len(asked) - len(groups)} of {len(asked)} groups skipped: an option is not one token for this tokenizer",
+         f"{len(asked) - len(groups)} of {len(asked)} groups skipped: an option this layout cannot hold",
          "ms / group: wall time of the whole call, answer probabilities included (they are the decode's logprobs)",
          f"joint vs independent: {figures['group_acc_gain_points']:+.1f} points, "
          f"{figures['speedup_vs_independent']:.2f}x faster per group"],

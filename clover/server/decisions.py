@@ -11,12 +11,17 @@ to ``max_block_size`` that holds it (the response says which, and how many block
 ``independent``: one request per question (its own prompt, one constrained slot), submitted
 together.
 
-Each option must be exactly one token where it stands (after ``": "`` or the assistant
-header); anything else is refused with a clear message, because a slot is one position.
-Each answer's probabilities are those the engine chose from when it committed the slot:
-p(option | context, the answers committed before it), over the question's options (the slot
-is constrained to them). In ``joint`` mode the slots committed later see the earlier answers;
-no extra pass is spent on them (they come back as the request's ``logprobs``).
+When every option is one token where it stands (after ``": "`` or the assistant header), each
+answer is one constrained slot and its probabilities are those the engine chose from when it
+committed the slot: p(option | context, the answers committed before it), over the question's
+options. In ``joint`` mode the slots committed later see the earlier answers; no extra pass is
+spent on them (they come back as the request's ``logprobs``).
+
+Options of several tokens ("escalate", "needs review") are decoded under a grammar instead
+(``clover.engine.grammar.choice_grammar``: each answer one of its options, the prefixes fixed),
+still in one request for ``joint``: the block's positions are denoised together and commit left
+to right, several per pass where the model is sure. An answer's probability is then that of its
+tokens as they were committed (their product), reported for the chosen option only.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from clover.data.decisions import (
     single_question,
 )
 from clover.engine import SamplingParams
+from clover.engine.grammar import choice_grammar
 
 MAX_QUESTIONS = 8
 # the commit threshold of answer slots unless the request sets one: below the engine's 0.9
@@ -67,8 +73,14 @@ class Plan:
     slots: list[Slot]
     block_size: int
     knobs: dict = field(default_factory=dict)
+    layout: list[tuple[str, list[str]]] | None = None  # the grammar path (multi-token options)
+    first: int = 0  # index of the plan's first question in the request
+    max_new: int = 0  # grammar path: a bound on the generated tokens (one per byte)
 
     def params(self) -> SamplingParams:
+        if self.layout is not None:
+            return SamplingParams(max_tokens=self.max_new, block_size=self.block_size, logprobs=0,
+                                  grammar=choice_grammar(self.layout), **self.knobs)  # fmt: skip
         allowed = {i: [t] for i, t in enumerate(self.forced) if t >= 0}
         allowed.update({s.index: list(s.option_ids) for s in self.slots})
         k = max(len(s.option_ids) for s in self.slots)  # every option's probability comes back
@@ -77,9 +89,9 @@ class Plan:
 
     @property
     def blocks(self) -> int:
-        """Blocks the generated region touches."""
+        """Blocks the generated region touches (the grammar path: at most)."""
         P, bs = len(self.prompt_ids), self.block_size
-        return (P + len(self.forced) - 1) // bs - P // bs + 1
+        return (P + (len(self.forced) or self.max_new) - 1) // bs - P // bs + 1
 
 
 def check_questions(context: str, questions: list[dict]) -> DecisionGroup:
@@ -102,21 +114,15 @@ def check_questions(context: str, questions: list[dict]) -> DecisionGroup:
     return DecisionGroup(context, out)
 
 
-def option_ids(tokenizer, before: str, options: list[str], qi: int, banned: set[int]) -> list[int]:
-    """One token id per option, as the option tokenises right after ``before``."""
+def option_ids(tokenizer, before: str, options: list[str], qi: int, banned: set[int]) -> list[int] | None:
+    """One token id per option, as the option tokenises right after ``before``; None when some
+    option is several tokens there (then the group takes the grammar path)."""
     base = tokenizer.encode(before)
     ids = []
     for o in options:
         e = tokenizer.encode(before + o)
         if e[: len(base)] != base or len(e) != len(base) + 1:
-            pieces = [tokenizer.decode([t]) for t in e[len(base) :]] if e[: len(base)] == base else None
-            how = f"{len(pieces)} tokens {pieces}" if pieces else "not a separate token"
-            raise DecisionError(
-                f"question {qi + 1}: option {o!r} is {how} for this model's tokenizer; every option must be "
-                "exactly one token (each answer is one constrained slot). Use single-token options "
-                "(e.g. yes/no) or rephrase them.",
-                f"questions.{qi}.options",
-            )
+            return None
         if e[-1] in banned:
             raise DecisionError(f"question {qi + 1}: option {o!r} is a special token", f"questions.{qi}.options")
         ids.append(e[-1])
@@ -157,8 +163,10 @@ def _plan(tokenizer, config, group: DecisionGroup, mode: str, first: int, block_
     for i, (prefix, opts) in enumerate(layout):
         if i:
             forced += tokenizer.encode(prefix)
-        slots.append(Slot(first + i, len(forced), option_ids(tokenizer, text if i == 0 else prefix, opts, first + i,
-                                                             banned)))  # fmt: skip
+        ids = option_ids(tokenizer, text if i == 0 else prefix, opts, first + i, banned)
+        if ids is None:
+            return _grammar_plan(prompt, layout, first, config, block_size, knobs)
+        slots.append(Slot(first + i, len(forced), ids))
         forced.append(-1)
     # the layout must be how a whole answer tokenises (true for a tokenizer that never merges
     # across ": " and "\n"); checked with every question's first option
@@ -166,9 +174,21 @@ def _plan(tokenizer, config, group: DecisionGroup, mode: str, first: int, block_
     for s in slots:
         laid[len(prompt) + s.index] = s.option_ids[0]
     if tokenizer.encode(head + answer_text(group, [0] * len(layout), mode)) != laid:
-        raise DecisionError("this tokenizer does not split the answer layout into fixed tokens", "questions")
+        return _grammar_plan(prompt, layout, first, config, block_size, knobs)  # no fixed token layout
     bs = fit_block_size(config, len(prompt), len(forced), block_size)
     return Plan(prompt, forced, slots, bs, {"threshold": DEFAULT_THRESHOLD, **(knobs or {})})
+
+
+def _grammar_plan(prompt: list[int], layout, first: int, config, block_size, knobs) -> Plan:
+    """Multi-token options: the answer region under a choice grammar (the first prefix is in the prompt)."""
+    for i, (_, opts) in enumerate(layout):
+        if any("\n" in o for o in opts):
+            raise DecisionError(f"question {first + i + 1}: an option may not contain a line break",
+                                f"questions.{first + i}.options")  # fmt: skip
+    parts = [("" if i == 0 else prefix, opts) for i, (prefix, opts) in enumerate(layout)]
+    bound = sum(len(p.encode()) + max(len(o.encode()) for o in opts) for p, opts in parts) + 1
+    return Plan(prompt, [], [], block_size or config.block_size, {"threshold": DEFAULT_THRESHOLD, **(knobs or {})},
+                layout=parts, first=first, max_new=bound)  # fmt: skip
 
 
 def plan_joint(tokenizer, config, group: DecisionGroup, block_size: int | None = None,
@@ -204,10 +224,46 @@ def probabilities(plans: list[Plan], outs) -> list[list[list[float]]]:
 
 
 # -- answers -------------------------------------------------------------------------------------
-def answers(group: DecisionGroup, plans: list[Plan], generated: list[list[int]], probs) -> list[dict]:
+def grammar_answers(group: DecisionGroup, plan: Plan, out, tokenizer) -> list[tuple[int, dict]]:
+    """The grammar path: which option each answer is, read off the generated bytes, and the
+    probability of its tokens as committed."""
+    spans, pos = [], 0  # (start, end, logprob) per generated token, in bytes
+    for i, t in enumerate(out.token_ids):
+        b = tokenizer.token_bytes(t)
+        lp = out.logprobs[i].logprob if out.logprobs and i < len(out.logprobs) else 0.0
+        spans.append((pos, pos + len(b), lp))
+        pos += len(b)
+    text = b"".join(tokenizer.token_bytes(t) for t in out.token_ids)
+    res, at = [], 0
+    for k, (prefix, opts) in enumerate(plan.layout):
+        qi = plan.first + k
+        q = group.questions[qi]
+        at += len(prefix.encode()) if text.startswith(prefix.encode(), at) else 0
+        after = plan.layout[k + 1][0].encode() if k + 1 < len(plan.layout) else b""
+        fits = [j for j, o in enumerate(opts) if text.startswith(o.encode(), at)
+                and (text.startswith(after, at + len(o.encode())) if after else at + len(o.encode()) == len(text))]  # fmt: skip
+        if not fits:  # cut short (max tokens): no answer
+            res.append((qi, {"index": qi, "question": q.text, "option": None, "option_index": None,
+                             "probability": 0.0, "probabilities": {}}))  # fmt: skip
+            continue
+        j = max(fits, key=lambda j: len(opts[j]))
+        end = at + len(opts[j].encode())
+        p = math.exp(sum(lp for a, b, lp in spans if a < end and b > at))
+        res.append((qi, {"index": qi, "question": q.text, "option": q.options[j], "option_index": j,
+                         "probability": p, "probabilities": {q.options[j]: p}}))  # fmt: skip
+        at = end
+    return res
+
+
+def answers(group: DecisionGroup, plans: list[Plan], generated: list[list[int]], probs, outs=None,
+            tokenizer=None) -> list[dict]:  # fmt: skip
     qs = group.questions
     res: list[dict] = [{} for _ in qs]
-    for plan, gen, pp in zip(plans, generated, probs):
+    for n, (plan, gen, pp) in enumerate(zip(plans, generated, probs)):
+        if plan.layout is not None:
+            for qi, a in grammar_answers(group, plan, outs[n], tokenizer):
+                res[qi] = a
+            continue
         for s, p in zip(plan.slots, pp):
             q = qs[s.question]
             tok = gen[s.index] if s.index < len(gen) else None
@@ -225,14 +281,14 @@ def decide_sync(engine, tokenizer, group: DecisionGroup, mode: str = "joint", bl
     t0 = time.perf_counter()
     plans = PLANS[mode](tokenizer, engine.model.config, group, block_size, knobs)
     outs = engine.generate_batch([p.prompt_ids for p in plans], [p.params() for p in plans])
-    return result(group, mode, plans, outs, t0, time.perf_counter())
+    return result(group, mode, plans, outs, t0, time.perf_counter(), tokenizer)
 
 
-def result(group: DecisionGroup, mode: str, plans: list[Plan], outs, t0: float, t1: float) -> dict:
+def result(group: DecisionGroup, mode: str, plans: list[Plan], outs, t0: float, t1: float, tokenizer=None) -> dict:
     gen = [o.token_ids for o in outs]
     return {
         "mode": mode,
-        "answers": answers(group, plans, gen, probabilities(plans, outs)),
+        "answers": answers(group, plans, gen, probabilities(plans, outs), outs, tokenizer),
         "block_size": plans[0].block_size,
         "blocks": max(p.blocks for p in plans),
         "timing": {

@@ -292,6 +292,6 @@ async def decisions(request: Request):
         outs = await s.wait(handles, request)
     except ClientGone:
         return Response(status_code=499)
-    body = dec.result(group, req.mode, plans, outs, t0, time.perf_counter())
+    body = dec.result(group, req.mode, plans, outs, t0, time.perf_counter(), s.tokenizer)
     s.metrics.decisions.labels(req.mode).inc()
     return {"id": handles[0].request_id, "object": "clover.decisions", "model": s.model_name, **body}
