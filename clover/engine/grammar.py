@@ -174,6 +174,7 @@ def _literal(v) -> bytes:
 #         ("arr", node, phase, count)          phase: open | after | next
 #         ("alt", table, typed)                one of the table's literals, then its continuation
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
+#         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = ()):
         self.start_state = (start, 0)
@@ -198,7 +199,7 @@ class Grammar:
             and stack[-1][2] in stack[-1][1]
         ):
             stack = stack[:-1]
-        return all(f[0] == "more" for f in stack)
+        return all(f[0] == "more" or (f[0] == "free" and f[2] == 0) for f in stack)
 
     def _advance(self, state, data: bytes):
         for b in data:
@@ -254,6 +255,12 @@ class Grammar:
             if exact:
                 return (*rest, *reversed(exact[0]))
             return (*rest, ("alt", f[1], typed))
+        if kind == "free":
+            trig, m = f[1], f[2]
+            m = m + 1 if trig[m] == b else int(trig[0] == b)
+            if m == len(trig):  # a call starts: the call grammar, then free text again
+                return (*rest, ("free", trig, 0, f[3]), ("alt", 0, b""), ("lit", f[3], 0))
+            return (*rest, ("free", trig, m, f[3]))
         if kind == "more":
             sep = f[2]
             if sep[0] != b:
@@ -425,11 +432,12 @@ def json_grammar(schema: dict | bool | None = None, prefix: str = "", suffix: st
 
 
 def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, head: str = '{"name": "',
-                      sep: str = "\n", parallel: bool = True, started: str = "") -> Grammar:  # fmt: skip
+                      sep: str = "\n", parallel: bool = True, started: str = "", auto: bool = False) -> Grammar:  # fmt: skip
     """Tool calls in the Qwen style, ``open_ {"name": NAME, "arguments": ARGS} close``, each ARGS
     valid for NAME's parameter schema; with ``parallel`` further calls may follow after ``sep``.
     ``started``: how much of the first call the prompt already holds (a prefill), which is then
-    not generated."""
+    not generated. ``auto``: free text, and wherever it spells ``open_`` a call as above (the
+    model chooses whether to call; when it does, the call is well formed)."""
     schemas, table = [], []
     base = 0
     for name, params in tools.items():
@@ -438,6 +446,8 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
         schemas.append(sc)
         lit = (json.dumps(name)[1:] + ', "arguments": ').encode()
         table.append((lit, (("val", sc.start), ("lit", ("}" + close).encode(), 0))))
+    if auto:
+        return Grammar((("free", open_.encode(), 0, head.encode()),), schemas, [tuple(table)])
     call = (open_ + head).encode()
     frames: list[tuple] = [("more", 0, (sep + open_ + head).encode())] if parallel else []
     done = started.encode()
@@ -509,7 +519,7 @@ class TokenGrammar:
         bs = self.t.bytes[token] if 0 <= token < len(self.t.bytes) else None
         if bs is None:
             return None
-        if token in self.t.atomic and not (state[0] and state[0][-1][0] in ("lit", "alt", "more")):
+        if token in self.t.atomic and not (state[0] and state[0][-1][0] in ("lit", "alt", "more", "free")):
             return None
         return self.g.advance(state, bs)
 

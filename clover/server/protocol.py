@@ -8,7 +8,8 @@ whatever calls come out; a named function prefills ``<tool_call>{"name": "NAME``
 closing quote, so the tokens are exactly those of the trained canonical call); ``required``
 with one tool is that tool named; with several it prefills ``<tool_call>{"name": "``. Both
 decode under a grammar (``clover.engine.grammar``): only offered names, arguments valid for
-the function's JSON Schema, further calls only where ``parallel_tool_calls`` allows.
+the function's JSON Schema, further calls only where ``parallel_tool_calls`` allows. Under
+``auto`` the model writes freely, and a call it opens is held to the same grammar.
 ``response_format`` ``json_object`` / ``json_schema`` constrains the answer the same way.
 """
 
@@ -92,15 +93,16 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
         prefill = f"{TOOL_OPEN}{NAME_OPEN}{name}"
         names = [name]
-    if prefill:  # the calls: names from the list, arguments valid for their schemas
-        if grammar is not None:
-            raise bad_request("response_format json cannot be combined with tool_choice required or named",
-                              "response_format")  # fmt: skip
+    if prefill and grammar is not None:
+        raise bad_request("response_format json cannot be combined with tool_choice required or named",
+                          "response_format")  # fmt: skip
+    if tools and choice != "none" and grammar is None:  # calls: offered names, arguments valid for their schemas
         schemas = {
             t["function"]["name"]: t["function"].get("parameters") for t in tools if t["function"]["name"] in names
         }
         try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
-            grammar = _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False)
+            grammar = _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
+                                    not prefill)  # fmt: skip
         except GrammarError as e:
             raise bad_request(f"tools: {e}", "tools") from None
     if choice == "none":
@@ -117,9 +119,9 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
 
 
 @lru_cache(maxsize=64)
-def _tool_grammar(schemas_json: str, prefill: str, parallel: bool) -> Grammar:
+def _tool_grammar(schemas_json: str, prefill: str, parallel: bool, auto: bool) -> Grammar:
     return tool_call_grammar(
-        json.loads(schemas_json), TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=parallel, started=prefill
+        json.loads(schemas_json), TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=parallel, started=prefill, auto=auto
     )
 
 

@@ -58,7 +58,11 @@ def test_tool_choice_prompts(tokenizer):
     lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
     base = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
     text, prefill, parse, g = chat_prompt(ChatRequest.model_validate(base), tokenizer, lim)
-    assert "<tools>" in text and prefill == "" and parse and g is None
+    assert "<tools>" in text and prefill == "" and parse
+    assert (
+        g.accepts("Sure.") and g.accepts(A) and g.accepts("ok " + A + "\n" + B)
+    )  # auto: text, or calls held to the schemas
+    assert not g.accepts(A.replace("recall_drone", "launch_drone")) and not g.accepts(A.replace("drone_id", "drone"))
     text, prefill, parse, _ = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "none"}), tokenizer, lim)
     assert "<tools>" not in text and not parse
     text, prefill, _, g = chat_prompt(ChatRequest.model_validate({**base, "tool_choice": "required"}), tokenizer, lim)
