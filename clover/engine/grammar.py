@@ -23,6 +23,9 @@ import json
 from functools import lru_cache
 
 KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
+# type names of Python-flavoured tool schemas (BFCL and others write "dict", "float", "tuple", "any")
+ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "str": "string",
+           "list": "array", "tuple": "array"}  # fmt: skip
 WS = frozenset(b" \t\n\r")
 MAX_WS = 8  # consecutive whitespace bytes between JSON tokens (a model could pad forever)
 MAX_NUMBER_DIGITS = 24
@@ -40,8 +43,9 @@ class GrammarError(ValueError):
 class Schemas:
     """A JSON Schema compiled into numbered nodes (frames refer to nodes by index, so states hash)."""
 
-    def __init__(self, root: dict | bool):
+    def __init__(self, root: dict | bool, lenient: bool = False):
         self.root = root
+        self.lenient = lenient  # a part it cannot compile admits any value (tool schemas in the wild)
         self.nodes: list[dict] = []
         self._ids: dict[int, int] = {}
         self.start = self.compile(root)
@@ -70,7 +74,12 @@ class Schemas:
         idx = len(self.nodes)
         self._ids[id(s)] = idx
         self.nodes.append({})
-        node = self._node(s)
+        try:
+            node = self._node(s)
+        except GrammarError:
+            if not self.lenient:
+                raise
+            node = {"kinds": set(KINDS), "any": True}
         if node.get("any"):  # any value: objects of any keys and arrays of any items, recursively
             node.update(props={}, required=frozenset(), extra=idx, items=idx, min_items=0, max_items=None)
         self.nodes[idx] = node
@@ -96,7 +105,9 @@ class Schemas:
         kinds = s.get("type")
         if kinds is None:
             kinds = ["object"] if "properties" in s else ["array"] if "items" in s else list(KINDS)
-        kinds = set([kinds] if isinstance(kinds, str) else kinds)
+        kinds = {ALIASES.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds)}
+        if "any" in kinds:
+            return {"kinds": set(KINDS), "any": True}
         if bad := kinds - set(KINDS):
             raise GrammarError(f"unknown type(s) {sorted(bad)}")
         node: dict = {"kinds": kinds}
@@ -441,7 +452,7 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
     schemas, table = [], []
     base = 0
     for name, params in tools.items():
-        sc = _offset(Schemas(params if params else {"type": "object"}), base)
+        sc = _offset(Schemas(params if params else {"type": "object"}, lenient=True), base)
         base += len(sc.nodes)
         schemas.append(sc)
         lit = (json.dumps(name)[1:] + ', "arguments": ').encode()

@@ -103,8 +103,8 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
             grammar = _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
                                     not prefill)  # fmt: skip
-        except GrammarError as e:
-            raise bad_request(f"tools: {e}", "tools") from None
+        except GrammarError:  # tool schemas compile leniently; should one still not, decode without a grammar
+            grammar = None
     if choice == "none":
         tools = None
     for i, m in enumerate(req.messages):

@@ -71,7 +71,7 @@ def test_generate_json_schema_constrains_the_output(checkpoint, capsys, tmp_path
         v = json.loads(out["text"])
         assert isinstance(v["ok"], bool) and v["kind"] in ("a", "b")
     with pytest.raises(SystemExit, match="not a usable schema"):
-        main(["generate", "hi", "--model", str(d), "--json-schema", '{"type": "tuple"}'])
+        main(["generate", "hi", "--model", str(d), "--json-schema", '{"type": "weird"}'])
     with pytest.raises(SystemExit, match="not a usable JSON"):
         main(["generate", "hi", "--model", str(d), "--json-schema", "{nope"])
 

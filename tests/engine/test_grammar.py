@@ -57,7 +57,7 @@ def test_schema_features_refs_unions_and_errors():
     assert json_grammar({"enum": [1, 2, 12]}).accepts("12") and not json_grammar({"enum": [1, 2, 12]}).accepts("13")
     assert json_grammar(None).accepts("42") and json_grammar({"type": "object", "additionalProperties": True,
                                                                "properties": {"a": {"type": "string"}}}).accepts('{"b": 1}')  # fmt: skip
-    for bad in ({"type": "tuple"}, {"$ref": "https://x/y.json"}, {"$ref": "#/nowhere"}, {"enum": []}, False):
+    for bad in ({"type": "weird"}, {"$ref": "https://x/y.json"}, {"$ref": "#/nowhere"}, {"enum": []}, False):
         with pytest.raises(GrammarError):
             json_grammar(bad)
 
@@ -148,3 +148,34 @@ def test_grammar_params_are_checked():
         SamplingParams(grammar={"type": "object"})
     with pytest.raises(ValueError, match="combined"):
         SamplingParams(grammar=json_grammar(None), allowed={0: [1]})
+
+
+def test_constrained_requests_are_batch_invariant(bundled):
+    """Grammar rows and free rows in one batch give what each gives alone."""
+    engine, tok = bundled
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
+    grammars = [tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE, auto=True), None, json_grammar(SCHEMA), None]
+    prompts = [_prompt(tok, m) for m in MESSAGES]
+    params = [
+        SamplingParams(max_tokens=60, grammar=g, policy=p)
+        for g, p in zip(grammars, ["threshold", "threshold", "prefix", "ar"])
+    ]
+    alone = [engine.generate(ids, p).token_ids for ids, p in zip(prompts, params)]
+    together = [o.token_ids for o in engine.generate_batch(prompts, params)]
+    assert together == alone
+
+
+def test_tool_schemas_in_the_wild_compile_leniently():
+    """Python-flavoured type names (BFCL's "dict", "float", "tuple", "any") are understood, and in
+    tool schemas a part that cannot be compiled admits any value instead of failing the request."""
+    params = {"type": "dict", "required": ["city"], "properties": {
+        "city": {"type": "string"}, "coords": {"type": "tuple", "items": {"type": "float"}}, "extra": {"type": "any"},
+        "odd": {"type": "weird"}, "tuple_items": {"items": [{"type": "integer"}]}}}  # fmt: skip
+    g = tool_call_grammar({"get_weather": params}, TOOL_OPEN, TOOL_CLOSE)
+    args = {"city": "Oslo", "coords": [59.9, 10.7], "extra": {"a": [1]}, "odd": True, "tuple_items": ["x"]}
+    assert g.accepts('<tool_call>{"name": "get_weather", "arguments": ' + json.dumps(args) + "}</tool_call>")
+    assert not g.accepts(
+        '<tool_call>{"name": "get_weather", "arguments": {"coords": [1]}}</tool_call>'
+    )  # city required
+    with pytest.raises(GrammarError, match="weird"):
+        json_grammar({"type": "weird"})  # an explicit response_format schema stays strict

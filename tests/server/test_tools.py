@@ -89,7 +89,7 @@ def test_response_format_json_object_and_json_schema_constrain_the_answer(forced
     assert r.choices[0].message.content.startswith("{")
     r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
     assert r.choices[0].finish_reason in ("stop", "length") and engine.grammars[-1] is None
-    bad = [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {"type": "tuple"}}},
+    bad = [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {"type": "weird"}}},
            {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://example.com/s.json"}}}]  # fmt: skip
     for fmt in bad:
         with pytest.raises(openai.BadRequestError, match="response_format") as e:
