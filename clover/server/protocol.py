@@ -19,13 +19,13 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
-from clover.engine.grammar import Grammar, GrammarError, json_grammar, tool_call_grammar
+from clover.engine.grammar import Grammar, GrammarError
 from clover.server.errors import APIError, bad_request, too_large
 from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
+from clover.server.structured import NAME_OPEN, modern_message, response_grammar, tool_grammar
 
 
 @dataclass
@@ -67,9 +67,6 @@ def check_common(req: Sampling, limits: Limits) -> None:
         )
 
 
-NAME_OPEN = '{"name": "'
-
-
 def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, frozenset[str] | None, Grammar | None]:
     """→ (prompt text incl. prefill, prefill, the tool names on offer or None when no tools are
     rendered (no calls parsed), the grammar the output must follow or None)."""
@@ -101,7 +98,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             t["function"]["name"]: t["function"].get("parameters") for t in tools if t["function"]["name"] in names
         }
         try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
-            grammar = _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
+            grammar = tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
                                     not prefill)  # fmt: skip
         except GrammarError:  # tool schemas compile leniently; should one still not, decode without a grammar
             grammar = None
@@ -113,60 +110,9 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             if kind != "text":
                 raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
                                   "text only", f"messages.{i}.content")  # fmt: skip
-    messages = [_modern(m.model_dump(exclude_none=True)) for m in req.messages]
+    messages = [modern_message(m.model_dump(exclude_none=True)) for m in req.messages]
     text = render(messages, tools, add_generation_prompt=True) + prefill
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
-
-
-@lru_cache(maxsize=64)
-def _tool_grammar(schemas_json: str, prefill: str, parallel: bool, auto: bool) -> Grammar:
-    return tool_call_grammar(
-        json.loads(schemas_json), TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=parallel, started=prefill, auto=auto
-    )
-
-
-@lru_cache(maxsize=64)
-def _schema_grammar(schema_json: str) -> Grammar:
-    return json_grammar(json.loads(schema_json))
-
-
-def _modern(m: dict) -> dict:
-    """Legacy function-calling messages as tool messages: a ``function`` result is a ``tool``
-    result, an assistant's ``function_call`` its one tool call."""
-    if m["role"] == "function":
-        return {**m, "role": "tool"}
-    if m["role"] == "assistant" and "function_call" in m and not m.get("tool_calls"):
-        fc = m.pop("function_call")
-        return {**m, "tool_calls": [{"id": "call_0", "type": "function", "function": fc}]}
-    return m
-
-
-def legacy_delta(d: dict) -> dict:
-    """A streamed tool-call delta in the legacy ``function_call`` shape (one call per turn)."""
-    if "tool_calls" in d:
-        return {"function_call": d["tool_calls"][0]["function"]}
-    return d
-
-
-def response_grammar(fmt: dict | None) -> Grammar | None:
-    """OpenAI's ``response_format``: ``text`` (None), ``json_object`` (any JSON object) or
-    ``json_schema`` (``{"json_schema": {"name", "schema", "strict"?}}``: a value valid for the schema)."""
-    kind = (fmt or {}).get("type", "text")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return _schema_grammar('{"type": "object"}')
-    if kind != "json_schema":
-        raise bad_request(f"response_format type {kind!r} is not supported: use text, json_object or json_schema",
-                          "response_format")  # fmt: skip
-    spec = fmt.get("json_schema")
-    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
-        raise bad_request("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
-                          "response_format")  # fmt: skip
-    try:
-        return _schema_grammar(json.dumps(spec.get("schema", True), sort_keys=True))
-    except GrammarError as e:
-        raise bad_request(f"response_format json_schema: {e}", "response_format") from None
 
 
 def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> list[list[int]]:

@@ -30,7 +30,6 @@ from clover.server.protocol import (
     completion_prompts,
     completion_response,
     finish_reason,
-    legacy_delta,
     prepare,
     start_record,
     step_record,
@@ -38,6 +37,7 @@ from clover.server.protocol import (
 )
 from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest
 from clover.server.state import ClientGone, ServerState
+from clover.server.structured import legacy_delta
 
 STATIC = Path(__file__).parent / "static"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

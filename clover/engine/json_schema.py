@@ -1,0 +1,173 @@
+"""JSON Schema → numbered nodes for the grammar automaton (``clover.engine.grammar``).
+
+Supported: ``type`` (one or a list; Python-flavoured names such as ``dict``/``float``/``tuple``/
+``any`` understood), ``properties`` / ``required`` / ``additionalProperties`` (listed properties
+only unless ``additionalProperties`` is true or a schema, as OpenAI's strict mode), ``items`` /
+``minItems`` / ``maxItems``, ``enum`` / ``const``, ``anyOf`` / ``oneOf`` / ``allOf`` (merged:
+alternatives of different types are told apart by their first byte; several object alternatives
+become one object with the union of their properties and the intersection of their required
+ones), local ``$ref`` (``#/$defs/...``, recursion allowed). Ignored (not enforced): ``pattern``,
+``format``, string and number bounds. ``lenient``: a part that cannot be compiled admits any
+value (tool schemas in the wild) instead of raising ``GrammarError``.
+"""
+
+from __future__ import annotations
+
+import json
+
+KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
+# type names of Python-flavoured tool schemas (BFCL and others write "dict", "float", "tuple", "any")
+ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "str": "string",
+           "list": "array", "tuple": "array"}  # fmt: skip
+
+
+class GrammarError(ValueError):
+    """A schema or grammar this module cannot compile."""
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+class Schemas:
+    """A JSON Schema compiled into numbered nodes (frames refer to nodes by index, so states hash)."""
+
+    def __init__(self, root: dict | bool, lenient: bool = False):
+        self.root = root
+        self.lenient = lenient  # a part it cannot compile admits any value (tool schemas in the wild)
+        self.nodes: list[dict] = []
+        self._ids: dict[int, int] = {}
+        self.start = self.compile(root)
+
+    def _resolve(self, s):
+        seen = 0
+        while isinstance(s, dict) and "$ref" in s:
+            ref = s["$ref"]
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                raise GrammarError(f"only local $ref ('#/...') is supported, got {ref!r}")
+            s = self.root
+            for part in [p for p in ref[1:].split("/") if p]:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if not isinstance(s, dict) or part not in s:
+                    raise GrammarError(f"$ref {ref!r} points nowhere")
+                s = s[part]
+            seen += 1
+            if seen > 32:
+                raise GrammarError(f"$ref {ref!r} does not resolve (a cycle of references)")
+        return s
+
+    def compile(self, s) -> int:
+        s = self._resolve(s)
+        if id(s) in self._ids:  # recursive schemas: a node refers to itself by index
+            return self._ids[id(s)]
+        idx = len(self.nodes)
+        self._ids[id(s)] = idx
+        self.nodes.append({})
+        try:
+            node = self._node(s)
+        except GrammarError:
+            if not self.lenient:
+                raise
+            node = {"kinds": set(KINDS), "any": True}
+        if node.get("any"):  # any value: objects of any keys and arrays of any items, recursively
+            node.update(props={}, required=frozenset(), extra=idx, items=idx, min_items=0, max_items=None)
+        self.nodes[idx] = node
+        return idx
+
+    def _node(self, s) -> dict:
+        if s is True or s == {} or s is None:
+            return {"kinds": set(KINDS), "any": True}
+        if s is False:
+            raise GrammarError("the schema 'false' admits no value")
+        if not isinstance(s, dict):
+            raise GrammarError(f"a schema must be an object or a boolean, got {type(s).__name__}")
+        if "const" in s or "enum" in s:
+            values = [s["const"]] if "const" in s else s["enum"]
+            if not isinstance(values, list) or not values:
+                raise GrammarError("enum must be a non-empty list")
+            if all(isinstance(v, str) for v in values):
+                return {"kinds": {"string"}, "str_enum": tuple(str_body(v) for v in values)}
+            return {"kinds": set(), "literals": tuple(_literal(v) for v in values)}
+        alts = s.get("anyOf") or s.get("oneOf")
+        if alts or "allOf" in s:
+            return self._merge(s, alts or [], s.get("allOf") or [])
+        kinds = s.get("type")
+        if kinds is None:
+            kinds = ["object"] if "properties" in s else ["array"] if "items" in s else list(KINDS)
+        kinds = {ALIASES.get(k, k) for k in ([kinds] if isinstance(kinds, str) else kinds)}
+        if "any" in kinds:
+            return {"kinds": set(KINDS), "any": True}
+        if bad := kinds - set(KINDS):
+            raise GrammarError(f"unknown type(s) {sorted(bad)}")
+        node: dict = {"kinds": kinds}
+        if "object" in kinds:
+            props = s.get("properties") or {}
+            if not isinstance(props, dict):
+                raise GrammarError("properties must be an object")
+            extra = s.get("additionalProperties", not props)  # listed properties only, as strict mode
+            node["props"] = {k: self.compile(v) for k, v in props.items()}
+            node["required"] = frozenset(k for k in s.get("required", []) if k in props) if props else frozenset()
+            node["extra"] = None if extra is False else self.compile(True if extra is True else extra)
+        if "array" in kinds:
+            node["items"] = self.compile(s.get("items", True))
+            node["min_items"] = int(s.get("minItems", 0))
+            node["max_items"] = s.get("maxItems")
+        return node
+
+    def _merge(self, s, alts: list, all_of: list) -> dict:
+        """anyOf/oneOf (union) and allOf (intersection of objects, roughly): one node."""
+        base = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "allOf")}
+        if all_of:
+            merged = dict(base)
+            for part in all_of:
+                part = self._resolve(part)
+                merged.setdefault("properties", {}).update(part.get("properties", {}))
+                merged["required"] = [*merged.get("required", []), *part.get("required", [])]
+                if "type" in part:
+                    merged["type"] = part["type"]
+            if not alts:
+                return self._node(merged)
+            base = merged
+        nodes = [self._node({**base, **self._resolve(a)} if base.get("properties") is None else self._resolve(a))
+                 for a in alts]  # fmt: skip
+        out: dict = {"kinds": set()}
+        for n in nodes:
+            if n.get("any"):
+                return n
+            out["kinds"] |= n["kinds"]
+            if "literals" in n:
+                out["literals"] = out.get("literals", ()) + n["literals"]
+            if "str_enum" in n:
+                out["str_enum"] = out.get("str_enum", ()) + n["str_enum"]
+            elif "string" in n["kinds"]:
+                out["free_string"] = True
+            if "props" in n:
+                if "props" in out:
+                    out["props"] = {**out["props"], **n["props"]}
+                    out["required"] &= n["required"]
+                    out["extra"] = out["extra"] if n["extra"] is None else n["extra"]
+                else:
+                    out.update(props=dict(n["props"]), required=n["required"], extra=n["extra"])
+            if "items" in n:
+                out.update(items=n["items"], min_items=n["min_items"], max_items=n["max_items"])
+        if out.pop("free_string", False):
+            out.pop("str_enum", None)
+        return out
+
+
+def str_body(v: str) -> bytes:
+    return json.dumps(v, ensure_ascii=False)[1:-1].encode()
+
+
+def _literal(v) -> bytes:
+    return json.dumps(v, ensure_ascii=False, separators=(", ", ": ")).encode()
+
+
+def offset_nodes(sc: Schemas, base: int) -> Schemas:
+    """Renumber a compiled schema's node references by ``base`` (several schemas in one grammar)."""
+    if base:
+        for n in sc.nodes:
+            if "props" in n:
+                n["props"] = {k: v + base for k, v in n["props"].items()}
+            for k in ("extra", "items"):
+                if n.get(k) is not None:
+                    n[k] += base
+        sc.start += base
+    return sc
