@@ -114,6 +114,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise SystemExit("clover: --system needs --chat (a plain completion has no system turn)")
     if args.json_schema is not None:
         params.grammar = _schema_grammar(args.json_schema)
+    elif args.chat:
+        params.grammar = tools_grammar(_tools(args, model))
     engine = Engine(model, tokenizer)
     out = None
     try:
@@ -142,6 +144,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def tools_grammar(tools: list[dict] | None):
+    """The grammar a chat with ``tools`` decodes under, as the server's ``tool_choice: auto``: free
+    text, and a call the model opens held to the offered names and their parameter schemas."""
+    if not tools:
+        return None
+    from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
+    from clover.engine.grammar import tool_call_grammar
+
+    schemas = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
+    return tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE, auto=True)
+
+
 def _schema_grammar(spec: str):
     """``--json-schema``: a JSON Schema given inline or as a file; ``{}`` is any JSON value."""
     from clover.engine.grammar import GrammarError, json_grammar
@@ -160,7 +174,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     params, model, tokenizer = _setup(args)
     if tokenizer is None:
         raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
-    return run_chat(model, tokenizer, params, tools=_tools(args, model), system=args.system)
+    tools = _tools(args, model)
+    params.grammar = tools_grammar(tools)
+    return run_chat(model, tokenizer, params, tools=tools, system=args.system)
 
 
 def register(sub) -> None:
