@@ -124,8 +124,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
+    over = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.config:
-        apply_overrides(recipe, json.loads(Path(args.config).read_text()), args.config)
+        apply_overrides(recipe, over, args.config)
     if args.steps:
         recipe.train.steps = args.steps
     data = val_data = None
@@ -155,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
-    if data is not None and init_dir:  # fine-tuning: the model keeps its own shape
+    if init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
         config = CloverConfig.load(init_dir / "config.json")
     else:
         config = recipe.model_config(tok)

@@ -16,6 +16,23 @@ G, A = "linear_attention", "full_attention"
 DEEPER = [G, A, G, G, A, A]
 
 
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    """A 4-layer model (GGGA) of the bundled model's width and tokenizer, random weights."""
+    import shutil
+
+    from clover.model.io import save_model
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("src")
+    cfg = load_model(BUNDLED).config.to_dict()
+    cfg.update(num_hidden_layers=4, layer_types=[G, G, G, A])
+    save_model(CloverForBlockDiffusion(CloverConfig(**cfg)), out)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(BUNDLED / f, out / f)
+    return out
+
+
 def test_layer_map_matches_the_source_layers_in_order_by_type():
     assert layer_map([G, G, G, A], DEEPER) == [0, None, 1, 2, 3, None]
     assert layer_map([G, A], [G, A]) == [0, 1]
@@ -29,10 +46,10 @@ def _deeper(types):
     return CloverForBlockDiffusion(CloverConfig(**cfg))
 
 
-def test_a_grown_model_computes_the_source_function_and_then_trains_its_new_layers():
-    src = load_model(BUNDLED)
+def test_a_grown_model_computes_the_source_function_and_then_trains_its_new_layers(src):
+    src_dir, src = src, load_model(src)
     grown = _deeper(DEEPER)
-    assert init_weights(grown, BUNDLED, grow=True) == [0, None, 1, 2, 3, None]
+    assert init_weights(grown, src_dir, grow=True) == [0, None, 1, 2, 3, None]
     g = torch.Generator().manual_seed(0)
     x0 = torch.randint(10, src.config.vocab_size, (2, 80), generator=g)
     target = torch.zeros_like(x0, dtype=torch.bool)
@@ -51,17 +68,17 @@ def test_a_grown_model_computes_the_source_function_and_then_trains_its_new_laye
     assert new.self_attn.o_proj.weight.abs().sum() == 0
 
 
-def test_grow_refuses_a_layout_that_drops_or_reorders_source_layers():
+def test_grow_refuses_a_layout_that_drops_or_reorders_source_layers(src):
     with pytest.raises(SystemExit, match="--grow"):
-        init_weights(_deeper([A, G, G, G]), BUNDLED, grow=True)
+        init_weights(_deeper([A, G, G, G]), src, grow=True)
     with pytest.raises(SystemExit, match="differs from the recipe's"):
-        init_weights(_deeper(DEEPER), BUNDLED)  # without --grow a deeper model is refused as before
+        init_weights(_deeper(DEEPER), src)  # without --grow a deeper model is refused as before
 
 
-def test_train_grow_from_the_command_line_exports_the_deeper_model(tmp_path):
+def test_train_grow_from_the_command_line_exports_the_deeper_model(tmp_path, src):
     over = tmp_path / "deeper.json"
     over.write_text(json.dumps({"model": {"num_hidden_layers": 6, "layer_types": DEEPER}}))
-    r = _train("--out", tmp_path / "run", "--config", over, "--init-from", BUNDLED, "--grow", "--steps", 1,
+    r = _train("--out", tmp_path / "run", "--config", over, "--init-from", src, "--grow", "--steps", 1,
                "--export", tmp_path / "exp")  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((Path(tmp_path) / "exp" / "training.json").read_text())
