@@ -71,7 +71,9 @@ def main() -> None:
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model)
     engine = Engine(model, tok, max_batch_size=1)
-    grammar = tool_call_grammar(SCHEMAS, TOOL_OPEN, TOOL_CLOSE, auto=True)  # what the server applies under tool_choice auto
+    grammar = tool_call_grammar(
+        SCHEMAS, TOOL_OPEN, TOOL_CLOSE, auto=True
+    )  # what the server applies under tool_choice auto
     data = cases(tok, args.n)
     engine.generate(data[0][0], SamplingParams(max_tokens=8, grammar=grammar))  # builds the token table
     figures, rows = {"n": len(data)}, []
