@@ -210,6 +210,7 @@ def run_decode(args: argparse.Namespace) -> int:
     for t in taus:
         configs[f"threshold@{t:g}"] = SamplingParams(policy="threshold", threshold=t, **base)
     configs[f"edit@{taus[-1]:g}"] = SamplingParams(policy="edit", threshold=taus[-1], **base)
+    configs[f"prefix@{taus[-1]:g}"] = SamplingParams(policy="prefix", threshold=taus[-1], **base)
     head = f"threshold@{taus[-1]:g}"
     _run(model, tokenizer, cases[:1], SamplingParams(max_tokens=8, block_size=args.block_size), 1)  # warm-up
     big = sizes[-1]
