@@ -151,14 +151,13 @@ class Engine:
                 now = req.counts + torch.bincount(batch.x[r][done], minlength=len(req.counts))
                 adjust_logits(logits[r], req.params, now, req.bias)
         constrained = [(r, req) for r, req in enumerate(batch.requests) if req.grammar is not None]
-        for r, req in constrained:  # the leftmost open position: only tokens the grammar allows
+        allowed = list(batch.allowed)  # + this pass's grammar slot: the leftmost open position of a constrained row
+        for r, req in constrained:
             open_ = cand[r].nonzero()
             if len(open_):
                 ids = torch.tensor(req.grammar.allowed(req.gstate) or req.grammar.eos, device=logits.device)
-                keep = logits[r, int(open_[0]), ids].clone()
-                logits[r, int(open_[0])] = -float("inf")
-                logits[r, int(open_[0]), ids] = keep
-        ch = choose(logits, cand | settled, batch.x, batch.requests, batch.allowed, batch.mask_id, batch.top)
+                allowed[r] = {**allowed[r], int(open_[0]): ids}
+        ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
         view = PassView(
             ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
             steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
@@ -180,9 +179,11 @@ class Engine:
         output keeps the block's parallelism wherever the model is sure and grammatical."""
         out = torch.zeros_like(cand)
         c, t, p = cand.tolist(), tok.tolist(), conf.tolist()
-        state, g = req.gstate, req.grammar
-        for q in range(c.index(True) if True in c else len(c), len(c)):
-            if not c[q] or (out.any() and (req.params.policy == "ar" or p[q] < req.params.threshold)):
+        if True not in c:
+            return out
+        state, g, first = req.gstate, req.grammar, c.index(True)
+        for q in range(first, len(c)):
+            if not c[q] or (q > first and (req.params.policy == "ar" or p[q] < req.params.threshold)):
                 break
             nxt = g.step(state, t[q])
             if nxt is None:
@@ -260,8 +261,8 @@ class Engine:
             from clover.engine.grammar import TokenGrammar, TokenTable
 
             if self._token_table is None:
-                self._token_table = TokenTable(self.tokenizer, sorted(stop_ids))
-            req.grammar = TokenGrammar(params.grammar, self._token_table)
+                self._token_table = TokenTable(self.tokenizer)
+            req.grammar = TokenGrammar(params.grammar, self._token_table, sorted(stop_ids))
             req.gstate = req.grammar.start
         if params.adjusts_logits:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)

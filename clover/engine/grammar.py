@@ -35,6 +35,12 @@ _NUM_START = frozenset(b"-0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESC = frozenset(b'"\\/bfnrtu')
 _NUM_END = frozenset(("zero", "int", "frac", "exp"))
+_NUM_DIGIT = {"zero": None, "int": "int", "dot": "frac", "frac": "frac", "e": "exp", "esign": "exp", "exp": "exp"}
+
+
+def _value_may_end(f: tuple) -> bool:
+    """A number or non-string literal on top may end before the next byte (it has no closing mark)."""
+    return f[0] == "num" and f[2] in _NUM_END or f[0] == "lits" and f[2] in f[1]
 
 
 # -- the automaton ---------------------------------------------------------------------------------
@@ -52,11 +58,10 @@ _NUM_END = frozenset(("zero", "int", "frac", "exp"))
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = ()):
         self.start_state = (start, 0)
-        self.schemas = schemas
         self.tables = list(tables)
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.advance = lru_cache(maxsize=65536)(self._advance)
-        self.allowed_cache: dict = {}  # (token table, state) -> allowed ids, shared by the requests using this grammar
+        self.allowed_cache: dict = {}  # (token table, eos ids, state) -> allowed ids, shared by requests
 
     # whole-text helpers
     def accepts(self, text: str | bytes) -> bool:
@@ -66,12 +71,7 @@ class Grammar:
     def complete(self, state) -> bool:
         """The text may end here (a number or literal at the very end ends with it)."""
         stack = state[0]
-        if stack and (
-            stack[-1][0] == "num"
-            and stack[-1][2] in _NUM_END
-            or stack[-1][0] == "lits"
-            and stack[-1][2] in stack[-1][1]
-        ):
+        if stack and _value_may_end(stack[-1]):
             stack = stack[:-1]
         return all(f[0] == "more" or (f[0] == "free" and f[2] == 0) for f in stack)
 
@@ -110,7 +110,7 @@ class Grammar:
             typed = f[2] + bytes([b])
             if any(o.startswith(typed) for o in f[1]):
                 return (*rest, ("lits", f[1], typed))
-            if f[2] in f[1]:  # a complete literal ends here: the byte belongs to what follows
+            if _value_may_end(f):  # a complete literal ends here: the byte belongs to what follows
                 return self._after_value(rest, b)
             return None
         if kind == "obj":
@@ -215,34 +215,21 @@ class Grammar:
     def _number(self, f, rest, b):
         _, integer, phase, digits = f
         d = ord("0") <= b <= ord("9")
-        if d and digits >= MAX_NUMBER_DIGITS:
-            return None
-        nxt = None
-        if phase == "sign":
-            nxt = ("zero" if b == ord("0") else "int") if d else None
-        elif phase == "zero":
-            nxt = "dot" if b == ord(".") and not integer else "e" if b in b"eE" and not integer else None
-        elif phase == "int":
-            nxt = (
-                "int" if d else "dot" if b == ord(".") and not integer else "e" if b in b"eE" and not integer else None
-            )
-        elif phase == "dot":
-            nxt = "frac" if d else None
-            if not d:
+        if d:
+            if digits >= MAX_NUMBER_DIGITS:
                 return None
-        elif phase == "frac":
-            nxt = "frac" if d else "e" if b in b"eE" else None
-        elif phase == "e":
-            nxt = "esign" if b in b"+-" else "exp" if d else None
-            if nxt is None:
-                return None
-        elif phase in ("esign", "exp"):
-            nxt = "exp" if d else None
-            if nxt is None and phase == "esign":
-                return None
+            nxt = ("zero" if b == ord("0") else "int") if phase == "sign" else _NUM_DIGIT[phase]
+        elif b == ord("."):
+            nxt = "dot" if phase in ("zero", "int") and not integer else None
+        elif b in b"eE":
+            nxt = "e" if phase in ("zero", "int", "frac") and not integer else None
+        elif b in b"+-":
+            nxt = "esign" if phase == "e" else None
+        else:
+            nxt = None
         if nxt is not None:
             return (*rest, ("num", integer, nxt, digits + d))
-        if phase in ("zero", "int", "frac", "exp"):
+        if _value_may_end(f):
             return self._after_value(rest, b)  # the number ended; the byte is the next thing's
         return None
 
@@ -341,12 +328,12 @@ def choice_grammar(parts: list[tuple[str, list[str]]]) -> Grammar:
 
 # -- tokens ----------------------------------------------------------------------------------------
 class TokenTable:
-    """A tokenizer's tokens as bytes, grouped by first byte; built once per engine."""
+    """A tokenizer's tokens as bytes, grouped by first byte; built once per engine. Control tokens
+    (EOS, pad, mask, ...) have no bytes: they never spell text."""
 
-    def __init__(self, tokenizer, eos_ids: list[int]):
-        self.eos = list(eos_ids)
+    def __init__(self, tokenizer):
         added = tokenizer.tok.get_added_tokens_decoder()
-        control = set(getattr(tokenizer, "_control", ())) | set(self.eos)
+        control = set(getattr(tokenizer, "_control", ())) | set(getattr(tokenizer, "eos_token_ids", ()))
         self.bytes: list[bytes | None] = []
         self.atomic: set[int] = set()  # markup tokens (<tool_call>, ...): only where a literal spells them
         self.by_first: dict[int, list[int]] = {}
@@ -362,12 +349,13 @@ class TokenTable:
 
 
 class TokenGrammar:
-    """A grammar over a tokenizer's tokens: which ids may come next, and the state after one."""
+    """A grammar over a tokenizer's tokens: which ids may come next, and the state after one.
+    ``eos_ids``: the request's stop tokens, allowed only where the text may end."""
 
-    def __init__(self, grammar: Grammar, table: TokenTable):
+    def __init__(self, grammar: Grammar, table: TokenTable, eos_ids: list[int]):
         self.g = grammar
         self.t = table
-        self.eos = table.eos
+        self.eos = sorted(set(eos_ids))
 
     @property
     def start(self):
@@ -387,7 +375,7 @@ class TokenGrammar:
     def allowed(self, state) -> list[int]:
         """Token ids that may come next (EOS ids where the text may end)."""
         cache = self.g.allowed_cache
-        key = (id(self.t), state)
+        key = (id(self.t), tuple(self.eos), state)
         if key not in cache:
             if len(cache) >= 16384:
                 cache.clear()
@@ -398,5 +386,5 @@ class TokenGrammar:
         out = list(self.eos) if self.g.complete(state) else []
         for first, ids in self.t.by_first.items():
             if self.g.advance(state, bytes([first])) is not None:
-                out += [i for i in ids if self.step(state, i) is not None]
+                out += [i for i in ids if i not in self.eos and self.step(state, i) is not None]
         return out

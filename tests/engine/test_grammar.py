@@ -88,7 +88,7 @@ def _prompt(tok, msg):
 
 def test_token_level_allowed_sets_agree_with_the_byte_automaton(bundled):
     _, tok = bundled
-    tg = TokenGrammar(json_grammar(SCHEMA), TokenTable(tok, tok.eos_token_ids))
+    tg = TokenGrammar(json_grammar(SCHEMA), TokenTable(tok), tok.eos_token_ids)
     text = '{"drone_id": "D-17", "kind": "mapping", "tags": ["north pier"]}'
     state = tg.start
     for t in tok.encode(text):
@@ -179,3 +179,14 @@ def test_tool_schemas_in_the_wild_compile_leniently():
     )  # city required
     with pytest.raises(GrammarError, match="weird"):
         json_grammar({"type": "weird"})  # an explicit response_format schema stays strict
+
+
+def test_each_request_ends_on_its_own_stop_tokens(bundled):
+    """The token table is shared by an engine's requests; the stop tokens are each request's own
+    (and share the grammar's allowed-set cache without mixing)."""
+    _, tok = bundled
+    table, g = TokenTable(tok), json_grammar({"enum": [True]})
+    a, b = TokenGrammar(g, table, [tok.eos_token_id]), TokenGrammar(g, table, [tok.eos_token_id, 5])
+    end = g.advance(g.start_state, b"true")
+    assert a.allowed(end) == [tok.eos_token_id] and b.allowed(end) == sorted({tok.eos_token_id, 5})
+    assert 5 not in b.allowed(g.start_state) and b.step(g.start_state, 5) is None  # a stop token ends, never spells
