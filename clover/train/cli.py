@@ -25,13 +25,19 @@ def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
 
 
 def apply_overrides(recipe, over: dict, where: str) -> None:
-    """``{"train": {...}, "model": {...}}`` onto a recipe; unknown fields are refused by name."""
+    """``{"train": {...}, "model": {...}, "data": {...}}`` onto a recipe; unknown fields are refused
+    by name. ``data`` holds the recipe's own scalar fields (batch size, decision share, curriculum)."""
     from dataclasses import fields
 
     from clover.train.objective import MaskingConfig
 
-    if not isinstance(over, dict) or set(over) - {"train", "model"}:
-        raise SystemExit(f"clover: {where}: expected an object with 'train' and/or 'model' sections")
+    if not isinstance(over, dict) or set(over) - {"train", "model", "data"}:
+        raise SystemExit(f"clover: {where}: expected an object with 'train', 'model' and/or 'data' sections")
+    data = {f.name for f in fields(recipe) if f.name not in ("train", "model")}
+    for k, v in over.get("data", {}).items():
+        if k not in data:
+            raise SystemExit(f"clover: {where}: unknown data field {k!r}; known: {sorted(data)}")
+        setattr(recipe, k, type(getattr(recipe, k))(v))
     known = {f.name for f in fields(recipe.train)}
     for k, v in over.get("train", {}).items():
         if k not in known:
@@ -207,6 +213,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.export:
             record = {"recipe": f"chat data {args.data}" if data is not None else args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
                       "train": asdict(cfg)}  # fmt: skip
+            if data is None:  # the recipe's data fields (batch size, decision share, curriculum)
+                record["data"] = {k: v for k, v in asdict(recipe).items() if k not in ("train", "model")}
             if args.init_from:
                 record["init_from"] = str(args.init_from)
             if grown:  # layer i of this model started from layer grown[i] of --init-from (None: new)
@@ -241,7 +249,7 @@ def register(sub) -> None:
         default=str(Path.home() / ".cache" / "clover" / "runs" / "airspace"),
         help="run directory: checkpoints, tokenizer, train_log.jsonl",
     )
-    p.add_argument("--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}}")
+    p.add_argument("--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}, 'data': {...}}")
     p.add_argument("--steps", type=int, help="total optimiser steps")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--init-from", help="start from this model directory's weights (fresh optimizer and schedule)")

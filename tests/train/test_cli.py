@@ -38,6 +38,9 @@ def test_unknown_override_fields_are_refused_by_name(tmp_path):
     bad.write_text(json.dumps({"model": {"hidden": 64}}))
     r = _train("--out", tmp_path / "run", "--config", bad, "--steps", 1)
     assert r.returncode != 0 and "unknown model field" in r.stderr
+    bad.write_text(json.dumps({"data": {"decision_share": 0.5}}))
+    r = _train("--out", tmp_path / "run", "--config", bad, "--steps", 1)
+    assert r.returncode != 0 and "unknown data field 'decision_share'" in r.stderr and "decision_frac" in r.stderr
 
 
 def test_init_from_a_model_of_another_shape_is_refused(tmp_path):
