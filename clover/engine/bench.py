@@ -163,7 +163,13 @@ def hf_twin(config):
 
 
 def _run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
-    """Greedy ``generate()`` with as many new tokens per prompt as Clover's ``ar`` run produced."""
+    """Greedy ``generate()`` with as many new tokens per prompt as Clover's ``ar`` run produced.
+
+    A batch runs until its longest row is done (``generate()`` with EOS stops no earlier), but
+    only each row's own length counts as output, as for Clover's rows: tokens/s is the same
+    requests' output over the time to deliver it. (Counting every row at the longest length
+    would credit the baseline with the tokens it computes after a shorter row has ended.)
+    """
     import torch
 
     tokens, wall = 0, 0.0
@@ -182,7 +188,7 @@ def _run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
                 ids, attention_mask=att, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0
             )
         wall += time.perf_counter() - t0
-        tokens += new * len(group)
+        tokens += sum(max(1, n) for n in lengths[s : s + batch])
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
 
 
@@ -258,7 +264,8 @@ def run_decode(args: argparse.Namespace) -> int:
         f"headline (JSON top level): batch {sizes[0]}, {head} vs ar; exact match and TPF from the batch-{big} run "
         "(decoding is batch-invariant)",
         "hf = transformers Qwen3_5MoeForCausalLM of the same shape, random weights, greedy generate(), "
-        "as many new tokens as Clover's ar run",
+        "as many new tokens per prompt as Clover's ar run; a batch runs to its longest row, each row's "
+        "own length counts (as for Clover)",
         f"unfused = the same decoding with the commit of a finished block as its own forward "
         f"(same tokens: {figures['fused_same_tokens']})",
     ]
