@@ -101,16 +101,13 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
 @pytest.mark.timeout(300)
 def _worker(tmp_path, name, procs, *args):
     """Run tests/train/fsdp_worker.py in 1 process or under torchrun; returns its losses."""
-    import socket
-
     script = Path(__file__).with_name("fsdp_worker.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     cmd = [sys.executable, str(script)]
     if procs > 1:
-        with socket.socket() as sk:
-            sk.bind(("127.0.0.1", 0))
-            port = sk.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}", f"--master_port={port}"]
+        # --standalone: torchrun picks a free port itself (a port found here and released could
+        # be taken by another process before torchrun binds it)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
         cmd += [str(script)]
     out = tmp_path / f"{name}.json"
     r = subprocess.run(cmd + [str(out), *map(str, args)], env=env, capture_output=True, text=True, timeout=240)
