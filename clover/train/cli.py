@@ -120,6 +120,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
     from clover.model import CloverConfig, CloverForBlockDiffusion
     from clover.model.io import resolve_dir
+    from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
     from clover.train.trainer import Trainer, setup_distributed, shard_model
@@ -162,7 +163,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
-    if init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
+    ck = latest_checkpoint(run) if args.resume else None
+    if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
+        config = CloverConfig.load(ck / "config.json")
+    elif init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
         config = CloverConfig.load(init_dir / "config.json")
     else:
         config = recipe.model_config(tok)

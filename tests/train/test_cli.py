@@ -28,6 +28,9 @@ def test_init_from_the_bundled_model_trains_checkpoints_and_exports(tmp_path):
     ]
     ce = evals[-1]["val_ce"]  # validation cross-entropy by kind of token
     assert {"digit", "word", "markup", "end"} <= set(ce) and all(v > 0 for v in ce.values())
+    # resumed without --init-from: the run keeps the checkpoint's shape (not the recipe's default)
+    r = _train("--out", tmp_path / "run", "--steps", 3, "--resume")
+    assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stderr[-2000:]
 
 
 def test_unknown_override_fields_are_refused_by_name(tmp_path):
