@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -58,16 +59,22 @@ def evaluate_airspace(
     progress: bool = True,
     errors: list | None = None,
     cases: list[dict] | None = None,
+    grammar: bool = False,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
-    ``corpus.field_scores``). Failed tool-call turns are appended to ``errors`` when given."""
+    ``corpus.field_scores``). Failed tool-call turns are appended to ``errors`` when given.
+
+    ``grammar``: the tool-call turns decode under the tool-call grammar of their tools, as the
+    server decodes a chat with ``tools`` (``tool_choice: auto``: free text, and a call the model
+    opens held to the offered names and their parameter schemas)."""
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
     from clover.data.corpus import field_scores, gold_calls, load_split, score_tool_calls
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
+    from clover.engine.cli import tools_grammar
 
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
@@ -78,11 +85,19 @@ def evaluate_airspace(
     groups = load_groups(split, n_groups)
     prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
+    plist = [params] * len(prompts)
+    if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
+        grammars: dict[str, object] = {}
+        for i, e in enumerate(exs):
+            key = json.dumps(e["tools"], sort_keys=True)
+            if key not in grammars:
+                grammars[key] = tools_grammar(e["tools"])
+            plist[i] = dataclasses.replace(params, grammar=grammars[key])
     t0 = time.perf_counter()
     outs = []
     bar = tqdm(total=len(prompts), desc=f"eval {policy}", disable=not progress)
     for i in range(0, len(prompts), batch_size):
-        outs += engine.generate_batch(prompts[i : i + batch_size], params)
+        outs += engine.generate_batch(prompts[i : i + batch_size], plist[i : i + batch_size])
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
     wall = time.perf_counter() - t0
@@ -98,7 +113,7 @@ def evaluate_airspace(
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
-            errors.append({"policy": policy, "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
+            errors.append({"policy": policy + ("+grammar" if grammar else ""), "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
@@ -108,7 +123,7 @@ def evaluate_airspace(
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     return {
         "split": split if cases is None else "cases",
-        "policy": policy,
+        "policy": policy + ("+grammar" if grammar else ""),
         "threshold": threshold,
         "n": len(exs),
         "exact_match": sum(ok) / max(1, len(ok)),
@@ -151,7 +166,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             progress=not args.json,
             errors=errors,
             cases=cases,
+            grammar=g,
         )  # fmt: skip
+        for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
         for p in policies
     ]
     if args.errors:
@@ -198,6 +215,13 @@ def register(sub) -> None:
     p.add_argument("--n", type=int, default=200, help="tool-call turns")
     p.add_argument("--groups", type=int, default=50, help="decision groups")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--grammar",
+        choices=["off", "on", "both"],
+        default="off",
+        help="decode the tool-call turns under the tool-call grammar of their tools, as the server does "
+        "(off: the model alone; both: each policy both ways)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
     p.add_argument("--cases", metavar="JSONL", help='score these messages instead of the split\'s tool-call turns: '

@@ -51,3 +51,19 @@ def test_eval_scores_hand_written_cases(tmp_path):
     cases.write_text('{"message": "recall drone 1"}\n')
     r = _eval("--cases", cases)
     assert r.returncode != 0 and f"{cases}:1" in r.stderr
+
+
+def test_eval_under_the_tool_call_grammar_reports_both_and_only_valid_calls(tmp_path):
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    props = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
+    errors = tmp_path / "errors.jsonl"
+    r = _eval("--policy", "threshold", "--n", "6", "--groups", "0", "--grammar", "both", "--errors", errors)
+    assert r.returncode == 0, r.stderr[-2000:]
+    free, held = json.loads(r.stdout)
+    assert (free["policy"], held["policy"]) == ("threshold", "threshold+grammar") and held["n"] == 6
+    for x in (json.loads(x) for x in errors.read_text().splitlines()):
+        if x["policy"] == "threshold+grammar":  # a miss under the grammar is still a well-formed call
+            for c in x["predicted"]:
+                schema = props[c["name"]]
+                assert set(schema["required"]) <= set(c["arguments"]) <= set(schema["properties"])

@@ -253,7 +253,9 @@ def register(sub) -> None:
         default=str(Path.home() / ".cache" / "clover" / "runs" / "airspace"),
         help="run directory: checkpoints, tokenizer, train_log.jsonl",
     )
-    p.add_argument("--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}, 'data': {...}}")
+    p.add_argument(
+        "--config", help="JSON file overriding recipe fields: {'train': {...}, 'model': {...}, 'data': {...}}"
+    )
     p.add_argument("--steps", type=int, help="total optimiser steps")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--init-from", help="start from this model directory's weights (fresh optimizer and schedule)")
