@@ -134,7 +134,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     over = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.config:
         apply_overrides(recipe, over, args.config)
-    if args.steps:
+    if args.steps is not None:
+        if args.steps < 0:
+            raise SystemExit(f"clover train: --steps must be >= 0, got {args.steps}")
         recipe.train.steps = args.steps
     data = val_data = None
     if args.data:
@@ -234,10 +236,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(model, train_source, cfg, run, evaluate, tokenizer=tok)
     if args.resume and trainer.resume() and rank == 0:
         print(f"resumed from step {trainer.step}")
-        if trainer.step >= cfg.steps and args.export:  # a finished run: just export it
+    if trainer.step >= cfg.steps and args.export:  # nothing to train (a finished run, --steps 0)
+        if rank == 0:
             print(f"run already at step {trainer.step} of {cfg.steps}; exporting to {args.export}")
-            evaluate(model, trainer.step)
-            return 0
+        res = evaluate(model, trainer.step)  # every rank: the export gathers a sharded model
+        if rank == 0:
+            print(f"step {trainer.step}: val_loss={res['val_loss']:.4g}")
+        return 0
     if rank == 0 and counts:
         print(f"model: {counts['total_params']:,} parameters ({counts['active_params']:,} active); run dir {run}")
     model.train()

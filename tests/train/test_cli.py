@@ -33,6 +33,15 @@ def test_init_from_the_bundled_model_trains_checkpoints_and_exports(tmp_path):
     assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stderr[-2000:]
 
 
+def test_steps_zero_evaluates_and_exports_the_starting_model(tmp_path):
+    r = _train("--out", tmp_path / "run", "--steps", 0, "--init-from", BUNDLED, "--export", tmp_path / "exp")
+    assert r.returncode == 0 and "step 0: val_loss=" in r.stdout, r.stderr[-2000:]
+    record = json.loads((tmp_path / "exp" / "training.json").read_text())
+    assert record["step"] == 0 and record["val_loss"] > 0
+    r = _train("--out", tmp_path / "run2", "--steps", -1)
+    assert r.returncode != 0 and "--steps must be >= 0" in r.stderr
+
+
 def test_unknown_override_fields_are_refused_by_name(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"train": {"learning_rate": 1e-3}}))
