@@ -17,12 +17,11 @@ import time
 import torch
 
 from clover.bench import print_table, set_threads, write_json
-from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, parse_assistant, render
+from clover.data.chat import parse_assistant, render
 from clover.data.corpus import gold_calls, load_split, score_tool_calls
 from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
-from clover.engine.cli import load_model_and_tokenizer
-from clover.engine.grammar import tool_call_grammar
+from clover.engine.cli import load_model_and_tokenizer, tools_grammar
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
 TYPES = {"string": str, "integer": int, "number": (int, float)}
@@ -71,9 +70,7 @@ def main() -> None:
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model)
     engine = Engine(model, tok, max_batch_size=1)
-    grammar = tool_call_grammar(
-        SCHEMAS, TOOL_OPEN, TOOL_CLOSE, auto=True
-    )  # what the server applies under tool_choice auto
+    grammar = tools_grammar(AIRSPACE_TOOLS)  # what the server applies under tool_choice auto
     data = cases(tok, args.n)
     engine.generate(data[0][0], SamplingParams(max_tokens=8, grammar=grammar))  # builds the token table
     figures, rows = {"n": len(data)}, []

@@ -76,6 +76,7 @@ def evaluate_airspace(
     from clover.engine import Engine, SamplingParams
     from clover.engine.cli import tools_grammar
 
+    label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
     if cases is None:
@@ -95,7 +96,7 @@ def evaluate_airspace(
             plist[i] = dataclasses.replace(params, grammar=grammars[key])
     t0 = time.perf_counter()
     outs = []
-    bar = tqdm(total=len(prompts), desc=f"eval {policy}", disable=not progress)
+    bar = tqdm(total=len(prompts), desc=f"eval {label}", disable=not progress)
     for i in range(0, len(prompts), batch_size):
         outs += engine.generate_batch(prompts[i : i + batch_size], plist[i : i + batch_size])
         bar.update(len(prompts[i : i + batch_size]))
@@ -113,7 +114,7 @@ def evaluate_airspace(
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
-            errors.append({"policy": policy + ("+grammar" if grammar else ""), "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
+            errors.append({"policy": label, "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
@@ -123,7 +124,7 @@ def evaluate_airspace(
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     return {
         "split": split if cases is None else "cases",
-        "policy": policy + ("+grammar" if grammar else ""),
+        "policy": label,
         "threshold": threshold,
         "n": len(exs),
         "exact_match": sum(ok) / max(1, len(ok)),

@@ -33,11 +33,14 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
 
     if not isinstance(over, dict) or set(over) - {"train", "model", "data"}:
         raise SystemExit(f"clover: {where}: expected an object with 'train', 'model' and/or 'data' sections")
-    data = {f.name for f in fields(recipe) if f.name not in ("train", "model")}
+    data = recipe.data_fields()
     for k, v in over.get("data", {}).items():
         if k not in data:
             raise SystemExit(f"clover: {where}: unknown data field {k!r}; known: {sorted(data)}")
-        setattr(recipe, k, type(getattr(recipe, k))(v))
+        want = type(data[k])
+        if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
+            raise SystemExit(f"clover: {where}: data field {k!r} must be {want.__name__}, got {v!r}")
+        setattr(recipe, k, want(v))
     known = {f.name for f in fields(recipe.train)}
     for k, v in over.get("train", {}).items():
         if k not in known:
@@ -220,7 +223,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             record = {"recipe": f"chat data {args.data}" if data is not None else args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
                       "train": asdict(cfg)}  # fmt: skip
             if data is None:  # the recipe's data fields (batch size, decision share, curriculum)
-                record["data"] = {k: v for k, v in asdict(recipe).items() if k not in ("train", "model")}
+                record["data"] = recipe.data_fields()
             if args.init_from:
                 record["init_from"] = str(args.init_from)
             if grown:  # layer i of this model started from layer grown[i] of --init-from (None: new)

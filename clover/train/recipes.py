@@ -69,6 +69,11 @@ class AirspaceRecipe:
     curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
 
+    def data_fields(self) -> dict:
+        """The recipe's own scalar fields (batch size, decision share, curriculum, vocabulary):
+        what ``--config``'s ``data`` section sets and ``training.json`` records."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("train", "model")}
+
     def model_config(self, tok: CloverTokenizer) -> CloverConfig:
         return CloverConfig(
             vocab_size=tok.vocab_size,

@@ -53,6 +53,9 @@ def test_unknown_override_fields_are_refused_by_name(tmp_path):
     bad.write_text(json.dumps({"data": {"decision_share": 0.5}}))
     r = _train("--out", tmp_path / "run", "--config", bad, "--steps", 1)
     assert r.returncode != 0 and "unknown data field 'decision_share'" in r.stderr and "decision_frac" in r.stderr
+    bad.write_text(json.dumps({"data": {"batch_size": 0.5}}))  # not truncated to 0
+    r = _train("--out", tmp_path / "run", "--config", bad, "--steps", 1)
+    assert r.returncode != 0 and "data field 'batch_size' must be int, got 0.5" in r.stderr
 
 
 def test_init_from_a_model_of_another_shape_is_refused(tmp_path):
