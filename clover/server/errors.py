@@ -64,6 +64,6 @@ def from_validation(errors: list[dict]) -> APIError:
     # drop pydantic's union-branch tags ("str", "list[str]", "function-after[...]") from the path
     loc = [x for x in loc if not any(c in x for c in "[(") and x not in ("str", "int", "float", "list", "dict")]
     param = ".".join(loc) or None
-    msg = first.get("msg", "invalid value")
+    msg = first.get("msg", "invalid value").removeprefix("Value error, ")  # a validator's own message
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return bad_request(f"{param}: {msg}{more}" if param else f"{msg}{more}", param=param)

@@ -25,7 +25,7 @@ from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
 from clover.server.errors import APIError, bad_request, too_large
 from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
-from clover.server.structured import NAME_OPEN, modern_message, response_grammar, tool_grammar
+from clover.server.structured import NAME_OPEN, clean_schema, modern_message, response_grammar, tool_grammar
 
 
 @dataclass
@@ -56,11 +56,14 @@ class Prepared:
 
 # -- requests -----------------------------------------------------------------------------------
 MAX_CHOICES = 16  # n × prompts in one request
+MAX_STOP = 16  # stop sequences in one request
 
 
 def check_common(req: Sampling, limits: Limits) -> None:
     if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
         raise bad_request(f"n={req.n} is out of range: 1..{MAX_CHOICES} choices per request", "n")
+    if isinstance(req.stop, list) and len(req.stop) > MAX_STOP:
+        raise bad_request(f"stop has {len(req.stop)} sequences; at most {MAX_STOP} are accepted", "stop")
     if req.block_size is not None and req.block_size > limits.max_block_size:
         raise bad_request(
             f"block_size {req.block_size} is out of range: this model takes 1..{limits.max_block_size}", "block_size"
@@ -95,8 +98,10 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
                           "response_format")  # fmt: skip
     if tools and choice != "none" and grammar is None:  # calls: offered names, arguments valid for their schemas
         schemas = {
-            t["function"]["name"]: t["function"].get("parameters") for t in tools if t["function"]["name"] in names
-        }
+            t["function"]["name"]: clean_schema(t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})",
+                                                f"tools.{i}.function.parameters")
+            for i, t in enumerate(tools) if t["function"]["name"] in names
+        }  # fmt: skip
         try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
             grammar = tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
                                     not prefill)  # fmt: skip
@@ -104,15 +109,28 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             grammar = None
     if choice == "none":
         tools = None
-    for i, m in enumerate(req.messages):
-        for part in m.content if isinstance(m.content, list) else []:
-            kind = part.get("type", "text") if isinstance(part, dict) else "text"
-            if kind != "text":
-                raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
-                                  "text only", f"messages.{i}.content")  # fmt: skip
-    messages = [modern_message(m.model_dump(exclude_none=True)) for m in req.messages]
+    messages = [modern_message(_text_parts(m.model_dump(exclude_none=True), i)) for i, m in enumerate(req.messages)]
     text = render(messages, tools, add_generation_prompt=True) + prefill
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
+
+
+def _text_parts(m: dict, i: int) -> dict:
+    """A message whose content parts are all text. An assistant's ``refusal`` part (OpenAI's own
+    answers carry them, and clients send them back) reads as its text; images, audio, files are refused."""
+    if not isinstance(m.get("content"), list):
+        return m
+    parts = []
+    for part in m["content"]:
+        kind = part.get("type", "text")
+        key = "refusal" if kind == "refusal" and m["role"] == "assistant" else "text"
+        if kind != key:
+            raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
+                              "text only", f"messages.{i}.content")  # fmt: skip
+        if not isinstance(part.get(key), str):
+            raise bad_request(f"messages[{i}]: a {kind!r} content part needs {key!r} as a string",
+                              f"messages.{i}.content")  # fmt: skip
+        parts.append({**part, "type": "text", "text": part[key]})
+    return {**m, "content": parts}
 
 
 def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> list[list[int]]:
@@ -121,6 +139,9 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
         raise bad_request("suffix is not supported", "suffix")
     if req.echo:
         raise bad_request("echo is not supported", "echo")
+    if req.best_of not in (None, req.n or 1):  # every sample drawn is returned: none is ranked away
+        raise bad_request(f"best_of={req.best_of} is not supported: this server returns every sample it draws, so "
+                          f"best_of must equal n ({req.n or 1})", "best_of")  # fmt: skip
     p = req.prompt
     batch = [p] if isinstance(p, str) or (p and all(isinstance(x, int) for x in p)) else list(p)
     if not batch:
@@ -168,9 +189,10 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
     if room <= 0:
         raise too_large(f"the prompt is {n} tokens; the model's context is {limits.context}", code="prompt_too_long")
     if max_tokens is not None and max_tokens > room:
+        name = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
         raise bad_request(
-            f"prompt ({n} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {limits.context}",
-            "max_tokens", "context_length_exceeded",
+            f"prompt ({n} tokens) + {name} ({max_tokens}) exceeds the model's context of {limits.context}",
+            name, "context_length_exceeded",
         )  # fmt: skip
     if max_tokens is None:
         max_tokens = min(limits.default_max_tokens, room)

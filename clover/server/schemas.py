@@ -55,9 +55,9 @@ class NamedToolChoice(_Open):
     function: NamedFunction
 
 
-class StreamOptions(_Open):
-    include_usage: bool = False
-    include_steps: bool = False  # Clover: denoise-step events (what the playground draws)
+class StreamOptions(_Open):  # booleans here and below take null as unset: OpenAI's spec allows it
+    include_usage: bool | None = False
+    include_steps: bool | None = False  # Clover: denoise-step events (what the playground draws)
 
 
 class Sampling(_Open):
@@ -72,9 +72,9 @@ class Sampling(_Open):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(None, max_length=1024)  # token id (as a string) -> bias
-    stop: str | list[str] | None = Field(None, max_length=16)
+    stop: str | list[str] | None = None  # at most MAX_STOP sequences (checked in protocol.check_common)
     n: int | None = 1
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     # Clover extras
     block_size: int | None = Field(None, ge=1)
@@ -116,9 +116,10 @@ class ChatRequest(Sampling):
 
 class CompletionRequest(Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]  # one prompt, or a batch (one choice each)
-    echo: bool = False
+    echo: bool | None = False
     logprobs: int | None = Field(None, ge=0, le=5)
     suffix: str | None = None
+    best_of: int | None = None  # accepted where it changes nothing (= n); else refused
 
 
 class DecisionQuestion(_Open):
