@@ -11,11 +11,19 @@ def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
     from clover.model import CloverConfig, CloverForBlockDiffusion, preset
+    from clover.model.config import ConfigError
+    from clover.model.io import resolve_dir
 
-    if args.model:
-        config = CloverConfig.load(f"{args.model}/config.json")
-    else:
-        config = preset(args.preset)
+    try:
+        if args.model:
+            path = resolve_dir(args.model) / "config.json"
+            if not path.exists():
+                raise ConfigError(f"{path.parent}: no config.json (is this a Clover checkpoint directory?)")
+            config = CloverConfig.load(path)
+        else:
+            config = preset(args.preset)
+    except (ConfigError, TypeError) as e:  # an unknown preset, or a missing or invalid config.json
+        raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
         model = CloverForBlockDiffusion(config)
     counts = model.num_parameters()
@@ -51,6 +59,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clover", description="Clover block-diffusion language models")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("info", help="layer pattern and parameter counts of a preset or checkpoint")
     s.add_argument("--preset", default="small", help="tiny, small, qwen3.6-35b-a3b")
@@ -60,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     for register in _plugins():
         register(sub)
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("clover")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _plugins():

@@ -25,7 +25,11 @@ def load_cases(path: str) -> list[dict]:
     from clover.data.tools import AIRSPACE_TOOLS
 
     out = []
-    with open(path, encoding="utf-8") as f:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise SystemExit(f"clover eval: --cases: {path}: {e.strerror}") from None
+    with f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -140,20 +144,37 @@ def evaluate_airspace(
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from clover.engine import SamplingParams
     from clover.engine.cli import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(args.model, args.threads)
-    if tok is None:
-        raise SystemExit(f"clover: {args.model} has no tokenizer.json; evaluation needs one")
-    path = args.model or "bundled model"
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     from clover.engine.policies import POLICIES
 
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
-    errors: list | None = [] if args.errors else None
+    try:  # the settings every column decodes with, checked before the model loads and the run starts
+        for p in policies:
+            SamplingParams(policy=p, threshold=args.threshold, block_size=args.block_size)
+    except ValueError as e:
+        raise SystemExit(f"clover eval: {e}") from None
     cases = load_cases(args.cases) if args.cases else None
+    if cases is None and args.n == 0 and args.groups == 0:
+        raise SystemExit("clover eval: nothing to evaluate (--n 0 and --groups 0)")
+    if args.errors:  # fail now, not after the whole run, when the file cannot be written
+        try:
+            open(args.errors, "a", encoding="utf-8").close()
+        except OSError as e:
+            raise SystemExit(f"clover eval: --errors: {args.errors}: {e.strerror}") from None
+    model, tok = load_model_and_tokenizer(args.model, args.threads)
+    if tok is None:
+        raise SystemExit(f"clover: {args.model} has no tokenizer.json; evaluation needs one")
+    if args.block_size is not None:
+        try:
+            model.config.check_block_size(args.block_size)
+        except ValueError as e:
+            raise SystemExit(f"clover eval: {e}") from None
+    path = args.model or "bundled model"
+    errors: list | None = [] if args.errors else None
     results = [
         evaluate_airspace(
             model,
@@ -201,7 +222,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
 def register(sub) -> None:
+    from clover.engine.cli import positive_int
+
     p = sub.add_parser("eval", help="evaluate a model on a task")
     p.add_argument("task", choices=["airspace"])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
@@ -213,9 +246,9 @@ def register(sub) -> None:
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--block-size", type=int)
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
-    p.add_argument("--n", type=int, default=200, help="tool-call turns")
-    p.add_argument("--groups", type=int, default=50, help="decision groups")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--n", type=_count, default=200, help="tool-call turns")
+    p.add_argument("--groups", type=_count, default=50, help="decision groups")
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument(
         "--grammar",
         choices=["off", "on", "both"],

@@ -257,9 +257,18 @@ class CloverTokenizer:
             raise FileNotFoundError(f"{d}: no tokenizer.json (a fast tokenizer file is required)")
         cfg = {}
         if (d / "tokenizer_config.json").exists():
-            cfg = json.loads((d / "tokenizer_config.json").read_text())
+            try:
+                cfg = json.loads((d / "tokenizer_config.json").read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{d / 'tokenizer_config.json'}: not valid JSON ({e})") from None
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{d / 'tokenizer_config.json'}: expected a JSON object")
+        try:
+            tokenizer = Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+            raise ValueError(f"{d / 'tokenizer.json'}: not a valid tokenizer file ({e})") from None
         return cls(
-            Tokenizer.from_file(str(d / "tokenizer.json")),
+            tokenizer,
             mask_token=mask_token or _token_str(cfg.get("mask_token")),
             eos_token=_token_str(cfg.get("eos_token")),
             pad_token=_token_str(cfg.get("pad_token")),

@@ -32,8 +32,22 @@ def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
     if (path / "tokenizer.json").exists():
         from clover.data.tokenizer import CloverTokenizer
 
-        tokenizer = CloverTokenizer.load(path)
+        try:
+            tokenizer = CloverTokenizer.load(path)
+        except ValueError as e:  # a corrupt tokenizer.json / tokenizer_config.json
+            raise SystemExit(f"clover: {e}") from None
     return model, tokenizer
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--threads``, counts)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
@@ -53,7 +67,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="tools offered in chat (auto: the airspace set for a model trained on it)",
     )
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
 
 
 def sampling_params(args: argparse.Namespace):
@@ -101,8 +115,12 @@ def _setup(args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace) -> int:
     from clover.engine import Engine, Finished, TextDelta
 
-    params, model, tokenizer = _setup(args)
     text = args.prompt
+    if text == "-":  # the prompt from stdin, as `echo hi | clover generate -`
+        text = sys.stdin.read()
+        if text.endswith("\n"):
+            text = text[:-1]
+    params, model, tokenizer = _setup(args)
     if args.chat:
         from clover.data.chat import render
 
@@ -160,8 +178,15 @@ def _schema_grammar(spec: str):
     """``--json-schema``: a JSON Schema given inline or as a file; ``{}`` is any JSON value."""
     from clover.engine.grammar import GrammarError, json_grammar
 
+    inline = spec.lstrip().startswith(("{", "true"))
+    if not inline and not Path(spec).is_file():
+        try:
+            json.loads(spec)
+        except ValueError:  # neither a file nor inline JSON: most likely a mistyped file name
+            what = "a directory, not a file" if Path(spec).is_dir() else "no such file"
+            raise SystemExit(f"clover: --json-schema: {spec}: {what} (and not an inline JSON schema)") from None
     try:
-        text = Path(spec).read_text() if not spec.lstrip().startswith(("{", "true")) and Path(spec).is_file() else spec
+        text = Path(spec).read_text() if not inline and Path(spec).is_file() else spec
         return json_grammar(json.loads(text))
     except (OSError, ValueError) as e:  # GrammarError and JSONDecodeError are ValueErrors
         kind = "schema" if isinstance(e, GrammarError) else "JSON"
@@ -181,7 +206,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     g = sub.add_parser("generate", help="complete a prompt (or one chat turn with --chat)")
-    g.add_argument("prompt", help="prompt text")
+    g.add_argument("prompt", help="prompt text ('-': read it from stdin)")
     g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object (text, token ids, stats)")
     g.add_argument("--system", help="system prompt (with --chat)")

@@ -150,7 +150,9 @@ class Guard:
             if not auth:
                 return unauthorized("missing API key: send 'Authorization: Bearer <key>'")
             scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode("latin-1"), self.api_key.encode()
+            ):
                 return unauthorized("incorrect API key")
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:

@@ -12,6 +12,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from clover.server.app import create_app
 
+    problem = _bind_problem(args.host, args.port)
+    if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
+        print(f"clover serve: {problem}", file=sys.stderr)
+        return 2
     try:
         app = create_app(
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
@@ -30,6 +34,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (None: it can), tried as uvicorn binds it."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except socket.gaierror as e:
+            return f"--host {host!r}: not a known host name or address ({e.strerror})"
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is already in use; stop what listens there or choose another --port"
+            if e.errno == errno.EACCES:
+                return f"no permission to listen on port {port} (ports below 1024 need root); try --port 8000"
+            if e.errno == errno.EADDRNOTAVAIL:
+                return f"--host {host}: not an address of this machine"
+            return f"cannot listen on {host}:{port} ({e.strerror})"
+    return None
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -41,6 +68,8 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
+    from clover.engine.cli import positive_int
+
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
@@ -55,6 +84,6 @@ def register(sub) -> None:
     p.add_argument("--max-prompt-tokens", type=int, help="longer prompts get 413 (default: the model's context)")
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_serve)

@@ -88,10 +88,15 @@ class Plan:
                               stop_token_ids=[], logprobs=k, **self.knobs)  # fmt: skip
 
     @property
+    def max_tokens(self) -> int:
+        """Tokens the answer region generates (the grammar path: at most)."""
+        return len(self.forced) or self.max_new
+
+    @property
     def blocks(self) -> int:
         """Blocks the generated region touches (the grammar path: at most)."""
         P, bs = len(self.prompt_ids), self.block_size
-        return (P + (len(self.forced) or self.max_new) - 1) // bs - P // bs + 1
+        return (P + self.max_tokens - 1) // bs - P // bs + 1
 
 
 def check_questions(context: str, questions: list[dict]) -> DecisionGroup:

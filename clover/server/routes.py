@@ -287,6 +287,11 @@ async def decisions(request: Request):
     if longest > s.limits.max_prompt_tokens:
         raise too_large(f"the decision prompt is {longest} tokens; this server accepts at most "
                         f"{s.limits.max_prompt_tokens}", code="prompt_too_long", param="context")  # fmt: skip
+    over = max(plans, key=lambda p: len(p.prompt_ids) + p.max_tokens)  # the answers must fit in the context too
+    if len(over.prompt_ids) + over.max_tokens > s.limits.context:
+        raise bad_request(f"the decision prompt ({len(over.prompt_ids)} tokens) and its answers (up to "
+                          f"{over.max_tokens} tokens) exceed the model's context of {s.limits.context}",
+                          "context", "context_length_exceeded")  # fmt: skip
     handles = s.submit(items, "dec")
     try:
         outs = await s.wait(handles, request)

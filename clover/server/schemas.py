@@ -4,9 +4,9 @@ Clover extras (``block_size``, ``threshold``, ``policy``, ``steps_per_block``, `
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
 
@@ -124,7 +124,8 @@ class CompletionRequest(Sampling):
 
 class DecisionQuestion(_Open):
     question: str = Field(min_length=1, max_length=2000)
-    options: list[str] = Field(min_length=2, max_length=8)
+    # bounded like the question: every option is tokenised with the prompt, on the event loop
+    options: list[Annotated[str, Field(max_length=2000)]] = Field(min_length=2, max_length=8)
 
 
 class DecisionRequest(_Open):
@@ -135,3 +136,8 @@ class DecisionRequest(_Open):
     block_size: int | None = Field(None, ge=1)
     threshold: float | None = Field(None, gt=0, le=1)
     policy: str | None = None
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_null_is_unset(cls, v):
+        return "joint" if v is None else v  # null as unset, as for the other nullable fields

@@ -33,6 +33,9 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
 
     if not isinstance(over, dict) or set(over) - {"train", "model", "data"}:
         raise SystemExit(f"clover: {where}: expected an object with 'train', 'model' and/or 'data' sections")
+    for section, v in over.items():
+        if not isinstance(v, dict):
+            raise SystemExit(f"clover: {where}: section {section!r} must be an object of fields, got {v!r}")
     data = recipe.data_fields()
     for k, v in over.get("data", {}).items():
         if k not in data:
@@ -45,7 +48,23 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
     for k, v in over.get("train", {}).items():
         if k not in known:
             raise SystemExit(f"clover: {where}: unknown train field {k!r}; known: {sorted(known)}")
-        setattr(recipe.train, k, MaskingConfig(**v) if k == "masking" else v)
+        if k == "masking":
+            masking = {f.name for f in fields(MaskingConfig)}
+            if not isinstance(v, dict):
+                raise SystemExit(f"clover: {where}: train field 'masking' must be an object, got {v!r}")
+            if set(v) - masking:
+                bad = sorted(set(v) - masking)
+                raise SystemExit(f"clover: {where}: unknown masking field(s) {bad}; known: {sorted(masking)}")
+            try:
+                v = MaskingConfig(**v)
+            except (TypeError, ValueError) as e:
+                raise SystemExit(f"clover: {where}: train field 'masking': {e}") from None
+        elif getattr(recipe.train, k) is not None:  # a field without a default takes what it is given
+            want = type(getattr(recipe.train, k))
+            if isinstance(v, bool) != (want is bool) or not isinstance(v, (int, float) if want is float else want):
+                raise SystemExit(f"clover: {where}: train field {k!r} must be {want.__name__}, got {v!r}")
+            v = want(v)
+        setattr(recipe.train, k, v)
     bad = sorted(set(over.get("model", {})) - set(recipe.model))
     if bad:
         raise SystemExit(f"clover: {where}: unknown model field(s) {bad}; known: {sorted(recipe.model)}")
@@ -118,24 +137,42 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
     return mapping
 
 
+def _load_tokenizer(d: Path):
+    from clover.data.tokenizer import CloverTokenizer
+
+    try:
+        return CloverTokenizer.load(d)
+    except (FileNotFoundError, ValueError) as e:  # missing or corrupt tokenizer files
+        raise SystemExit(f"clover train: {e}") from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.chat import render
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
     from clover.model import CloverConfig, CloverForBlockDiffusion
+    from clover.model.config import ConfigError
     from clover.model.io import resolve_dir
     from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
     from clover.train.trainer import Trainer, setup_distributed, shard_model
 
+    if args.threads < 1:
+        raise SystemExit(f"clover train: --threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     rank, world = setup_distributed()
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
-    over = json.loads(Path(args.config).read_text()) if args.config else {}
+    over = {}
     if args.config:
+        try:
+            over = json.loads(Path(args.config).read_text())
+        except OSError as e:
+            raise SystemExit(f"clover train: --config {args.config}: {e.strerror}") from None
+        except ValueError as e:
+            raise SystemExit(f"clover train: --config {args.config}: not valid JSON ({e})") from None
         apply_overrides(recipe, over, args.config)
     if args.steps is not None:
         if args.steps < 0:
@@ -153,13 +190,23 @@ def cmd_train(args: argparse.Namespace) -> int:
             data, val_data = (data[:-k], data[-k:]) if k else (data, data)
     elif args.val_data:
         raise SystemExit("clover train: --val-data needs --data")
+    if args.grow and not args.init_from:
+        raise SystemExit("clover train: --grow needs --init-from")
     init_dir = resolve_dir(args.init_from) if args.init_from else None
+    if init_dir and not (init_dir / "config.json").is_file():
+        raise SystemExit(f"clover train: --init-from {args.init_from}: no config.json (is this a Clover checkpoint?)")
+    for flag, d in (("--out", args.out), ("--export", args.export)):
+        if d and Path(d).exists() and not Path(d).is_dir():
+            raise SystemExit(f"clover train: {flag} {d}: exists and is not a directory")
     run = Path(args.out)
-    run.mkdir(parents=True, exist_ok=True)
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"clover train: --out {args.out}: cannot create the run directory ({e.strerror})") from None
     if (run / "tokenizer.json").exists():
-        tok = CloverTokenizer.load(run)  # a resumed run keeps its tokenizer
+        tok = _load_tokenizer(run)  # a resumed run keeps its tokenizer
     elif init_dir:
-        tok = CloverTokenizer.load(init_dir)  # the weights' own tokenizer
+        tok = _load_tokenizer(init_dir)  # the weights' own tokenizer
     elif data is not None:  # from scratch on your data: a byte-level BPE trained on it
         texts = [render(e["messages"], e["tools"]) for e in data]
         tok = CloverTokenizer(train_tokenizer(texts, recipe.tokenizer_vocab, default_added_tokens()))
@@ -169,16 +216,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
     ck = latest_checkpoint(run) if args.resume else None
-    if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
-        config = CloverConfig.load(ck / "config.json")
-    elif init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
-        config = CloverConfig.load(init_dir / "config.json")
-    else:
-        config = recipe.model_config(tok)
+    try:
+        if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
+            config = CloverConfig.load(ck / "config.json")
+        elif init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
+            config = CloverConfig.load(init_dir / "config.json")
+        else:
+            config = recipe.model_config(tok)
+    except (ConfigError, TypeError) as e:  # e.g. a --config model field of the wrong type
+        raise SystemExit(f"clover train: {e}") from None
     model = CloverForBlockDiffusion(config)
     grown = init_weights(model, init_dir, grow=args.grow) if init_dir else None
-    if args.grow and not init_dir:
-        raise SystemExit("clover train: --grow needs --init-from")
     counts = model.num_parameters()  # before sharding
     if world > 1:
         model = shard_model(model)

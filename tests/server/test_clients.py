@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from clover.server.app import Guard
 from clover.server.protocol import Limits, chat_prompt
 from clover.server.schemas import ChatRequest
 from tests.server.conftest import API_KEY
@@ -132,3 +133,14 @@ def test_error_messages_name_what_the_client_sent(server, client):
     assert e.value.body["param"] == "max_completion_tokens" and "max_completion_tokens" in e.value.body["message"]
     r = _post(server, {"messages": MSG, "functions": [{"name": "f"}], "tools": _tool(None)})
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("functions and tools")
+
+
+def test_a_non_ascii_api_key_matches_its_utf8_header():
+    """Headers arrive as bytes (read as latin-1); the key is compared as the UTF-8 bytes a client sends."""
+    guard = Guard(None, api_key="clé-✓", max_body_bytes=1000, metrics=None)
+
+    def scope(key: str) -> dict:
+        return {"path": "/v1/models", "headers": [(b"authorization", f"Bearer {key}".encode())]}
+
+    assert guard._refuse(scope("clé-✓")) is None
+    assert guard._refuse(scope("cle-v")) is not None

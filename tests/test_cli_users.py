@@ -1,0 +1,161 @@
+"""What a new user types after reading the README: every mistake gets a one-line message and a
+nonzero exit, never a traceback (``clover.cli.main`` in this process, on the bundled model)."""
+
+import io
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+import clover.engine.cli
+from clover.cli import main
+
+BUNDLED = Path(__file__).parents[1] / "clover" / "assets" / "default"
+
+
+def _fails(argv, capsys) -> tuple[int, str]:
+    """``clover ARGV`` must exit nonzero; returns (exit code, the message it gave)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    code = e.value.code
+    err = capsys.readouterr().err
+    if isinstance(code, str):  # raise SystemExit("clover: ..."): Python prints it, exit status 1
+        code, err = 1, err + code
+    assert code not in (0, None), err
+    assert "Traceback" not in err
+    return code, err
+
+
+def _model_copy(tmp_path, files: dict[str, str]) -> Path:
+    """The bundled model with some of its files overwritten."""
+    d = tmp_path / "model"
+    shutil.copytree(BUNDLED, d, ignore=shutil.ignore_patterns("train_log*"))
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("clover ")
+
+
+def test_info_with_an_unknown_preset_or_a_missing_model(tmp_path, capsys):
+    assert "unknown preset 'nope'" in _fails(["info", "--preset", "nope"], capsys)[1]
+    assert "no config.json" in _fails(["info", "--model", str(tmp_path / "nowhere")], capsys)[1]
+    bad = _model_copy(tmp_path, {"config.json": "{not json"})
+    assert "not valid JSON" in _fails(["info", "--model", str(bad), "--json"], capsys)[1]
+
+
+def test_generate_reads_the_prompt_from_stdin_with_a_dash(monkeypatch, capsys):
+    seen = []
+    encode = clover.engine.cli._encode
+    monkeypatch.setattr(clover.engine.cli, "_encode", lambda tok, text: seen.append(text) or encode(tok, text))
+    monkeypatch.setattr("sys.stdin", io.StringIO("recall drone 17\n"))
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "-", "--chat", "--threads", "1", "--max-tokens", "4", "--json"])
+    assert e.value.code == 0
+    assert "recall drone 17" in seen[0]  # not the prompt "-"
+    assert "token_ids" in json.loads(capsys.readouterr().out)
+
+
+def test_a_corrupt_tokenizer_is_a_message(tmp_path, capsys):
+    from clover.data.tokenizer import CloverTokenizer
+
+    bad = _model_copy(tmp_path, {"tokenizer.json": "{garbage"})
+    with pytest.raises(ValueError, match="not a valid tokenizer file"):
+        CloverTokenizer.load(bad)
+    err = _fails(["generate", "hi", "--model", str(bad), "--threads", "1", "--max-tokens", "4"], capsys)[1]
+    assert "tokenizer.json: not a valid tokenizer file" in err
+    bad.joinpath("tokenizer.json").write_text(BUNDLED.joinpath("tokenizer.json").read_text())
+    bad.joinpath("tokenizer_config.json").write_text("{oops")
+    err = _fails(["generate", "hi", "--model", str(bad), "--threads", "1", "--max-tokens", "4"], capsys)[1]
+    assert "tokenizer_config.json: not valid JSON" in err
+
+
+@pytest.mark.parametrize("command", [["generate", "hi"], ["chat"], ["eval", "airspace"], ["serve"]])
+def test_threads_must_be_positive(command, capsys):
+    for n in ("0", "-1"):
+        code, err = _fails([*command, "--threads", n], capsys)
+        assert code == 2 and "--threads: must be a positive integer" in err
+
+
+def test_json_schema_names_a_missing_file():
+    for spec, what in (("schema.json", "no such file"), (str(BUNDLED), "a directory")):
+        with pytest.raises(SystemExit, match=f"--json-schema: .*{what}"):
+            clover.engine.cli._schema_grammar(spec)
+    assert clover.engine.cli._schema_grammar('{"type": "boolean"}') is not None
+
+
+def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
+    run = ["eval", "airspace", "--n", "1", "--groups", "0", "--threads", "1", "--json"]
+    for extra, msg in (
+        (["--threshold", "2"], "threshold must lie in (0, 1]"),
+        (["--block-size", "0"], "block_size must be a positive integer"),
+        (["--block-size", "1000"], "exceeds this model's max_block_size"),
+        (["--policy", "ar,threshold", "--threshold", "0"], "threshold must lie in (0, 1]"),
+        (["--cases", str(tmp_path / "none.jsonl")], "--cases: "),
+        (["--errors", str(tmp_path / "no" / "dir.jsonl")], "--errors: "),
+    ):
+        assert msg in _fails(run + extra, capsys)[1], extra
+    code, err = _fails(["eval", "airspace", "--n", "-3", "--threads", "1"], capsys)  # was a slice: [:-3]
+    assert code == 2 and "--n: must be >= 0" in err
+    assert "nothing to evaluate" in _fails(["eval", "airspace", "--n", "0", "--groups", "0"], capsys)[1]
+
+
+def _train(tmp_path, *args):
+    return ["train", "--out", str(tmp_path / "run"), "--steps", "1", "--threads", "1", "--no-progress", *map(str, args)]
+
+
+def test_train_config_file_problems(tmp_path, capsys):
+    cfg = tmp_path / "cfg.json"
+    assert "No such file" in _fails(_train(tmp_path, "--config", tmp_path / "none.json"), capsys)[1]
+    for text, msg in (
+        ("{bad", "not valid JSON"),
+        ('{"train": []}', "section 'train' must be an object"),
+        ('{"data": [1]}', "section 'data' must be an object"),
+        ('{"train": {"lr": "fast"}}', "train field 'lr' must be float, got 'fast'"),
+        ('{"train": {"warmup": true}}', "train field 'warmup' must be int"),
+        ('{"train": {"masking": 5}}', "'masking' must be an object"),
+        ('{"train": {"masking": {"bogus": 1}}}', "unknown masking field(s) ['bogus']"),
+        ('{"train": {"masking": {"t_min": 2}}}', "need 0 < t_min"),
+    ):
+        cfg.write_text(text)
+        assert msg in _fails(_train(tmp_path, "--config", cfg), capsys)[1], text
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_train_refuses_a_bad_model_override_with_a_message(tmp_path, capsys):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"model": {"hidden_size": "x"}}')
+    assert "hidden_size must be a positive integer" in _fails(_train(tmp_path, "--config", cfg), capsys)[1]
+
+
+def test_train_output_paths_and_init_from(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    err = _fails(["train", "--out", str(afile), "--steps", "1", "--threads", "1"], capsys)[1]
+    assert "--out" in err and "not a directory" in err
+    err = _fails(_train(tmp_path, "--export", afile), capsys)[1]
+    assert "--export" in err and "not a directory" in err
+    err = _fails(_train(tmp_path, "--init-from", tmp_path / "nowhere"), capsys)[1]
+    assert "--init-from" in err and "no config.json" in err
+    assert not (tmp_path / "run").exists()
+    bad = _model_copy(tmp_path, {"tokenizer.json": "{garbage"})
+    assert "not a valid tokenizer file" in _fails(_train(tmp_path, "--init-from", bad), capsys)[1]
+    assert "--threads must be >= 1" in _fails(_train(tmp_path, "--threads", "0"), capsys)[1]
+
+
+def test_serve_on_a_port_in_use_or_an_unknown_host(capsys):
+    from clover.server.cli import _bind_problem
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, err = _fails(["serve", "--port", str(port), "--threads", "1"], capsys)
+        assert code == 2 and f"port {port} on 127.0.0.1 is already in use" in err
+    assert "not a known host" in _bind_problem("nonexistent.invalid", port)
