@@ -48,6 +48,8 @@ def test_info_with_an_unknown_preset_or_a_missing_model(tmp_path, capsys):
     assert "no config.json" in _fails(["info", "--model", str(tmp_path / "nowhere")], capsys)[1]
     bad = _model_copy(tmp_path, {"config.json": "{not json"})
     assert "not valid JSON" in _fails(["info", "--model", str(bad), "--json"], capsys)[1]
+    err = _fails(["generate", "hi", "--model", str(bad), "--threads", "1"], capsys)[1]
+    assert err.count("config.json") == 1 and "not valid JSON" in err  # the path named once
 
 
 def test_generate_reads_the_prompt_from_stdin_with_a_dash(monkeypatch, capsys):

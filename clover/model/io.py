@@ -121,7 +121,8 @@ def load_model(
     try:
         config = CloverConfig.load(path / "config.json")
     except (ConfigError, TypeError) as e:
-        raise CheckpointError(f"{path / 'config.json'}: {e}") from None
+        where = str(path / "config.json")
+        raise CheckpointError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     state = read_weights(path)
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)
