@@ -222,18 +222,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
 def register(sub) -> None:
-    from clover.engine.cli import positive_int
+    from clover.engine.cli import int_at_least, positive_int
+
+    _count = int_at_least(0)
 
     p = sub.add_parser("eval", help="evaluate a model on a task")
     p.add_argument("task", choices=["airspace"])

@@ -33,14 +33,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(s: str) -> int:
-    v = int(s)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {s}")
-    return v
-
-
 def register(sub) -> None:
+    from clover.engine.cli import positive_int
+
     p = sub.add_parser(
         "convert",
         help="convert a Qwen3.5/3.6 hybrid MoE checkpoint (Hugging Face, safetensors) into a Clover checkpoint",
@@ -51,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--from", dest="source", required=True, metavar="HF_DIR", help="Hugging Face checkpoint directory")
     p.add_argument("--out", required=True, metavar="DIR", help="output Clover checkpoint directory")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16", help="weight dtype (default bf16)")
-    p.add_argument("--block-size", type=_positive, default=32, help="default decoding block size (default 32)")
+    p.add_argument("--block-size", type=positive_int, default=32, help="default decoding block size (default 32)")
     p.add_argument("--max-shard-gb", type=float, default=2.0, help="largest output shard in GiB (default 2)")
     p.add_argument(
         "--calib-seqs",

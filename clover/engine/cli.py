@@ -39,15 +39,24 @@ def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
     return model, tokenizer
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (``--threads``, counts)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum`` (``--threads``, counts)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive integer, got {v}" if minimum == 1 else f"must be >= {minimum}, got {v}"
+            )
+        return v
+
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
