@@ -136,6 +136,14 @@ class DecisionRequest(_Open):
     block_size: int | None = Field(None, ge=1)
     threshold: float | None = Field(None, gt=0, le=1)
     policy: str | None = None
+    stream: bool | None = None
+
+    @field_validator("stream")
+    @classmethod
+    def _no_stream(cls, v):
+        if v:  # refused, not ignored: the client would wait for events that never come
+            raise ValueError("/v1/decisions does not stream: it answers with one JSON object")
+        return v
 
     @field_validator("mode", mode="before")
     @classmethod

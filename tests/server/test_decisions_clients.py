@@ -85,3 +85,9 @@ def test_an_oversized_option_is_refused_before_any_work(server):
     err = _error(_post(server, {"context": "Alpha is active.", "questions": questions}), 400,
                  "questions.0.options.0")  # fmt: skip
     assert "2000" in err["message"] and time.perf_counter() - t0 < 5
+
+
+def test_stream_true_is_refused_not_ignored(server):
+    body = {"context": "Zone 1 is active.", "questions": YES_NO[:1]}
+    assert _post(server, {**body, "stream": False}).status_code == 200
+    assert "does not stream" in _error(_post(server, {**body, "stream": True}), 400, "stream")["message"]
