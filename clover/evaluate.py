@@ -75,7 +75,7 @@ def evaluate_airspace(
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
-    from clover.data.corpus import field_scores, gold_calls, load_split, score_tool_calls
+    from clover.data.corpus import field_scores, gold_calls, load_split, needs_unit_arithmetic, score_tool_calls
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
     from clover.engine.cli import tools_grammar
@@ -106,12 +106,13 @@ def evaluate_airspace(
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
     wall = time.perf_counter() - t0
-    ok, kinds, systems, fields = [], {}, {}, {}
+    ok, kinds, systems, units, fields = [], {}, {}, {}, {}
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
         ok.append(score_tool_calls(pred, gold))
         has_system = "with" if e["messages"][0]["role"] == "system" else "without"
-        for table, key in ((kinds, e["kind"]), (systems, has_system)):
+        unit = "ft/nm to metres" if needs_unit_arithmetic(prompt_of(e)[-1]["content"]) else "none"
+        for table, key in ((kinds, e["kind"]), (systems, has_system), (units, unit)):
             k = table.setdefault(key, [0, 0])
             k[0], k[1] = k[0] + ok[-1], k[1] + 1
         for f, (right, total) in field_scores(pred, gold).items():
@@ -139,6 +140,7 @@ def evaluate_airspace(
         "wall_s": wall,
         "by_kind": {k: r / t for k, (r, t) in sorted(kinds.items())},
         "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},  # a client system message or not
+        "by_unit_arithmetic": {k: r / t for k, (r, t) in sorted(units.items())},  # a length in ft or nm, or none
         "fields": {f: r / t for f, (r, t) in sorted(fields.items(), key=lambda kv: kv[1][0] / kv[1][1])},
     }
 
@@ -214,7 +216,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         w.add_column("")
         for r in results:
             w.add_column(r["policy"], justify="right")
-        label = {"by_kind": "kind", "by_system_prompt": "system prompt", "fields": "field"}
+        label = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
+                 "fields": "field"}  # fmt: skip
         for group in label:
             for k in results[0][group]:
                 w.add_row(f"{label[group]}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])

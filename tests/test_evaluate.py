@@ -30,6 +30,7 @@ def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
     assert {"tool", "call_count"} <= set(res["fields"]) and all(0 <= v <= 1 for v in res["fields"].values())
     assert sum(res["by_kind"].values()) >= 0 and set(res["by_kind"]) <= {"tool_call", "compound"}
     assert set(res["by_system_prompt"]) <= {"with", "without"}
+    assert set(res["by_unit_arithmetic"]) <= {"ft/nm to metres", "none"}
     lines = [json.loads(x) for x in errors.read_text().splitlines()]
     assert len(lines) == round(4 * (1 - res["exact_match"]))
     assert all({"message", "gold", "predicted", "text"} <= set(x) for x in lines)

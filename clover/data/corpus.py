@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 
 from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus API names them
@@ -457,6 +458,15 @@ def gold_calls(ex: dict, turn: int = 0) -> list[dict]:
     """Assistant turn ``turn``'s calls as ``[{"name", "arguments": dict}]`` ([] for a text turn)."""
     turns = [m for m in ex["messages"] if m["role"] == "assistant"]
     return [plain_call(c) for c in turns[turn].get("tool_calls") or []] if turn < len(turns) else []
+
+
+_UNIT_ARITHMETIC = re.compile(r"\d\s?(?:nm|nmi|nautical miles?|ft|feet)\b", re.IGNORECASE)
+
+
+def needs_unit_arithmetic(message: str) -> bool:
+    """Whether a message gives a length in feet or nautical miles: its call's metres are then a
+    multiplication (x 0.3048, x 1852, rounded), not a copy or a shift of the decimal point."""
+    return bool(_UNIT_ARITHMETIC.search(message))
 
 
 def field_scores(pred_calls: list[dict], gold_calls: list[dict]) -> dict[str, list[int]]:

@@ -256,3 +256,12 @@ def test_a_share_of_examples_carries_a_system_prompt_from_its_own_split():
         assert set(systems) <= set(_pool(SYSTEM_PROMPTS, split))
         seen[split] = set(systems)
     assert not seen["train"] & (seen["validation"] | seen["test"])  # held-out prompts are never trained on
+
+
+def test_needs_unit_arithmetic_finds_lengths_in_feet_and_nautical_miles():
+    from clover.data.corpus import needs_unit_arithmetic
+
+    for msg in ("radius 2.5 nm", "500ft around it", "3 NAUTICAL MILES", "9427 feet", "within 4 nmi of 1.2, 3.4"):
+        assert needs_unit_arithmetic(msg), msg
+    for msg in ("radius 2 km", "800 m", "drone 17 at 120 m", "the left foot", "NFZ Sierra 96, 3,800 m"):
+        assert not needs_unit_arithmetic(msg), msg
