@@ -268,9 +268,13 @@ def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None
 
 
 def finish_reason(out: RequestOutput, tool_calls: list, legacy: bool = False) -> str:
+    """OpenAI's: ``length`` whenever max_tokens cut the answer (complete calls before the cut are
+    still returned, a truncated one is not: a client must not take a cut answer as finished)."""
+    if out.finish_reason == "length":
+        return "length"
     if tool_calls:
         return "function_call" if legacy else "tool_calls"
-    return "length" if out.finish_reason == "length" else "stop"
+    return "stop"
 
 
 def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput], tokenizer) -> dict:

@@ -144,3 +144,15 @@ def test_a_non_ascii_api_key_matches_its_utf8_header():
 
     assert guard._refuse(scope("clé-✓")) is None
     assert guard._refuse(scope("cle-v")) is not None
+
+
+def test_an_answer_cut_by_max_tokens_finishes_with_length_even_after_a_complete_call():
+    from types import SimpleNamespace
+
+    from clover.server.protocol import finish_reason
+
+    call = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    assert finish_reason(SimpleNamespace(finish_reason="length"), call) == "length"
+    assert finish_reason(SimpleNamespace(finish_reason="stop"), call) == "tool_calls"
+    assert finish_reason(SimpleNamespace(finish_reason="stop"), call, legacy=True) == "function_call"
+    assert finish_reason(SimpleNamespace(finish_reason="stop"), []) == "stop"
