@@ -26,15 +26,60 @@ class GrammarError(ValueError):
 
 
 # -- schemas ---------------------------------------------------------------------------------------
+_MAPS = ("properties", "$defs", "definitions", "patternProperties")  # name -> schema
+_LISTS = ("anyOf", "oneOf", "allOf")  # lists of schemas
+_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains")  # a schema
+_COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
+_NULL_IS_A_VALUE = ("const", "default")
+MAX_SCHEMA_DEPTH = 128  # nested schemas; the compiler recurses once per level (deeper: RecursionError)
+
+
+def clean_schema(s, at: str = "#", depth: int = 0):
+    """A client's JSON Schema in the shape the grammar compiler reads: keywords set to null are
+    dropped (clients that serialise every field send ``"required": null``), ``true`` in
+    anyOf/oneOf/allOf becomes ``{}``, draft 3's ``"required": true`` on a property joins its
+    parent's ``required`` list; a keyword of the wrong JSON type is a 400 naming where it
+    is (as OpenAI refuses such schemas): a ``GrammarError``, never a crash in the compiler or mid-decode."""
+    if not isinstance(s, dict):
+        return s  # true/false, or something the compiler itself reports
+    if depth > MAX_SCHEMA_DEPTH:
+        raise GrammarError(f"the JSON Schema nests more than {MAX_SCHEMA_DEPTH} levels deep (at {at[:200]}...)")
+    out = {}
+    for k, v in s.items():
+        where = f"{at}/{k}"
+        if v is None and k not in _NULL_IS_A_VALUE or k == "required" and isinstance(v, bool):
+            continue  # a bool ``required`` is draft 3's per-property flag: moved to the parent below
+        ok = True
+        if k == "type":
+            ok = isinstance(v, str) or isinstance(v, list) and all(isinstance(t, str) for t in v)
+        elif k == "required":
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif k in _COUNTS:
+            ok = (isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()) and v >= 0
+        elif k in _MAPS and (ok := isinstance(v, dict)):
+            v = {name: clean_schema(x, f"{where}/{name}", depth + 1) for name, x in v.items()}
+        elif k in _LISTS and (ok := isinstance(v, list) and all(isinstance(x, dict) or x is True for x in v)):
+            v = [clean_schema(x, f"{where}/{j}", depth + 1) if x is not True else {} for j, x in enumerate(v)]
+        elif k in _ONE:
+            v = clean_schema(v, where, depth + 1)
+        if not ok:
+            raise GrammarError(f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid {k!r}")
+        out[k] = v
+    flagged = [n for n, x in (s.get("properties") or {}).items() if isinstance(x, dict) and x.get("required") is True]
+    if flagged:  # draft 3 (still in older tool definitions): {"properties": {"city": {"required": true}}}
+        out["required"] = [*out.get("required", []), *(n for n in flagged if n not in out.get("required", []))]
+    return out
+
+
 class Schemas:
     """A JSON Schema compiled into numbered nodes (frames refer to nodes by index, so states hash)."""
 
     def __init__(self, root: dict | bool, lenient: bool = False):
-        self.root = root
+        self.root = clean_schema(root)
         self.lenient = lenient  # a part it cannot compile admits any value (tool schemas in the wild)
         self.nodes: list[dict] = []
         self._ids: dict[int, int] = {}
-        self.start = self.compile(root)
+        self.start = self.compile(self.root)
 
     def _resolve(self, s):
         seen = 0

@@ -12,59 +12,19 @@ from functools import lru_cache
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
 from clover.engine.grammar import Grammar, GrammarError, json_grammar, tool_call_grammar
+from clover.engine.json_schema import clean_schema as engine_clean_schema
 from clover.server.errors import bad_request
 
 NAME_OPEN = '{"name": "'
 
 
-_MAPS = ("properties", "$defs", "definitions", "patternProperties")  # name -> schema
-_LISTS = ("anyOf", "oneOf", "allOf")  # lists of schemas
-_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains")  # a schema
-_COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
-_NULL_IS_A_VALUE = ("const", "default")
-MAX_SCHEMA_DEPTH = 128  # nested schemas; the compiler recurses once per level (deeper: RecursionError)
-
-
-def clean_schema(s, what: str, param: str, at: str = "#", depth: int = 0):
-    """A client's JSON Schema in the shape the grammar compiler reads: keywords set to null are
-    dropped (clients that serialise every field send ``"required": null``), ``true`` in
-    anyOf/oneOf/allOf becomes ``{}``, draft 3's ``"required": true`` on a property joins its
-    parent's ``required`` list; a keyword of the wrong JSON type is a 400 naming where it
-    is (as OpenAI refuses such schemas), never a crash in the compiler or mid-decode."""
-    if not isinstance(s, dict):
-        return s  # true/false, or something the compiler itself reports
-    if depth > MAX_SCHEMA_DEPTH:
-        raise bad_request(f"{what}: the JSON Schema nests more than {MAX_SCHEMA_DEPTH} levels deep (at {at[:200]}...)",
-                          param)  # fmt: skip
-    out = {}
-    for k, v in s.items():
-        where = f"{at}/{k}"
-        if v is None and k not in _NULL_IS_A_VALUE or k == "required" and isinstance(v, bool):
-            continue  # a bool ``required`` is draft 3's per-property flag: moved to the parent below
-        ok = True
-        if k == "type":
-            ok = isinstance(v, str) or isinstance(v, list) and all(isinstance(t, str) for t in v)
-        elif k == "required":
-            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
-        elif k in _COUNTS:
-            ok = (isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()) and v >= 0
-        elif k in _MAPS and (ok := isinstance(v, dict)):
-            v = {name: clean_schema(x, what, param, f"{where}/{name}", depth + 1) for name, x in v.items()}
-        elif k in _LISTS and (ok := isinstance(v, list) and all(isinstance(x, dict) or x is True for x in v)):
-            v = [
-                clean_schema(x, what, param, f"{where}/{j}", depth + 1) if x is not True else {}
-                for j, x in enumerate(v)
-            ]
-        elif k in _ONE:
-            v = clean_schema(v, what, param, where, depth + 1)
-        if not ok:
-            raise bad_request(f"{what}: invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid {k!r}",
-                              param)  # fmt: skip
-        out[k] = v
-    flagged = [n for n, x in (s.get("properties") or {}).items() if isinstance(x, dict) and x.get("required") is True]
-    if flagged:  # draft 3 (still in older tool definitions): {"properties": {"city": {"required": true}}}
-        out["required"] = [*out.get("required", []), *(n for n in flagged if n not in out.get("required", []))]
-    return out
+def clean_schema(s, what: str, param: str):
+    """A client's schema cleaned for the compiler (``clover.engine.json_schema.clean_schema``); a
+    malformed one is a 400 naming the tool or response_format and where in the schema."""
+    try:
+        return engine_clean_schema(s)
+    except GrammarError as e:
+        raise bad_request(f"{what}: {e}", param) from None
 
 
 @lru_cache(maxsize=64)

@@ -190,3 +190,25 @@ def test_each_request_ends_on_its_own_stop_tokens(bundled):
     end = g.advance(g.start_state, b"true")
     assert a.allowed(end) == [tok.eos_token_id] and b.allowed(end) == sorted({tok.eos_token_id, 5})
     assert 5 not in b.allowed(g.start_state) and b.step(g.start_state, 5) is None  # a stop token ends, never spells
+
+
+def test_malformed_schemas_are_grammar_errors_not_crashes():
+    """Mistyped keywords were TypeErrors deep in the compiler (a traceback from
+    ``clover generate --json-schema``); now a GrammarError that says where."""
+    from clover.engine.grammar import GrammarError, json_grammar
+
+    for bad, where in (
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": 5}, "#/required"),
+        ({"type": "object", "properties": {"a": {"type": 5}}}, "#/properties/a/type"),
+        ({"type": "array", "minItems": -1}, "#/minItems"),
+        ({"anyOf": {"type": "string"}}, "#/anyOf"),
+    ):
+        with pytest.raises(GrammarError, match=f"invalid JSON Schema at {where}"):
+            json_grammar(bad)
+    deep: dict = {"type": "string"}
+    for _ in range(200):
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(GrammarError, match="nests more than"):
+        json_grammar(deep)
+    g = json_grammar({"type": "object", "properties": {"a": {"type": "string", "required": True}}, "required": None})
+    assert g.accepts('{"a": "x"}') and not g.accepts("{}")  # draft-3 flag honoured, null dropped
