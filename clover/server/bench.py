@@ -31,7 +31,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=100, help="decision groups of the split")
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--block-size", type=int, help="default: the model's, or the smallest that holds the answers")
-    p.add_argument("--policy", default="threshold")
+    p.add_argument("--policy", help="answer slots' policy (default: /v1/decisions' own, DEFAULT_POLICY)")
     p.add_argument(
         "--threshold",
         type=float,
@@ -101,10 +101,11 @@ def _expressible(engine, tok, groups) -> list:
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.data.decisions import load_groups
     from clover.server.app import load_engine
-    from clover.server.decisions import DEFAULT_THRESHOLD
+    from clover.server.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     set_threads(args.threads)
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    args.policy = args.policy or DEFAULT_POLICY
     try:
         engine = load_engine(args.model, max_batch_size=16)
     except FileNotFoundError as e:
