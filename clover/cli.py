@@ -10,19 +10,13 @@ import sys
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
-    from clover.model import CloverConfig, CloverForBlockDiffusion, preset
+    from clover.model import CloverForBlockDiffusion, preset
     from clover.model.config import ConfigError
-    from clover.model.io import resolve_dir
+    from clover.model.io import CheckpointError, load_config
 
     try:
-        if args.model:
-            path = resolve_dir(args.model) / "config.json"
-            if not path.exists():
-                raise ConfigError(f"{path.parent}: no config.json (is this a Clover checkpoint directory?)")
-            config = CloverConfig.load(path)
-        else:
-            config = preset(args.preset)
-    except (ConfigError, TypeError) as e:  # an unknown preset, or a missing or invalid config.json
+        config = load_config(args.model) if args.model else preset(args.preset)
+    except (CheckpointError, ConfigError, TypeError) as e:  # an unknown preset, or a missing or invalid config.json
         raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
         model = CloverForBlockDiffusion(config)

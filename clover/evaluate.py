@@ -110,8 +110,9 @@ def evaluate_airspace(
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
         ok.append(score_tool_calls(pred, gold))
+        message = prompt_of(e)[-1]["content"]
         has_system = "with" if e["messages"][0]["role"] == "system" else "without"
-        unit = "ft/nm to metres" if needs_unit_arithmetic(prompt_of(e)[-1]["content"]) else "none"
+        unit = "ft/nm to metres" if needs_unit_arithmetic(message) else "none"
         for table, key in ((kinds, e["kind"]), (systems, has_system), (units, unit)):
             k = table.setdefault(key, [0, 0])
             k[0], k[1] = k[0] + ok[-1], k[1] + 1
@@ -119,7 +120,7 @@ def evaluate_airspace(
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
-            errors.append({"policy": label, "message": prompt_of(e)[-1]["content"], "gold": gold, "predicted": pred,
+            errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]

@@ -38,8 +38,8 @@ def clean_schema(s, at: str = "#", depth: int = 0):
     """A client's JSON Schema in the shape the grammar compiler reads: keywords set to null are
     dropped (clients that serialise every field send ``"required": null``), ``true`` in
     anyOf/oneOf/allOf becomes ``{}``, draft 3's ``"required": true`` on a property joins its
-    parent's ``required`` list; a keyword of the wrong JSON type is a 400 naming where it
-    is (as OpenAI refuses such schemas): a ``GrammarError``, never a crash in the compiler or mid-decode."""
+    parent's ``required`` list; a keyword of the wrong JSON type is a ``GrammarError`` naming where
+    it is (as OpenAI refuses such schemas), never a crash in the compiler or mid-decode."""
     if not isinstance(s, dict):
         return s  # true/false, or something the compiler itself reports
     if depth > MAX_SCHEMA_DEPTH:

@@ -110,19 +110,26 @@ def resolve_dir(path: str | Path) -> Path:
     )
 
 
+def load_config(path: str | Path) -> CloverConfig:
+    """The config of a Clover checkpoint directory (or cached repo id); a missing or invalid
+    ``config.json`` is a CheckpointError that names it."""
+    path = resolve_dir(path)
+    if not (path / "config.json").exists():
+        raise CheckpointError(f"{path}: no config.json (is this a Clover checkpoint directory?)")
+    try:
+        return CloverConfig.load(path / "config.json")
+    except (ConfigError, TypeError) as e:
+        where = str(path / "config.json")
+        raise CheckpointError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+
+
 def load_model(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> CloverForBlockDiffusion:
     """Load a Clover checkpoint directory (or a cached Hugging Face repo id, see ``resolve_dir``);
     every tensor must be present with the right shape."""
     path = resolve_dir(path)
-    if not (path / "config.json").exists():
-        raise CheckpointError(f"{path}: no config.json (is this a Clover checkpoint directory?)")
-    try:
-        config = CloverConfig.load(path / "config.json")
-    except (ConfigError, TypeError) as e:
-        where = str(path / "config.json")
-        raise CheckpointError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+    config = load_config(path)
     state = read_weights(path)
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)

@@ -24,6 +24,15 @@ def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
         (out / "training.json").write_text(json.dumps(extra, indent=1))
 
 
+def _typed(v, current, what: str):
+    """``v`` as the type of the field's ``current`` value (an int where a float is due is fine; a
+    bool only where a bool is due); else refused by name."""
+    want = type(current)
+    if isinstance(v, bool) != (want is bool) or not isinstance(v, (int, float) if want is float else want):
+        raise SystemExit(f"clover: {what} must be {want.__name__}, got {v!r}")
+    return want(v)
+
+
 def apply_overrides(recipe, over: dict, where: str) -> None:
     """``{"train": {...}, "model": {...}, "data": {...}}`` onto a recipe; unknown fields are refused
     by name. ``data`` holds the recipe's own scalar fields (batch size, decision share, curriculum)."""
@@ -40,10 +49,7 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
     for k, v in over.get("data", {}).items():
         if k not in data:
             raise SystemExit(f"clover: {where}: unknown data field {k!r}; known: {sorted(data)}")
-        want = type(data[k])
-        if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else want):
-            raise SystemExit(f"clover: {where}: data field {k!r} must be {want.__name__}, got {v!r}")
-        setattr(recipe, k, want(v))
+        setattr(recipe, k, _typed(v, data[k], f"{where}: data field {k!r}"))
     known = {f.name for f in fields(recipe.train)}
     for k, v in over.get("train", {}).items():
         if k not in known:
@@ -60,10 +66,7 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
             except (TypeError, ValueError) as e:
                 raise SystemExit(f"clover: {where}: train field 'masking': {e}") from None
         elif getattr(recipe.train, k) is not None:  # a field without a default takes what it is given
-            want = type(getattr(recipe.train, k))
-            if isinstance(v, bool) != (want is bool) or not isinstance(v, (int, float) if want is float else want):
-                raise SystemExit(f"clover: {where}: train field {k!r} must be {want.__name__}, got {v!r}")
-            v = want(v)
+            v = _typed(v, getattr(recipe.train, k), f"{where}: train field {k!r}")
         setattr(recipe.train, k, v)
     bad = sorted(set(over.get("model", {})) - set(recipe.model))
     if bad:
