@@ -1,0 +1,29 @@
+"""Clover: block-diffusion language models (the model, training, an inference engine, a server).
+
+``from clover import LLM`` is the in-process way in (``clover.llm``); it is imported on first use,
+so ``clover --help`` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__all__ = ["LLM", "RequestError"]
+
+if TYPE_CHECKING:
+    from clover.llm import LLM, RequestError
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("clover")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "unknown"
+    if name in __all__:
+        from clover import llm
+
+        return getattr(llm, name)
+    raise AttributeError(f"module 'clover' has no attribute {name!r}")

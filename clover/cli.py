@@ -66,12 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import clover
 
-    try:
-        return version("clover")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
+    return clover.__version__
 
 
 def _plugins():

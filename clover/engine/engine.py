@@ -101,7 +101,14 @@ class Engine:
         plist = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(plist)} sampling params for {len(prompts)} prompts")
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        ids: list[str] = []
+        try:
+            for p, sp in zip(prompts, plist):
+                ids.append(self.add_request(p, sp))
+        except Exception:  # a bad prompt or setting: the ones already added must not linger
+            for rid in ids:
+                self.abort(rid)
+            raise
         outs: dict[str, RequestOutput] = {}
         while len(outs) < len(ids):
             for ev in self.step():

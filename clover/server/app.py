@@ -21,7 +21,7 @@ from clover.engine import Engine
 from clover.server.async_engine import AsyncEngine
 from clover.server.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.server.metrics import Metrics
-from clover.server.protocol import Limits
+from clover.server.protocol import model_limits
 from clover.server.routes import router
 from clover.server.state import ServerState
 
@@ -68,13 +68,7 @@ def create_app(
         engine = load_engine(engine_or_model_dir, max_batch_size, threads)
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
-    cfg = engine.model.config
-    context = cfg.max_position_embeddings
-    limits = Limits(
-        max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1), context=context,
-        max_block_size=cfg.max_block_size, block_size=cfg.block_size, vocab_size=cfg.vocab_size, max_tools=max_tools,
-        default_max_tokens=default_max_tokens,
-    )  # fmt: skip
+    limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)
     aengine = AsyncEngine(engine, max_queue=max_queue)
     metrics = Metrics(aengine)
     aengine.on_finished = metrics.observe_output

@@ -41,6 +41,8 @@ from clover.data.decisions import (
 )
 from clover.engine import SamplingParams
 from clover.engine.grammar import choice_grammar
+from clover.server.errors import bad_request, too_large
+from clover.server.protocol import as_api_error
 
 MAX_QUESTIONS = 8
 # how answer slots commit unless the request says: "prefix" (left to right in runs: the leftmost
@@ -282,6 +284,35 @@ def answers(group: DecisionGroup, plans: list[Plan], outs, probs, tokenizer=None
                 "probability": p[k], "probabilities": dict(zip(q.options, p)),
             }  # fmt: skip
     return res
+
+
+def plan_request(
+    req, tokenizer, config, limits
+) -> tuple[DecisionGroup, list[Plan], list[tuple[list[int], SamplingParams]]]:
+    """A checked ``DecisionRequest`` → (the group, its plans, the engine requests); every problem
+    is an APIError (400, or 413 for a prompt past ``limits``). ``/v1/decisions`` and ``clover.LLM.decide``."""
+    if req.block_size is not None and req.block_size > config.max_block_size:
+        raise bad_request(f"block_size {req.block_size} is out of range: this model takes 1..{config.max_block_size}",
+                          "block_size")  # fmt: skip
+    knobs = {k: v for k, v in (("threshold", req.threshold), ("policy", req.policy)) if v is not None}
+    try:
+        group = check_questions(req.context, [q.model_dump() for q in req.questions])
+        plans = PLANS[req.mode](tokenizer, config, group, req.block_size, knobs)
+        items = [(p.prompt_ids, p.params()) for p in plans]
+    except DecisionError as e:
+        raise bad_request(str(e), e.param) from None
+    except ValueError as e:
+        raise as_api_error(e) from None
+    longest = max(len(p.prompt_ids) for p in plans)
+    if longest > limits.max_prompt_tokens:
+        raise too_large(f"the decision prompt is {longest} tokens; this server accepts at most "
+                        f"{limits.max_prompt_tokens}", code="prompt_too_long", param="context")  # fmt: skip
+    over = max(plans, key=lambda p: len(p.prompt_ids) + p.max_tokens)  # the answers must fit in the context too
+    if len(over.prompt_ids) + over.max_tokens > limits.context:
+        raise bad_request(f"the decision prompt ({len(over.prompt_ids)} tokens) and its answers (up to "
+                          f"{over.max_tokens} tokens) exceed the model's context of {limits.context}",
+                          "context", "context_length_exceeded")  # fmt: skip
+    return group, plans, items
 
 
 def decide_sync(engine, tokenizer, group: DecisionGroup, mode: str = "joint", block_size: int | None = None,

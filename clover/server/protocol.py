@@ -114,6 +114,37 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
 
+def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: list[int] | None) -> Prepared:
+    """A chat request → its prompt ids and sampling parameters (grammar, prefill, stops): what
+    ``/v1/chat/completions`` and ``clover.LLM.chat`` run; every problem is an APIError."""
+    check_common(req, limits)
+    text, prefill, tool_names, grammar = chat_prompt(req, tokenizer, limits)
+    prep = prepare(req, tokenizer.encode(text), limits, stop_token_ids, req.max_completion_tokens or req.max_tokens)
+    prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
+    prep.params.grammar = grammar
+    if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
+        prep.max_calls = 1
+        prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
+    return prep
+
+
+def chat_stop_ids(tokenizer) -> list[int] | None:
+    """Chats end at ``<|im_end|>`` (the model's eos) or ``<|endoftext|>``, whichever comes first."""
+    eot = tokenizer.token_to_id("<|endoftext|>") if hasattr(tokenizer, "token_to_id") else None
+    return [eot] if eot is not None else None
+
+
+def model_limits(config, max_prompt_tokens: int | None = None, max_tools: int = 128,
+                 default_max_tokens: int = 256) -> Limits:  # fmt: skip
+    """The request bounds for a model: its context, block sizes and vocabulary."""
+    context = config.max_position_embeddings
+    return Limits(
+        max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1), context=context,
+        max_block_size=config.max_block_size, block_size=config.block_size, vocab_size=config.vocab_size,
+        max_tools=max_tools, default_max_tokens=default_max_tokens,
+    )  # fmt: skip
+
+
 def _text_parts(m: dict, i: int) -> dict:
     """A message whose content parts are all text. An assistant's ``refusal`` part (OpenAI's own
     answers carry them, and clients send them back) reads as its text; images, audio, files are refused."""

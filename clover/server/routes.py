@@ -11,17 +11,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from clover.data.chat import TOOL_CLOSE
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
-from clover.server.errors import bad_request, too_large
+from clover.server.errors import bad_request
 from clover.server.protocol import (
     AssistantStream,
     Prepared,
     as_api_error,
     chat_logprobs,
-    chat_prompt,
     chat_response,
     check_common,
     choice_params,
@@ -31,6 +29,7 @@ from clover.server.protocol import (
     completion_response,
     finish_reason,
     prepare,
+    prepare_chat,
     start_record,
     step_record,
     usage,
@@ -106,16 +105,7 @@ async def chat_completions(request: Request):
     s = _state(request)
     req: ChatRequest = await s.read(request, ChatRequest)
     s.check_model(req.model)
-    check_common(req, s.limits)
-    text, prefill, tool_names, grammar = chat_prompt(req, s.tokenizer, s.limits)
-    prep = prepare(
-        req, s.tokenizer.encode(text), s.limits, s.chat_stop_ids, req.max_completion_tokens or req.max_tokens
-    )
-    prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
-    prep.params.grammar = grammar
-    if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
-        prep.max_calls = 1
-        prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
+    prep = prepare_chat(req, s.tokenizer, s.limits, s.chat_stop_ids)
     opts = req.stream_options
     steps = bool(req.stream and opts and opts.include_steps)
     handles = s.submit([(prep.prompt_ids, p) for p in choice_params(prep.params, req.n or 1)], "chatcmpl", steps=steps)
@@ -273,25 +263,8 @@ async def decisions(request: Request):
     if req.block_size is not None and req.block_size > s.config.max_block_size:
         raise bad_request(f"block_size {req.block_size} is out of range: this model takes 1..{s.config.max_block_size}",
                           "block_size")  # fmt: skip
-    knobs = {k: v for k, v in (("threshold", req.threshold), ("policy", req.policy)) if v is not None}
     t0 = time.perf_counter()
-    try:
-        group = dec.check_questions(req.context, [q.model_dump() for q in req.questions])
-        plans = dec.PLANS[req.mode](s.tokenizer, s.config, group, req.block_size, knobs)
-        items = [(p.prompt_ids, p.params()) for p in plans]
-    except dec.DecisionError as e:
-        raise bad_request(str(e), e.param) from None
-    except ValueError as e:
-        raise as_api_error(e) from None
-    longest = max(len(p.prompt_ids) for p in plans)
-    if longest > s.limits.max_prompt_tokens:
-        raise too_large(f"the decision prompt is {longest} tokens; this server accepts at most "
-                        f"{s.limits.max_prompt_tokens}", code="prompt_too_long", param="context")  # fmt: skip
-    over = max(plans, key=lambda p: len(p.prompt_ids) + p.max_tokens)  # the answers must fit in the context too
-    if len(over.prompt_ids) + over.max_tokens > s.limits.context:
-        raise bad_request(f"the decision prompt ({len(over.prompt_ids)} tokens) and its answers (up to "
-                          f"{over.max_tokens} tokens) exceed the model's context of {s.limits.context}",
-                          "context", "context_length_exceeded")  # fmt: skip
+    group, plans, items = dec.plan_request(req, s.tokenizer, s.config, s.limits)
     handles = s.submit(items, "dec")
     try:
         outs = await s.wait(handles, request)

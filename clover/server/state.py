@@ -13,7 +13,7 @@ from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
 from clover.server.errors import APIError, bad_request, from_validation, queue_full
 from clover.server.metrics import Metrics
-from clover.server.protocol import Limits, as_api_error
+from clover.server.protocol import Limits, as_api_error, chat_stop_ids
 
 
 class ClientGone(Exception):
@@ -33,8 +33,7 @@ class ServerState:
         self.metrics = metrics
         self.api_key = api_key
         self.started = int(time.time())
-        eot = tokenizer.token_to_id("<|endoftext|>") if hasattr(tokenizer, "token_to_id") else None
-        self.chat_stop_ids = [eot] if eot is not None else None
+        self.chat_stop_ids = chat_stop_ids(tokenizer)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:

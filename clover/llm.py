@@ -1,0 +1,141 @@
+"""Clover in your own Python process, the way vLLM's ``LLM`` works: load a model once, then
+complete prompts, answer chats (tools, ``tool_choice``, ``response_format``: the server's whole
+request handling, without HTTP) and ask joint decisions.
+
+    from clover import LLM
+    llm = LLM()                                  # the bundled model; LLM("DIR" or a cached repo id)
+    llm.generate("recall drone 17")[0].text      # plain completions: RequestOutput per prompt
+    r = llm.chat([{"role": "user", "content": "recall drone 17"}], tools=AIRSPACE_TOOLS)
+    r["choices"][0]["message"]["tool_calls"]     # the OpenAI chat.completion object, as the server answers
+    llm.decide(context, [{"question": "...", "options": ["yes", "no"]}, ...])   # /v1/decisions' body
+
+Every request goes through the code the server runs (``clover.server.protocol``,
+``clover.server.decisions``), so a request the server refuses with a 400 raises ``RequestError``
+here with the same message. Calls run in the calling thread, one at a time (an ``LLM`` is not
+meant to be shared between threads; the server is the concurrent way in).
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from clover.engine import Engine, RequestOutput, SamplingParams
+from clover.server import decisions as dec
+from clover.server.errors import APIError, from_validation
+from clover.server.protocol import as_api_error, chat_response, chat_stop_ids, choice_params, model_limits, new_id
+from clover.server.protocol import prepare_chat as _prepare_chat
+from clover.server.schemas import ChatRequest, DecisionRequest
+
+
+class RequestError(ValueError):
+    """A request Clover refuses, with the fields of OpenAI's error body (``param``, ``code``)."""
+
+    def __init__(self, error: APIError):
+        super().__init__(error.message)
+        self.param, self.code, self.status = error.param, error.code, error.status
+
+    @property
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param,
+                          "code": self.code}}  # fmt: skip
+
+
+def _checked(schema, body: dict):
+    """The body as ``schema`` reads it. Fields it does not know are ignored, as the server ignores
+    OpenAI's ``user``, ``metadata``, ``store``; one that is nearly a known name is a typo here, refused."""
+    for k in body:
+        near = [] if k in schema.model_fields else difflib.get_close_matches(k, list(schema.model_fields), 1, 0.8)
+        if near:
+            raise TypeError(f"unknown request field {k!r}; did you mean {near[0]!r}?")
+    try:
+        return schema.model_validate(body)
+    except ValidationError as e:
+        raise RequestError(from_validation(e.errors(include_url=False))) from None
+
+
+class LLM:
+    """A loaded Clover model with its tokenizer, answering in the calling thread. ``model``: a
+    checkpoint directory, a repo id in the local Hugging Face cache, an ``Engine``, or None for
+    the bundled model."""
+
+    def __init__(
+        self,
+        model: str | Path | Engine | None = None,
+        *,
+        threads: int | None = None,
+        max_batch_size: int = 16,
+        model_name: str = "clover",
+    ):
+        from clover.server.app import load_engine
+
+        self.engine: Engine = model if isinstance(model, Engine) else load_engine(model, max_batch_size, threads)
+        if self.engine.tokenizer is None:
+            raise ValueError("LLM needs an engine with a tokenizer (text in and out, the chat template)")
+        self.tokenizer = self.engine.tokenizer
+        self.config = self.engine.model.config
+        self.model_name = model_name
+        self.limits = model_limits(self.config)
+        self._stop_ids = chat_stop_ids(self.tokenizer)
+
+    # -- plain completions ----------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: str | list[str] | list[int] | list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+        **knobs,
+    ) -> list[RequestOutput]:
+        """Complete one prompt or several (text or token ids), batched; one ``RequestOutput`` per
+        prompt, in order, as vLLM's ``LLM.generate``. Settings: ``params`` or keyword arguments
+        of ``SamplingParams`` (``max_tokens=64, policy="ar"``), not both."""
+        if params is not None and knobs:
+            raise TypeError("give SamplingParams or keyword settings, not both")
+        if params is None:
+            params = SamplingParams(**knobs)  # a bad value is a ValueError that names it
+        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int))
+        batch = [prompts] if single else list(prompts)
+        if not batch:
+            return []
+        ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in batch]
+        if any(not p for p in ids):
+            raise ValueError("a prompt is empty")
+        return self.engine.generate_batch(ids, params)
+
+    # -- chat, as /v1/chat/completions ----------------------------------------------------------
+    def chat(self, messages: list[dict], tools: list[dict] | None = None, **request) -> dict:
+        """One chat turn: ``messages`` (OpenAI format), optional ``tools`` (OpenAI format) and any
+        other field of a ``/v1/chat/completions`` body (``tool_choice``, ``max_tokens``,
+        ``response_format``, ``temperature``, ``n``, ``block_size``, ``policy``, ...). Returns the
+        ``chat.completion`` object the server would send (tool calls parsed into ``tool_calls``)."""
+        if request.get("stream"):
+            raise ValueError("LLM.chat answers with one object; to stream, use clover serve or LLM.engine.stream")
+        body = {**request, "messages": messages, "model": self.model_name}  # one model is loaded: "model" ignored
+        if tools is not None:
+            body["tools"] = tools
+        req = _checked(ChatRequest, body)
+        try:
+            prep = _prepare_chat(req, self.tokenizer, self.limits, self._stop_ids)
+            outs = self.engine.generate_batch([prep.prompt_ids] * (req.n or 1), choice_params(prep.params, req.n or 1))
+            return chat_response(new_id("chatcmpl"), self.model_name, prep, outs, self.tokenizer)
+        except APIError as e:
+            raise RequestError(e) from None
+        except ValueError as e:  # the engine's own checks (a block size the model cannot take, ...)
+            raise RequestError(as_api_error(e)) from None
+
+    # -- joint decisions, as /v1/decisions ------------------------------------------------------
+    def decide(self, context: str, questions: list[dict], mode: str = "joint", **request) -> dict:
+        """Answer 1-8 related questions about ``context`` (``[{"question": str, "options": [str, ...]}]``),
+        jointly (one block of constrained answer slots) or ``mode="independent"``; ``block_size``,
+        ``policy``, ``threshold`` as in the endpoint. Returns the endpoint's JSON object."""
+        req = _checked(DecisionRequest, {**request, "context": context, "questions": questions, "mode": mode})
+        t0 = time.perf_counter()
+        try:
+            group, plans, items = dec.plan_request(req, self.tokenizer, self.config, self.limits)
+            outs = self.engine.generate_batch([i[0] for i in items], [i[1] for i in items])
+        except (APIError, ValueError) as e:
+            raise RequestError(as_api_error(e)) from None
+        body = dec.result(group, req.mode, plans, outs, t0, time.perf_counter(), self.tokenizer)
+        return {"id": new_id("dec"), "object": "clover.decisions", "model": self.model_name, **body}

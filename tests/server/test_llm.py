@@ -1,0 +1,119 @@
+"""``clover.LLM``: the in-process way in answers as the server does, for the same request."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from clover import LLM, RequestError
+from clover.data.tools import AIRSPACE_TOOLS
+from clover.engine import Engine, SamplingParams
+
+MESSAGES = [{"role": "user", "content": "recall drone 17 and lift the no-fly zone Harbor East"}]
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+REQUESTS = [
+    {"messages": MESSAGES, "max_tokens": 24},
+    {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "max_tokens": 40},
+    {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "tool_choice": "required", "max_tokens": 60},
+    {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "max_tokens": 60, "parallel_tool_calls": False,
+     "tool_choice": {"type": "function", "function": {"name": "recall_drone"}}},
+    {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}},
+     "max_tokens": 30, "policy": "ar"},
+    {"messages": MESSAGES, "n": 2, "temperature": 0.9, "seed": 3, "max_tokens": 16, "logprobs": True,
+     "top_logprobs": 2},
+]  # fmt: skip
+
+
+def _comparable(body: dict) -> list:
+    """A chat.completion without what differs by design (ids, timestamps, float rounding)."""
+    out = []
+    for c in body["choices"]:
+        m = dict(c["message"])
+        m["tool_calls"] = [tc["function"] for tc in m.get("tool_calls") or []]
+        lp = [(t["token"], round(t["logprob"], 4)) for t in (c["logprobs"] or {}).get("content") or []]
+        out.append((c["index"], m, c["finish_reason"], lp))  # logprobs: equal up to float summation order
+    return [out, body["usage"]]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model, tokenizer):
+    return LLM(Engine(tiny_model, tokenizer))
+
+
+@pytest.mark.parametrize("i", range(len(REQUESTS)))
+def test_chat_answers_as_the_server_does(llm, live, i):
+    body = REQUESTS[i]
+    with live() as srv:  # its own engine over the same model
+        want = httpx.post(srv.url + "/v1/chat/completions", json={"model": "clover", **body}, timeout=120).json()
+    got = llm.chat(**body)
+    assert got["object"] == "chat.completion" and got["model"] == "clover"
+    assert _comparable(got) == _comparable(want)
+    if "tool_choice" in body:  # held to a call (random weights: it may run past max_tokens)
+        assert got["choices"][0]["finish_reason"] in ("tool_calls", "length")
+
+
+def test_decide_answers_as_the_server_does(llm, live):
+    body = {"context": "Drones fly in daylight only. It is 23:00.",
+            "questions": [{"question": "Is it daylight?", "options": ["yes", "no"]},
+                          {"question": "May drone 4 fly?", "options": ["yes", "no"]},
+                          {"question": "Who decides?", "options": ["the pilot", "escalate to supervisor"]}]}  # fmt: skip
+    with live() as srv:
+        want = httpx.post(srv.url + "/v1/decisions", json=body, timeout=120).json()
+    for mode in ("joint", "independent"):
+        got = llm.decide(body["context"], body["questions"], mode=mode)
+        if mode == "joint":
+            assert got["answers"] == want["answers"]
+        assert [a["option"] in q["options"] for a, q in zip(got["answers"], body["questions"])] == [True] * 3
+
+
+def test_generate_takes_text_or_ids_alone_or_batched(llm, tokenizer):
+    prompts = ["recall drone 17", "lift zone Alpha", "status of D-9"]
+    one = [llm.generate(p, max_tokens=12)[0] for p in prompts]
+    batch = llm.generate(prompts, SamplingParams(max_tokens=12))
+    ids = llm.generate([tokenizer.encode(p) for p in prompts], max_tokens=12)
+    assert [o.token_ids for o in one] == [o.token_ids for o in batch] == [o.token_ids for o in ids]
+    assert [o.text for o in batch] == [tokenizer.decode(o.token_ids) for o in batch]
+    assert (
+        llm.generate(tokenizer.encode("recall"), max_tokens=4)[0].token_ids
+        == llm.generate("recall", max_tokens=4)[0].token_ids
+    )
+    assert llm.generate([]) == []
+
+
+def test_bad_requests_raise_clear_errors_and_leave_nothing_behind(llm):
+    cases = [
+        (dict(messages=MESSAGES, block_size=10_000), "block_size"),
+        (dict(messages=MESSAGES, max_tokens=10**7), "max_tokens"),
+        (dict(messages=MESSAGES, tool_choice="required"), "tool_choice"),
+        (dict(messages=MESSAGES, policy="fastest"), "policy"),
+        (dict(messages=MESSAGES, temperature=-1), "temperature"),
+        (dict(messages=[{"role": "wizard", "content": "hi"}]), "messages.0.role"),
+    ]
+    for kw, param in cases:
+        with pytest.raises(RequestError) as e:
+            llm.chat(**kw)
+        assert e.value.param == param, (kw, e.value.param, str(e.value))
+        assert e.value.body["error"]["message"] == str(e.value)
+    with pytest.raises(TypeError, match="did you mean 'max_tokens'"):
+        llm.chat(MESSAGES, max_token=5)
+    with pytest.raises(ValueError, match="stream"):
+        llm.chat(MESSAGES, stream=True)
+    assert llm.chat(MESSAGES, max_tokens=4, user="u-1", metadata={"a": "b"})["choices"]  # OpenAI extras: ignored
+    with pytest.raises(RequestError, match="at most 8") as e:
+        llm.decide("ctx", [{"question": "q", "options": ["yes", "no"]}] * 9)
+    assert e.value.param == "questions"
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate(["ok", ""])
+    with pytest.raises(ValueError, match="block_size"):
+        llm.generate(["ok", "fine"], [SamplingParams(max_tokens=4), SamplingParams(block_size=0)])
+    with pytest.raises(TypeError):
+        llm.generate("ok", SamplingParams(), max_tokens=3)
+    assert not llm.engine.has_unfinished()  # a refused batch left none of its requests running
+
+
+def test_the_bundled_model_calls_tools_in_process():
+    llm = LLM()
+    r = llm.chat([{"role": "user", "content": "recall drone 17"}], tools=AIRSPACE_TOOLS)
+    (call,) = r["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "recall_drone", "arguments": '{"drone_id": "D-17"}'}
+    assert r["choices"][0]["finish_reason"] == "tool_calls"
