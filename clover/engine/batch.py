@@ -17,7 +17,8 @@ from clover.engine.sampler import Choice
 from clover.model import ModelCache
 
 # per-row tensors, kept in the order of ``requests`` (and of the cache rows)
-ROW_TENSORS = ("x", "masked", "wanted", "need", "to_commit", "pending", "step", "edits", "lp", "top_ids", "top_lp")
+ROW_TENSORS = ("x", "masked", "placed", "wanted", "need", "to_commit", "pending", "step", "edits", "lp", "top_ids",
+               "top_lp")  # fmt: skip
 ROW_SETTINGS = ("threshold", "steps", "max_edits", "stop_ids")
 
 
@@ -29,6 +30,7 @@ class Batch:
         z = lambda dtype: torch.zeros(0, block_size, dtype=dtype, device=device)  # noqa: E731
         self.x = z(torch.long)  # the active blocks: clean prompt tail, committed tokens, mask ids
         self.masked = z(torch.bool)  # positions still masked
+        self.placed = z(torch.bool)  # forced slots set before the block's first pass (reported with it)
         self.wanted = z(torch.bool)  # generated positions the request needs (before max_tokens)
         self.need = z(torch.bool)  # wanted and not after a committed EOS (see refresh_need)
         self.to_commit = z(torch.long)  # a finished block waiting to be committed with the next pass
@@ -64,6 +66,7 @@ class Batch:
         new = {
             "x": x,
             "masked": self._positions(reqs) >= self._vec([r.gen_lo for r in reqs])[:, None],
+            "placed": torch.zeros_like(x, dtype=torch.bool),
             "wanted": wanted,
             "need": wanted,
             "to_commit": torch.zeros_like(x),
@@ -85,6 +88,7 @@ class Batch:
         self.requests += reqs
         self.allowed += [r.block_allowed() for r in reqs]
         self._members_changed()
+        self.place_forced(range(len(self) - n, len(self)))
 
     def leave(self, keep: list[int]) -> None:
         """Keep only rows ``keep``; the others' cache rows are freed now."""
@@ -109,6 +113,19 @@ class Batch:
         self.edits[idx] = 0
         for i, r in zip(rows, reqs):
             self.allowed[i] = r.block_allowed()
+        self.place_forced(rows)
+
+    def place_forced(self, rows) -> None:
+        """Constrained slots with one allowed token are known before any pass: set them in the
+        fresh block at once, so the model reads them from the first pass on (the layout around
+        the open slots) and no pass is spent on them. Log-probability 0: the only choice."""
+        for r in rows:
+            for i, ids in self.allowed[r].items():
+                if len(ids) == 1 and self.wanted[r, i] and self.masked[r, i]:
+                    self.x[r, i], self.masked[r, i], self.placed[r, i] = ids[0], False, True
+                    self.lp[r, i] = 0.0
+                    self.top_ids[r, i, 0], self.top_lp[r, i] = ids[0], -float("inf")
+                    self.top_lp[r, i, 0] = 0.0
 
     # -- a pass ----------------------------------------------------------------------------
     def apply(self, choice: Choice, commit: torch.Tensor, edit: torch.Tensor) -> torch.Tensor:
@@ -124,6 +141,8 @@ class Batch:
         if self.editing.any():
             self.edits += edit.sum(1)
         self.step += 1
+        changed |= self.placed  # forced slots placed before this pass are reported with it
+        self.placed = torch.zeros_like(self.placed)
         return changed
 
     def refresh_need(self) -> None:

@@ -88,10 +88,11 @@ class Prefix(Policy):
     name = "prefix"
 
     def commit(self, v: PassView) -> torch.Tensor:
-        before = v.cand.cumsum(1) == 0  # positions left of the first open one
         first = v.cand & (v.cand.long().cumsum(1) == 1)
         ok = first | (v.cand & (v.conf >= v.threshold[:, None]))
-        return (ok | before).long().cumprod(1).bool() & v.cand
+        # a run passes over positions already set (those left of the first open one, and forced
+        # slots placed before the pass) and stops at the first open position that is not sure
+        return (ok | ~v.cand).long().cumprod(1).bool() & v.cand
 
 
 class Edit(Threshold):

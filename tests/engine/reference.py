@@ -48,6 +48,9 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
         }
         step = edits = 0
         lp = torch.zeros(bs)
+        for i, v in allowed.items():  # a slot with one allowed token is set before the first pass
+            if len(v) == 1 and wanted[i]:
+                block[i], masked[i] = v[0], False
         while True:
             needed = wanted.clone()
             for i in range(bs):  # nothing after a committed EOS is needed

@@ -62,3 +62,36 @@ def test_penalties_and_logit_bias_equal_the_reference_decoders(policy):
         assert out.token_ids == reference_decode(model, p, sp)[0]
     assert 11 not in outs[0].token_ids + outs[2].token_ids  # banned by its bias
     assert Engine(model).generate(ps[0], plain).token_ids != outs[0].token_ids  # the knobs do something
+
+
+@pytest.mark.parametrize("policy", ["threshold", "prefix", "ar", "edit", "fixed"])
+def test_constrained_slots_equal_the_reference_decoder(policy):
+    """Slots with one allowed token are set before a block's first pass (the model reads them
+    from the start); slots with several are chosen among them; in both decoders alike."""
+    model = peaky_model(shift=False, seed=6)
+    ps = prompts([3, 8, 13], seed=6)
+    allowed = {0: [7], 1: [10, 11, 12], 2: [8], 3: [9], 4: [13, 14], 6: [15], 9: [16, 17], 10: [18], 17: [19]}
+    params = SamplingParams(max_tokens=21, policy=policy, threshold=0.7, steps_per_block=3, allowed=allowed,
+                            presence_penalty=0.5, logprobs=2)  # fmt: skip
+    for p, out in zip(ps, Engine(model).generate_batch(ps, params)):
+        ref, reason, ref_lp = reference_decode(model, p, params, with_logprobs=True)
+        assert out.token_ids == ref and out.finish_reason == reason
+        assert [e.logprob for e in out.logprobs] == pytest.approx(ref_lp, abs=1e-4)
+        for i, ids in allowed.items():
+            if i < len(out.token_ids):
+                assert out.token_ids[i] in ids
+                if len(ids) == 1:  # the only choice: probability 1, no alternative
+                    assert out.logprobs[i].logprob == 0.0 and out.logprobs[i].top == [(ids[0], 0.0)]
+
+
+def test_forced_slots_cost_no_pass_and_are_reported_with_the_first():
+    model = peaky_model(shift=False, seed=7, eos=None)
+    p = prompts([8], seed=7)[0]  # on a block boundary: the block is all generated positions
+    forced = {i: [20 + i] for i in range(8) if i != 5}  # one open slot, position 5
+    engine = Engine(model)
+    events = list(engine.stream(p, SamplingParams(max_tokens=8, allowed=forced, policy="ar")))
+    steps = [e for e in events if type(e).__name__ == "StepEvent"]
+    out = events[-1].output
+    assert out.stats["forward_passes"] == 1 and len(steps) == 1  # one pass: the open slot
+    assert sorted(steps[0].positions) == [8 + i for i in range(8)]  # every position set in it, absolute
+    assert [out.token_ids[i] for i in forced] == [20 + i for i in forced]
