@@ -105,25 +105,40 @@ class LLM:
         return self.engine.generate_batch(ids, params)
 
     # -- chat, as /v1/chat/completions ----------------------------------------------------------
-    def chat(self, messages: list[dict], tools: list[dict] | None = None, **request) -> dict:
-        """One chat turn: ``messages`` (OpenAI format), optional ``tools`` (OpenAI format) and any
+    def chat(self, messages: list[dict] | list[list[dict]], tools: list[dict] | None = None, **request):
+        """A chat turn: ``messages`` (OpenAI format), optional ``tools`` (OpenAI format) and any
         other field of a ``/v1/chat/completions`` body (``tool_choice``, ``max_tokens``,
         ``response_format``, ``temperature``, ``n``, ``block_size``, ``policy``, ...). Returns the
-        ``chat.completion`` object the server would send (tool calls parsed into ``tool_calls``)."""
+        ``chat.completion`` object the server would send (tool calls parsed into ``tool_calls``).
+        A list of conversations is answered as a batch: one object each, in order."""
         if request.get("stream"):
             raise ValueError("LLM.chat answers with one object; to stream, use clover serve or LLM.engine.stream")
+        batched = bool(messages) and all(isinstance(m, list) for m in messages)
+        convs = messages if batched else [messages]
+        try:
+            preps = [self._prepare(conv, tools, request) for conv in convs]
+            n = [len(p[1]) for p in preps]
+            outs = self.engine.generate_batch([p.prompt_ids for p, ps in preps for _ in ps],
+                                              [sp for _, ps in preps for sp in ps])  # fmt: skip
+        except APIError as e:
+            raise RequestError(e) from None
+        except RequestError:
+            raise
+        except ValueError as e:  # the engine's own checks (a block size the model cannot take, ...)
+            raise RequestError(as_api_error(e)) from None
+        at = [sum(n[:i]) for i in range(len(n) + 1)]
+        answers = [chat_response(new_id("chatcmpl"), self.model_name, p, outs[at[i] : at[i + 1]], self.tokenizer)
+                   for i, (p, _) in enumerate(preps)]  # fmt: skip
+        return answers if batched else answers[0]
+
+    def _prepare(self, messages, tools, request: dict):
+        """One conversation → (its Prepared, the sampling parameters of its ``n`` choices)."""
         body = {**request, "messages": messages, "model": self.model_name}  # one model is loaded: "model" ignored
         if tools is not None:
             body["tools"] = tools
         req = _checked(ChatRequest, body)
-        try:
-            prep = _prepare_chat(req, self.tokenizer, self.limits, self._stop_ids)
-            outs = self.engine.generate_batch([prep.prompt_ids] * (req.n or 1), choice_params(prep.params, req.n or 1))
-            return chat_response(new_id("chatcmpl"), self.model_name, prep, outs, self.tokenizer)
-        except APIError as e:
-            raise RequestError(e) from None
-        except ValueError as e:  # the engine's own checks (a block size the model cannot take, ...)
-            raise RequestError(as_api_error(e)) from None
+        prep = _prepare_chat(req, self.tokenizer, self.limits, self._stop_ids)
+        return prep, choice_params(prep.params, req.n or 1)
 
     # -- joint decisions, as /v1/decisions ------------------------------------------------------
     def decide(self, context: str, questions: list[dict], mode: str = "joint", **request) -> dict:

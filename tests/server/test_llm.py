@@ -117,3 +117,15 @@ def test_the_bundled_model_calls_tools_in_process():
     (call,) = r["choices"][0]["message"]["tool_calls"]
     assert call["function"] == {"name": "recall_drone", "arguments": '{"drone_id": "D-17"}'}
     assert r["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_list_of_conversations_is_answered_as_a_batch(llm):
+    convs = [MESSAGES, [{"role": "user", "content": "status of drone 4"}], MESSAGES]
+    kw = {"tools": AIRSPACE_TOOLS, "max_tokens": 24}
+    batch = llm.chat(convs, **kw)
+    assert len(batch) == 3 and [_comparable(b) for b in batch] == [_comparable(llm.chat(c, **kw)) for c in convs]
+    two = llm.chat(convs[:2], n=2, temperature=0.7, seed=5, max_tokens=8)
+    assert [len(b["choices"]) for b in two] == [2, 2]
+    with pytest.raises(RequestError) as e:  # one bad conversation: nothing runs
+        llm.chat([MESSAGES, [{"role": "wizard", "content": "x"}]])
+    assert e.value.param == "messages.0.role" and not llm.engine.has_unfinished()
