@@ -44,8 +44,11 @@ def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, t
     from clover.model.io import load_model, resolve_dir
 
     path = resolve_dir(model_dir)
+    if not path.is_dir():
+        what = "a file, not a checkpoint directory" if path.exists() else "no such directory"
+        raise FileNotFoundError(f"{path}: {what} (give a Clover checkpoint directory or a cached repo id)")
     if not (path / "tokenizer.json").exists():
-        raise FileNotFoundError(f"{path}: no tokenizer.json; the server needs the checkpoint's tokenizer")
+        raise FileNotFoundError(f"{path}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
     return Engine(load_model(path), CloverTokenizer.load(path), max_batch_size=max_batch_size)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from clover.data.chat import render_segments
+from clover.data.chat import content_text, render_segments
 from clover.data.corpus import example
 from clover.data.decisions import decision_examples
 from clover.data.tokenizer import CloverTokenizer
@@ -89,7 +89,8 @@ def encode_example(
     tok: CloverTokenizer, ex: dict, max_len: int, block_size: int, rng: random.Random | None = None
 ) -> tuple[list[int], list[bool]]:
     """One training sequence with exactly one answer: an assistant turn (the last, or one drawn
-    with ``rng``) is the target, earlier turns are history, later ones are cut off.
+    with ``rng``; never one of OpenAI's ``weight: 0`` turns) is the target, earlier turns are
+    history, later ones are cut off.
 
     The answer's last block is filled to its end with EOS (``pad``) targets. At inference the
     whole active block is masked, so the model must learn to close the answer and fill the
@@ -99,11 +100,11 @@ def encode_example(
     conversation's future.
     """
     msgs = ex["messages"]
-    turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    turns = [i for i, m in enumerate(msgs) if _learn(m)]  # OpenAI's weight 0: context, never a target
     if turns:
         msgs = msgs[: (rng.choice(turns) if rng else turns[-1]) + 1]
     segs = render_segments(msgs, ex.get("tools"))
-    last = max((i for i, (_, is_answer) in enumerate(segs) if is_answer), default=None)
+    last = max((i for i, (_, is_answer) in enumerate(segs) if is_answer), default=None) if turns else None
     if last is not None:
         segs = [(text, i == last) for i, (text, _) in enumerate(segs[: last + 1])]
     ids, tgt = tok.encode_segments(segs)
@@ -144,36 +145,165 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+_TEXT_PARTS = (None, "text", "input_text", "output_text")  # content parts that are text (chat, Responses API)
+_CHAT_SHAPE = '{"messages": [{"role": ..., "content": ...}, ...], "tools": [...]}'
+
+
+def _learn(m: dict) -> bool:
+    """An assistant message that is a training target (OpenAI's per-message ``weight``: 0 = context only)."""
+    return m.get("role") == "assistant" and m.get("weight", 1) != 0
+
+
+def _function(f, what: str) -> dict:
+    """A function definition or call (``{"name": ..., ...}``), checked for its name."""
+    if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"].strip():
+        raise ValueError(f"{what} needs a function name")
+    return f
+
+
+def _arguments(args, what: str) -> None:
+    """A call's ``arguments``: a JSON object, or (OpenAI's form) a string holding one."""
+    if isinstance(args, str) and args.strip():
+        try:
+            args = json.loads(args)
+        except ValueError as e:
+            msg = getattr(e, "msg", str(e))
+            raise ValueError(f"{what} is not valid JSON ({msg}): {args[:80]!r}") from None
+    if not (args is None or isinstance(args, dict) or (isinstance(args, str) and not args.strip())):
+        raise ValueError(f"{what} must be a JSON object (or a string holding one), got {json.dumps(args)[:80]}")
+
+
+def _content(c, what: str) -> None:
+    """Text content: a string, null, a list of text parts, or (a tool result) a JSON object."""
+    if c is None or isinstance(c, (str, dict)):
+        return
+    if not isinstance(c, list):
+        raise ValueError(f"{what} must be a string, a list of text parts or null, got {json.dumps(c)[:80]}")
+    for j, part in enumerate(c):
+        if isinstance(part, str):
+            continue
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part, dict) or kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+            shown = f"of type {kind!r}" if kind not in _TEXT_PARTS else json.dumps(part)[:80]
+            raise ValueError(f"{what}[{j}]: a content part {shown}; Clover trains on text parts only")
+
+
+def chat_example(ex, where: str) -> dict:
+    """One line of OpenAI's fine-tuning format, checked and in the shape ``render`` takes: the
+    legacy ``functions``/``function_call``/``function`` role become ``tools``/``tool_calls``/``tool``
+    (as the server reads them). Every problem is a ValueError that starts with ``where``."""
+    try:
+        return _chat_example(ex)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _chat_example(ex) -> dict:
+    msgs = ex.get("messages") if isinstance(ex, dict) else None
+    if not isinstance(msgs, list) or not msgs:
+        got = "a JSON " + type(ex).__name__.replace("dict", "object").replace("list", "array")
+        if isinstance(ex, dict):
+            got = "an object without messages" if "messages" not in ex else "messages that is not a non-empty list"
+        raise ValueError(f"expected {_CHAT_SHAPE}, got {got}")
+    tools, functions = ex.get("tools"), ex.get("functions")
+    if functions is not None:  # legacy: bare function definitions
+        if tools:
+            raise ValueError("functions and tools cannot be combined (functions is the deprecated form of tools)")
+        if not isinstance(functions, list):
+            raise ValueError("functions must be a list of function definitions")
+        tools = [{"type": "function", "function": _function(f, f"functions[{i}]")} for i, f in enumerate(functions)]
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise ValueError("tools must be a list of OpenAI tool definitions")
+        for i, t in enumerate(tools):
+            if not isinstance(t, dict) or t.get("type", "function") != "function":
+                kind = f"of type {t.get('type')!r}" if isinstance(t, dict) else json.dumps(t)[:80]
+                raise ValueError(
+                    f'tools[{i}]: {kind} is not a function tool ({{"type": "function", "function": {{...}}}})'
+                )
+            _function(t.get("function", t), f"tools[{i}]")
+    out = []
+    for i, m in enumerate(msgs):
+        what = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ValueError(f"{what} must be an object with role and content, got {json.dumps(m)[:80]}")
+        role, legacy = m.get("role"), False
+        if role == "function":  # legacy function result
+            m = {**m, "role": "tool"}
+        elif role == "assistant" and m.get("function_call") is not None and not m.get("tool_calls"):
+            fc, legacy = m["function_call"], True  # legacy: the turn's one call
+            m = {k: v for k, v in m.items() if k != "function_call"}
+            m["tool_calls"] = [{"id": "call_0", "type": "function", "function": fc}]
+        elif role not in ROLES:
+            raise ValueError(f"{what}: unknown role {role!r}; roles are {', '.join(ROLES)} (and legacy function)")
+        _content(m.get("content"), f"{what}.content")
+        calls = m.get("tool_calls") if m["role"] == "assistant" else None
+        if calls is not None and not isinstance(calls, list):
+            raise ValueError(f"{what}.tool_calls must be a list of calls")
+        for j, call in enumerate(calls or []):
+            cw = f"{what}.function_call" if legacy else f"{what}.tool_calls[{j}]"
+            fn = call.get("function", call) if isinstance(call, dict) else None
+            _function(fn, cw)
+            _arguments(
+                fn.get("arguments"),
+                f"{cw}.function.arguments" if "function" in call and not legacy else f"{cw}.arguments",
+            )
+        if m["role"] == "assistant":
+            w = m.get("weight", 1)
+            if isinstance(w, bool) or w not in (0, 1):
+                raise ValueError(f"{what}.weight must be 0 or 1, got {json.dumps(w)}")
+            if w and not calls and not content_text(m):
+                raise ValueError(f"{what}: an assistant message to learn has no content and no tool_calls")
+        out.append(m)
+    if not any(_learn(m) for m in out):
+        weighted = any(m["role"] == "assistant" for m in out)
+        raise ValueError("no assistant message" + (" with weight 1" if weighted else "") + " (nothing to learn)")
+    try:  # a lone UTF-16 surrogate escape ("\ud800") parses, but no tokenizer can encode it
+        json.dumps(out, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff)") from None
+    return {"messages": out, "tools": tools or None}
 
 
 def read_chat_jsonl(path: str | Path) -> list[dict]:
     """Chat examples in OpenAI's fine-tuning format: one ``{"messages": [...], "tools": [...]}``
-    per line (``tools`` optional), each with at least one assistant message to learn. Every
-    problem is a ValueError naming the line."""
+    per line (``tools`` optional), each with at least one assistant message to learn (OpenAI's
+    per-message ``weight`` 0 marks an assistant message as context only). UTF-8 with or without a
+    BOM, LF or CRLF, blank lines skipped. Every problem is one ValueError naming the file and the
+    line; each example keeps its ``line``."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{path}: is a directory, not a JSONL file")
+    try:
+        f = open(p, "rb")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with f:
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors write one)
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             try:
                 ex = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            msgs = ex.get("messages") if isinstance(ex, dict) else None
-            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-                raise ValueError(f'{where}: expected {{"messages": [{{"role": ..., "content": ...}}, ...]}}')
-            bad = [m.get("role") for m in msgs if m.get("role") not in ROLES]
-            if bad:
-                raise ValueError(f"{where}: unknown role {bad[0]!r}; roles are {', '.join(ROLES)}")
-            if not any(m["role"] == "assistant" for m in msgs):
-                raise ValueError(f"{where}: no assistant message (nothing to learn)")
-            tools = ex.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise ValueError(f"{where}: tools must be a list of OpenAI tool definitions")
-            out.append({"messages": msgs, "tools": tools or None})
+                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except (ValueError, RecursionError) as e:  # int digit limit, nesting too deep
+                msg = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+                raise ValueError(f"{where}: not valid JSON ({msg})") from None
+            out.append({**chat_example(ex, where), "line": n})
     if not out:
-        raise ValueError(f"{path}: no examples")
+        raise ValueError(f"{path}: no examples (no line holds one)")
     return out
 
 

@@ -129,3 +129,11 @@ def test_a_list_of_conversations_is_answered_as_a_batch(llm):
     with pytest.raises(RequestError) as e:  # one bad conversation: nothing runs
         llm.chat([MESSAGES, [{"role": "wizard", "content": "x"}]])
     assert e.value.param == "messages.0.role" and not llm.engine.has_unfinished()
+
+
+def test_a_missing_model_directory_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        LLM(str(tmp_path / "nope"))
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FileNotFoundError, match="a file, not a checkpoint directory"):
+        LLM(str(tmp_path / "f"))
