@@ -149,6 +149,30 @@ def _load_tokenizer(d: Path):
         raise SystemExit(f"clover train: {e}") from None
 
 
+def _lines(lines: list) -> str:
+    more = f" and {len(lines) - 5} more" if len(lines) > 5 else ""
+    return ("line " if len(lines) == 1 else "lines ") + ", ".join(str(n) for n in lines[:5]) + more
+
+
+def _fit_data(tok, examples: list[dict], path: str, max_len: int, rank: int) -> list[dict]:
+    """The chats as training sees them (``recipes.fit_to_length``): an answer past ``max_len``
+    tokens is never a target; what is left out or cut is said once, by line."""
+    from clover.train.recipes import fit_to_length
+
+    kept, dropped, cut = fit_to_length(tok, examples, max_len)
+    hint = f'a --config file with {{"data": {{"max_len": N}}}} raises the limit of {max_len} tokens'
+    if not kept:
+        raise SystemExit(f"clover train: {path}: no example has an answer within its first {max_len} tokens; {hint}")
+    if rank == 0 and (dropped or cut):
+        said = []
+        if dropped:
+            said.append(f"{len(dropped)} left out (no answer within the first {max_len} tokens: {_lines(dropped)})")
+        if cut:
+            said.append(f"{len(cut)} with an answer cut at token {max_len} ({_lines(cut)})")
+        print(f"clover train: warning: {path}: of {len(examples)} examples, {'; '.join(said)}; {hint}", file=sys.stderr)
+    return kept
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.chat import render
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
@@ -188,9 +212,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             val_data = read_chat_jsonl(args.val_data) if args.val_data else None
         except (OSError, ValueError) as e:
             raise SystemExit(f"clover train: {e}") from None
-        if val_data is None:  # hold out the last 5 % (at least one example) when there are 20+
-            k = len(data) // 20 if len(data) >= 20 else 0
-            data, val_data = (data[:-k], data[-k:]) if k else (data, data)
     elif args.val_data:
         raise SystemExit("clover train: --val-data needs --data")
     if args.grow and not args.init_from:
@@ -202,10 +223,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         if d and Path(d).exists() and not Path(d).is_dir():
             raise SystemExit(f"clover train: {flag} {d}: exists and is not a directory")
     run = Path(args.out)
-    try:
-        run.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SystemExit(f"clover train: --out {args.out}: cannot create the run directory ({e.strerror})") from None
     if (run / "tokenizer.json").exists():
         tok = _load_tokenizer(run)  # a resumed run keeps its tokenizer
     elif init_dir:
@@ -215,6 +232,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         tok = CloverTokenizer(train_tokenizer(texts, recipe.tokenizer_vocab, default_added_tokens()))
     else:
         tok = build_default_tokenizer(recipe.tokenizer_vocab)
+    if data is not None:  # checked against max_len before anything is written to --out
+        data = _fit_data(tok, data, args.data, recipe.max_len, rank)
+        val_data = _fit_data(tok, val_data, args.val_data, recipe.max_len, rank) if val_data is not None else None
+        if val_data is None:  # hold out the last 5 % (at least one example) when there are 20+
+            k = len(data) // 20 if len(data) >= 20 else 0
+            data, val_data = (data[:-k], data[-k:]) if k else (data, data)
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"clover train: --out {args.out}: cannot create the run directory ({e.strerror})") from None
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)

@@ -166,8 +166,8 @@ def _arguments(args, what: str) -> None:
     if isinstance(args, str) and args.strip():
         try:
             args = json.loads(args)
-        except ValueError as e:
-            msg = getattr(e, "msg", str(e))
+        except (ValueError, RecursionError) as e:
+            msg = "nested too deeply" if isinstance(e, RecursionError) else getattr(e, "msg", str(e))
             raise ValueError(f"{what} is not valid JSON ({msg}): {args[:80]!r}") from None
     if not (args is None or isinstance(args, dict) or (isinstance(args, str) and not args.strip())):
         raise ValueError(f"{what} must be a JSON object (or a string holding one), got {json.dumps(args)[:80]}")
@@ -305,6 +305,42 @@ def read_chat_jsonl(path: str | Path) -> list[dict]:
     if not out:
         raise ValueError(f"{path}: no examples (no line holds one)")
     return out
+
+
+def answer_spans(tok: CloverTokenizer, ex: dict) -> list[tuple[int, int, int]]:
+    """``(message index, first token, end token)`` of each assistant answer to learn, in the whole
+    conversation's tokens (segments are encoded one by one, as ``encode_example`` encodes them, so
+    a conversation cut after a turn has the same tokens up to it)."""
+    msgs = ex["messages"]
+    assistants = iter(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
+    pos, spans = 0, []
+    for text, is_answer in render_segments(msgs, ex.get("tools")):
+        n = len(tok.encode(text))
+        if is_answer:
+            i = next(assistants)
+            if _learn(msgs[i]):
+                spans.append((i, pos, pos + n))
+        pos += n
+    return spans
+
+
+def fit_to_length(tok: CloverTokenizer, examples: list[dict], max_len: int) -> tuple[list[dict], list, list]:
+    """Examples as training sees them, ``max_len`` tokens at most: an answer that starts past
+    ``max_len`` is never drawn as a target (its turn becomes context, weight 0), an example with
+    no answer left is left out. Returns (kept, lines left out, lines whose answers are cut)."""
+    kept, dropped, cut = [], [], []
+    for ex in examples:
+        spans = answer_spans(tok, ex)
+        late = {i for i, start, _ in spans if start >= max_len}
+        if len(late) == len(spans):
+            dropped.append(ex.get("line"))
+            continue
+        if any(start < max_len < end for _, start, end in spans):
+            cut.append(ex.get("line"))
+        if late:
+            ex = {**ex, "messages": [{**m, "weight": 0} if j in late else m for j, m in enumerate(ex["messages"])]}
+        kept.append(ex)
+    return kept, dropped, cut
 
 
 def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: AirspaceRecipe, seed: int = 0):
