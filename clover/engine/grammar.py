@@ -279,6 +279,9 @@ def json_grammar(schema: dict | bool | None = None, prefix: str = "", suffix: st
     return Grammar(tuple(frames), [sc])
 
 
+NO_PARAMETERS = {"type": "object", "properties": {}}
+
+
 def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, head: str = '{"name": "',
                       sep: str = "\n", parallel: bool = True, started: str = "", auto: bool = False) -> Grammar:  # fmt: skip
     """Tool calls in the Qwen style, ``open_ {"name": NAME, "arguments": ARGS} close``, each ARGS
@@ -289,7 +292,8 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
     schemas, table = [], []
     base = 0
     for name, params in tools.items():
-        sc = offset_nodes(Schemas(params if params else {"type": "object"}, lenient=True), base)
+        # no parameters (OpenAI: omitting them declares an empty parameter list): the call takes {} only
+        sc = offset_nodes(Schemas(params if params else NO_PARAMETERS, lenient=True), base)
         base += len(sc.nodes)
         schemas.append(sc)
         lit = (json.dumps(name)[1:] + ', "arguments": ').encode()

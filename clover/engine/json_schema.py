@@ -146,7 +146,9 @@ class Schemas:
             props = s.get("properties") or {}
             if not isinstance(props, dict):
                 raise GrammarError("properties must be an object")
-            extra = s.get("additionalProperties", not props)  # listed properties only, as strict mode
+            # listed properties only, as strict mode (so "properties": {} is the empty object); a
+            # schema that lists none at all ({"type": "object"}) or matches keys by pattern is open
+            extra = s.get("additionalProperties", "properties" not in s or "patternProperties" in s)
             node["props"] = {k: self.compile(v) for k, v in props.items()}
             node["required"] = frozenset(k for k in s.get("required", []) if k in props) if props else frozenset()
             node["extra"] = None if extra is False else self.compile(True if extra is True else extra)

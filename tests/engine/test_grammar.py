@@ -55,6 +55,10 @@ def test_schema_features_refs_unions_and_errors():
     g = json_grammar(rec)
     assert g.accepts('{"v": 1, "next": {"v": 2, "next": null}}') and not g.accepts('{"v": 1}')
     assert json_grammar({"enum": [1, 2, 12]}).accepts("12") and not json_grammar({"enum": [1, 2, 12]}).accepts("13")
+    empty = json_grammar({"type": "object", "properties": {}})  # listed properties only: none
+    assert (
+        empty.accepts("{}") and not empty.accepts('{"a": 1}') and json_grammar({"type": "object"}).accepts('{"a": 1}')
+    )
     assert json_grammar(None).accepts("42") and json_grammar({"type": "object", "additionalProperties": True,
                                                                "properties": {"a": {"type": "string"}}}).accepts('{"b": 1}')  # fmt: skip
     for bad in ({"type": "weird"}, {"$ref": "https://x/y.json"}, {"$ref": "#/nowhere"}, {"enum": []}, False):
@@ -67,7 +71,10 @@ def test_tool_call_grammar_prefills_and_parallel_calls():
              "get_drone_status": None}  # fmt: skip
     call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-1"}}</tool_call>'
     g = tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE)
-    assert g.accepts(call) and g.accepts(call + "\n" + call.replace("recall_drone", "get_drone_status"))
+    bare = '<tool_call>{"name": "get_drone_status", "arguments": {}}</tool_call>'
+    assert g.accepts(call) and g.accepts(call + "\n" + bare)
+    # no parameters declared (OpenAI: an empty parameter list): {} only, no key can wander in
+    assert not g.accepts(call.replace("recall_drone", "get_drone_status"))
     assert not g.accepts(call.replace("recall_drone", "recall")) and not g.accepts(call[:-1])
     one = tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE, parallel=False, started='<tool_call>{"name": "recall')
     assert one.accepts(call[len('<tool_call>{"name": "recall') :]) and not one.accepts(call[30:] + "\n" + call)
