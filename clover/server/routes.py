@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
-from clover.server.errors import bad_request
+from clover.server.errors import APIError, bad_request
 from clover.server.protocol import (
     AssistantStream,
     Prepared,
@@ -34,6 +34,7 @@ from clover.server.protocol import (
     step_record,
     usage,
 )
+from clover.server.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
 from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest
 from clover.server.state import ClientGone, ServerState
 from clover.server.structured import legacy_delta
@@ -195,6 +196,55 @@ async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: b
     finally:
         for h in handles:
             h.abort()  # a no-op once finished; a client that went away frees its slot here
+
+
+# -- the Responses API: a translation over the chat path (clover.server.responses) ------------------
+@router.post("/v1/responses")
+async def responses(request: Request):
+    s = _state(request)
+    req: ResponsesRequest = await s.read(request, ResponsesRequest)
+    s.check_model(req.model)
+    try:
+        prep = prepare_chat(to_chat(req, s.model_name), s.tokenizer, s.limits, s.chat_stop_ids)
+    except APIError as e:
+        raise responses_error(e) from None
+    (handle,) = s.submit([(prep.prompt_ids, prep.params)], "resp")
+    rid = handle.request_id.replace("-", "_", 1)
+    if not req.stream:
+        try:
+            (out,) = await s.wait([handle], request)
+        except ClientGone:
+            return Response(status_code=499)
+        return response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out), out)
+    gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep))
+    return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _responses_stream(handle, es: EventStream):
+    prep = es.prep
+
+    def sse(ev: dict) -> str:
+        return f"event: {ev['type']}\n{_sse(ev)}"
+
+    stream = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names)
+    try:
+        for ev in es.start():
+            yield sse(ev)
+        async for ev in handle.events():
+            if isinstance(ev, TextDelta):
+                for d in stream.feed(ev.text):
+                    for e in es.feed(d):
+                        yield sse(e)
+            elif isinstance(ev, Finished):
+                for d in stream.finish():
+                    for e in es.feed(d):
+                        yield sse(e)
+                for e in es.finish(ev.output):
+                    yield sse(e)
+    except (ValueError, EngineFailure) as e:
+        yield sse(es.error(as_api_error(e)))
+    finally:
+        handle.abort()
 
 
 @router.post("/v1/completions")

@@ -1,0 +1,299 @@
+"""OpenAI's Responses API (``POST /v1/responses``) as a thin translation over the chat path.
+
+A request's ``input`` items, ``instructions``, flat function ``tools``, ``tool_choice`` and
+``text.format`` become a ``ChatRequest`` (so ``prepare_chat`` does every check and renders the
+same prompt a chat request would); the answer is phrased as a ``response`` object, or streamed as
+the ``response.*`` events the openai client parses. Clover keeps no conversation state:
+``previous_response_id`` / ``conversation`` are refused (send the whole input each turn); only
+function tools and text input are supported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from pydantic import Field, ValidationError
+
+from clover.engine import RequestOutput
+from clover.server.errors import APIError, bad_request, from_validation
+from clover.server.protocol import Prepared, assistant_message, clover_stats, usage
+from clover.server.schemas import ChatRequest, _Open
+
+ROLES = ("user", "system", "developer", "assistant")
+TEXT_PARTS = ("input_text", "output_text", "text")
+# chat parameter names (as prepare_chat reports them) → their Responses names
+PARAMS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+          "response_format": "text.format", "messages": "input"}  # fmt: skip
+
+
+class ResponsesRequest(_Open):
+    """The fields Clover reads; the rest (``store``, ``metadata``, ``user``, ``reasoning``,
+    ``include``, ``truncation``, ``service_tier`` …) are accepted and ignored."""
+
+    model: str | None = None
+    input: str | list[dict]
+    instructions: str | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    text: dict | None = None
+    stream: bool | None = False
+    previous_response_id: str | None = None
+    conversation: str | dict | None = None
+    metadata: dict | None = None
+    # Clover extras
+    block_size: int | None = Field(None, ge=1)
+    threshold: float | None = Field(None, gt=0, le=1)
+    policy: str | None = None
+    steps_per_block: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+# -- request → ChatRequest ------------------------------------------------------------------------
+def _text(content, param: str) -> str | list[dict]:
+    """A message's content: a string, or text parts (``input_text`` / ``output_text``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{param}: content must be a string or a list of text parts", param)
+    parts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+            continue
+        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise bad_request(f"{param}.{j}: content part type {kind!r} is not supported: this model reads text "
+                              "only (input_text / output_text)", f"{param}.{j}.type")  # fmt: skip
+        parts.append({"type": "text", "text": part["text"]})
+    return parts
+
+
+def _messages(req: ResponsesRequest) -> list[dict]:
+    msgs: list[dict] = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ROLES:
+                raise bad_request(f"input[{i}]: role {role!r} is not one of {', '.join(ROLES)}", f"input.{i}.role")
+            msgs.append({"role": role, "content": _text(item.get("content"), f"input.{i}.content")})
+        elif kind == "function_call":
+            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
+                raise bad_request(f"input[{i}]: a function_call item needs call_id, name and arguments as strings",
+                                  f"input.{i}")  # fmt: skip
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}  # fmt: skip
+            if msgs and msgs[-1]["role"] == "assistant":  # calls that follow an assistant message join it
+                msgs[-1].setdefault("tool_calls", []).append(call)
+            else:
+                msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            out = item.get("output")
+            if not isinstance(item.get("call_id"), str) or not isinstance(out, (str, list)):
+                raise bad_request(f"input[{i}]: a function_call_output item needs call_id and output",
+                                  f"input.{i}")  # fmt: skip
+            msgs.append({"role": "tool", "tool_call_id": item["call_id"], "content": _text(out, f"input.{i}.output")})
+        elif kind == "reasoning":  # never produced here; a client replaying another model's turn
+            continue
+        else:
+            raise bad_request(f"input[{i}]: item type {kind!r} is not supported (message, function_call and "
+                              "function_call_output are)", f"input.{i}.type")  # fmt: skip
+    if not msgs:
+        raise bad_request("input is empty", "input")
+    return msgs
+
+
+def _tools(tools: list[dict] | None) -> list[dict] | None:
+    if tools is None:
+        return None
+    out = []
+    for i, t in enumerate(tools):
+        if t.get("type") != "function":
+            raise bad_request(f"tools[{i}]: tool type {t.get('type')!r} is not supported: this server runs function "
+                              "tools only", f"tools.{i}.type")  # fmt: skip
+        fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if t.get(k) is not None}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice):
+    if choice is None or isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise bad_request(f"tool_choice {json.dumps(choice)} is not supported: use auto, none, required or "
+                      '{"type": "function", "name": ...}', "tool_choice")  # fmt: skip
+
+
+def _response_format(text: dict | None) -> dict | None:
+    fmt = (text or {}).get("format")
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    raise bad_request(f"text.format type {kind!r} is not supported (text, json_object, json_schema are)",
+                      "text.format.type")  # fmt: skip
+
+
+def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
+    """The equivalent chat request; every problem an APIError in the Responses' parameter names."""
+    if req.previous_response_id is not None or req.conversation is not None:
+        param = "previous_response_id" if req.previous_response_id is not None else "conversation"
+        raise bad_request(f"{param} is not supported: this server keeps no conversation state, so send the whole "
+                          "conversation as input each turn", param, "unsupported_parameter")  # fmt: skip
+    body = {
+        "model": req.model or model, "messages": _messages(req), "tools": _tools(req.tools),
+        "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
+        "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
+        "response_format": _response_format(req.text), "block_size": req.block_size, "threshold": req.threshold,
+        "policy": req.policy, "steps_per_block": req.steps_per_block, "top_k": req.top_k, "seed": req.seed,
+    }  # fmt: skip
+    try:
+        return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None})
+    except ValidationError as e:
+        raise responses_error(from_validation(e.errors(include_url=False))) from None
+
+
+def responses_error(e: APIError) -> APIError:
+    """A chat-path error with its parameter named as the Responses API names it."""
+    if e.param:
+        head, _, rest = e.param.partition(".")
+        if head in PARAMS:
+            e.param = PARAMS[head]
+        elif head == "tools" and ".function." in e.param:
+            e.param = e.param.replace(".function.", ".")
+        for old in ("max_completion_tokens", "max_tokens"):
+            e.message = e.message.replace(old, "max_output_tokens")
+    return e
+
+
+# -- response shaping -----------------------------------------------------------------------------
+def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict:
+    return {"type": "message", "id": item_id or new_id("msg"), "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}  # fmt: skip
+
+
+def call_item(call: dict, status: str = "completed") -> dict:
+    """An OpenAI chat tool call → a ``function_call`` output item."""
+    fn = call["function"]
+    return {"type": "function_call", "id": new_id("fc"), "call_id": call["id"].replace("call-", "call_", 1),
+            "name": fn["name"], "arguments": fn["arguments"], "status": status}  # fmt: skip
+
+
+def output_items(prep: Prepared, out: RequestOutput) -> list[dict]:
+    """The answer's items: its text as a message (none when it is only calls), then each call."""
+    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
+                                       prep.tool_names)  # fmt: skip
+    cut = out.finish_reason == "length"
+    items = [message_item(content or "", "incomplete" if cut else "completed")] if content or not calls else []
+    return items + [call_item(c) for c in calls]
+
+
+def response_body(rid: str, model: str, req: ResponsesRequest, prep: Prepared, created: int,
+                  output: list[dict], out: RequestOutput | None = None) -> dict:  # fmt: skip
+    """The ``response`` object; without ``out`` it is still in progress."""
+    status = "in_progress" if out is None else "incomplete" if out.finish_reason == "length" else "completed"
+    body = {
+        "id": rid, "object": "response", "created_at": created, "status": status, "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": req.instructions, "max_output_tokens": req.max_output_tokens, "model": model,
+        "output": output, "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "temperature": prep.params.temperature, "top_p": prep.params.top_p, "tool_choice": req.tool_choice or "auto",
+        "tools": req.tools or [], "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
+        "store": False, "usage": None,
+    }  # fmt: skip
+    if out is not None:
+        u = usage(out)
+        body["completed_at"] = int(time.time())
+        body["usage"] = {"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
+                         "total_tokens": u["total_tokens"],
+                         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                         "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+        body["clover"] = clover_stats(out, prep.block_size)
+    return body
+
+
+class EventStream:
+    """Chat deltas (``AssistantStream``'s) → Responses stream events, each with its sequence number.
+    The message item stays open until the end, so the output's order is that of the non-streamed
+    answer: the message (if any text), then the calls."""
+
+    def __init__(self, rid: str, model: str, req: ResponsesRequest, prep: Prepared):
+        self.rid, self.model, self.req, self.prep = rid, model, req, prep
+        self.created = int(time.time())
+        self.seq = 0
+        self.output: list[dict] = []
+        self.msg: dict | None = None  # the open message item
+        self.text = ""
+
+    def event(self, kind: str, **fields) -> dict:
+        self.seq += 1
+        return {"type": kind, "sequence_number": self.seq - 1, **fields}
+
+    def start(self) -> list[dict]:
+        body = response_body(self.rid, self.model, self.req, self.prep, self.created, [])
+        return [self.event("response.created", response=body), self.event("response.in_progress", response=body)]
+
+    def _open_message(self) -> list[dict]:
+        self.msg = message_item("", "in_progress")
+        self.msg["content"] = []
+        self.output.append(self.msg)
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        at = {"item_id": self.msg["id"], "output_index": len(self.output) - 1}
+        return [self.event("response.output_item.added", output_index=at["output_index"], item=dict(self.msg)),
+                self.event("response.content_part.added", **at, content_index=0, part=part)]  # fmt: skip
+
+    def feed(self, delta: dict) -> list[dict]:
+        evs = []
+        if delta.get("content"):
+            if self.msg is None:
+                evs += self._open_message()
+            self.text += delta["content"]
+            evs.append(self.event("response.output_text.delta", item_id=self.msg["id"], delta=delta["content"],
+                                  output_index=self.output.index(self.msg), content_index=0, logprobs=[]))  # fmt: skip
+        for call in delta.get("tool_calls") or []:
+            item = call_item(call)
+            args, i = item["arguments"], len(self.output)
+            self.output.append(item)
+            at = {"item_id": item["id"], "output_index": i}
+            evs += [self.event("response.output_item.added", output_index=i,
+                               item={**item, "arguments": "", "status": "in_progress"}),
+                    self.event("response.function_call_arguments.delta", **at, delta=args),
+                    self.event("response.function_call_arguments.done", **at, arguments=args, name=item["name"]),
+                    self.event("response.output_item.done", output_index=i, item=item)]  # fmt: skip
+        return evs
+
+    def finish(self, out: RequestOutput) -> list[dict]:
+        evs = []
+        if self.msg is None and not self.output:  # no text and no calls: an empty message, as non-streamed
+            evs += self._open_message()
+        if self.msg is not None:
+            status = "incomplete" if out.finish_reason == "length" else "completed"
+            part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+            at = {"item_id": self.msg["id"], "output_index": self.output.index(self.msg)}
+            self.msg.update(status=status, content=[part])
+            evs += [self.event("response.output_text.done", **at, content_index=0, text=self.text, logprobs=[]),
+                    self.event("response.content_part.done", **at, content_index=0, part=part),
+                    self.event("response.output_item.done", output_index=at["output_index"], item=self.msg)]  # fmt: skip
+        body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)
+        kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+        return evs + [self.event(kind, response=body)]
+
+    def error(self, e: APIError) -> dict:
+        return self.event("error", code=e.code, message=e.message, param=e.param)

@@ -1,0 +1,197 @@
+"""The Responses API (``POST /v1/responses``) through the official ``openai`` client: a translation
+over the chat path, so prompts, tool calls and errors match ``/v1/chat/completions``."""
+
+import json
+
+import openai
+import pytest
+
+from clover.data.tools import AIRSPACE_TOOLS
+from tests.server.conftest import ForcedEngine
+
+CALL = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'
+TOOLS = [{"type": "function", **t["function"]} for t in AIRSPACE_TOOLS]  # the Responses' flat form
+SCHEMA = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"}},
+          "required": ["drone_id", "urgent"], "additionalProperties": False}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def forced(live, tiny_model, tokenizer):
+    engine = ForcedEngine(tiny_model, tokenizer)
+    with live(engine, default_max_tokens=24) as srv:
+        yield engine, openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=60)
+    engine.force(None)
+
+
+def test_plain_text_input(forced):
+    engine, client = forced
+    engine.force("Drone D-17 is on its way home.")
+    r = client.responses.create(model="clover", input="Where is drone 17?", store=False, metadata={"k": "v"},
+                                user="u1", reasoning={"effort": "low"}, truncation="disabled")  # fmt: skip
+    assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
+    assert r.incomplete_details is None and r.error is None
+    (item,) = r.output
+    assert item.type == "message" and item.role == "assistant" and item.id.startswith("msg_")
+    assert r.output_text == "Drone D-17 is on its way home."
+    assert r.usage.input_tokens == len(engine.prompts[-1]) and r.usage.output_tokens > 0
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    assert r.usage.input_tokens_details.cached_tokens == 0 and r.usage.output_tokens_details.reasoning_tokens == 0
+    assert r.parallel_tool_calls is True and r.tool_choice == "auto" and r.tools == []
+
+
+def test_input_list_with_instructions_renders_like_chat(forced, tokenizer):
+    engine, client = forced
+    engine.force("Ok.")
+    r = client.responses.create(model="clover", instructions="You are a drone controller.", input=[
+        {"role": "user", "content": "hello"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi."}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "status?"}]},
+    ])  # fmt: skip
+    assert r.output_text == "Ok." and r.instructions == "You are a drone controller."
+    resp_prompt = engine.prompts[-1]
+    client.chat.completions.create(model="clover", messages=[
+        {"role": "system", "content": "You are a drone controller."}, {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "status?"}])  # fmt: skip
+    assert resp_prompt == engine.prompts[-1]
+
+
+def test_function_call_output_item(forced):
+    engine, client = forced
+    engine.force("Recalling it.\n" + CALL)
+    r = client.responses.create(model="clover", input="Recall drone 17", tools=TOOLS)
+    assert r.status == "completed"
+    msg, call = r.output
+    assert msg.type == "message" and r.output_text == "Recalling it."
+    assert call.type == "function_call" and call.id.startswith("fc_") and call.call_id.startswith("call_")
+    assert call.name == "recall_drone" and json.loads(call.arguments) == {"drone_id": "D-17"}
+    assert call.status == "completed" and r.tools[0].name == TOOLS[0]["name"]
+    engine.force(CALL[len('<tool_call>{"name": "recall_drone') :])  # prefilled up to the name: only a call
+    r = client.responses.create(model="clover", input="Recall drone 17", tools=TOOLS,
+                                tool_choice={"type": "function", "name": "recall_drone"})  # fmt: skip
+    assert [o.type for o in r.output] == ["function_call"] and r.output_text == ""
+
+
+def test_function_call_round_trip_renders_like_a_chat_tool_result(forced):
+    engine, client = forced
+    engine.force("Drone D-17 is returning to base.")
+    args, result = json.dumps({"drone_id": "D-17"}), json.dumps({"status": "returning"})
+    r = client.responses.create(model="clover", tools=TOOLS, input=[
+        {"role": "user", "content": "Recall drone 17"},
+        {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
+        {"type": "function_call_output", "call_id": "call_1", "output": result},
+    ])  # fmt: skip
+    assert r.output_text == "Drone D-17 is returning to base."
+    resp_prompt = engine.prompts[-1]
+    client.chat.completions.create(model="clover", tools=AIRSPACE_TOOLS, messages=[
+        {"role": "user", "content": "Recall drone 17"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": result}])  # fmt: skip
+    assert resp_prompt == engine.prompts[-1]
+    # a call that follows an assistant message joins it
+    client.responses.create(model="clover", tools=TOOLS, input=[
+        {"role": "user", "content": "Recall drone 17"}, {"role": "assistant", "content": "On it."},
+        {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
+        {"type": "function_call_output", "call_id": "call_1", "output": result},
+    ])  # fmt: skip
+    resp_prompt = engine.prompts[-1]
+    client.chat.completions.create(model="clover", tools=AIRSPACE_TOOLS, messages=[
+        {"role": "user", "content": "Recall drone 17"},
+        {"role": "assistant", "content": "On it.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": result}])  # fmt: skip
+    assert resp_prompt == engine.prompts[-1]
+
+
+def test_json_schema_text_format(forced):
+    engine, client = forced
+    engine.force('{"drone_id": "D-2", "urgent": true}')
+    fmt = {"format": {"type": "json_schema", "name": "status", "schema": SCHEMA, "strict": True}}
+    r = client.responses.create(model="clover", input="status", text=fmt)
+    assert json.loads(r.output_text) == {"drone_id": "D-2", "urgent": True}
+    g = engine.grammars[-1]
+    assert g.accepts('{"urgent": false, "drone_id": "D-1"}') and not g.accepts('{"drone_id": "D-3", "urgent": true}')
+    client.responses.create(model="clover", input="status", text={"format": {"type": "json_object"}})
+    assert engine.grammars[-1].accepts('{"a": 1}') and not engine.grammars[-1].accepts("[1]")
+
+
+def test_max_output_tokens_gives_incomplete(forced):
+    engine, client = forced
+    engine.force(None)  # the random model, cut after 3 tokens
+    r = client.responses.create(model="clover", input="tell me a story", max_output_tokens=3, temperature=0.0)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 3 and r.max_output_tokens == 3 and r.output[0].status == "incomplete"
+    events = list(client.responses.create(model="clover", input="tell me a story", max_output_tokens=3, stream=True))
+    assert (
+        events[-1].type == "response.incomplete"
+        and events[-1].response.incomplete_details.reason == "max_output_tokens"
+    )
+    assert events[-1].response.output_text == r.output_text
+
+
+def test_streaming_text(forced):
+    engine, client = forced
+    engine.force("Drone D-17 is on its way home, ETA four minutes.")
+    events = list(client.responses.create(model="clover", input="Where is drone 17?", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    for k in ("response.output_item.added", "response.content_part.added", "response.output_text.done",
+              "response.content_part.done", "response.output_item.done"):  # fmt: skip
+        assert kinds.count(k) == 1, k
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert text == final.output_text == "Drone D-17 is on its way home, ETA four minutes."
+    assert next(e for e in events if e.type == "response.output_text.done").text == text
+    assert final.usage.output_tokens > 0 and final.status == "completed"
+    # the SDK's own accumulating helper agrees
+    with client.responses.stream(model="clover", input="Where is drone 17?") as s:
+        assert s.get_final_response().output_text == text
+
+
+def test_streaming_a_call(forced):
+    engine, client = forced
+    second = '<tool_call>{"name": "get_drone_status", "arguments": {"drone_id": "D-4"}}</tool_call>'
+    engine.force("Recalling it.\n" + CALL + "\n" + second)
+    full = client.responses.create(model="clover", input="Recall 17, check 4", tools=TOOLS)
+    events = list(client.responses.create(model="clover", input="Recall 17, check 4", tools=TOOLS, stream=True))
+    final = events[-1].response
+    assert events[-1].type == "response.completed"
+    assert [o.type for o in final.output] == [o.type for o in full.output] == ["message", *["function_call"] * 2]
+    args = {}
+    for e in events:
+        if e.type == "response.function_call_arguments.delta":
+            args[e.output_index] = args.get(e.output_index, "") + e.delta
+    done = {e.output_index: e.arguments for e in events if e.type == "response.function_call_arguments.done"}
+    assert args == done == {i: final.output[i].arguments for i in (1, 2)}
+    assert json.loads(args[2]) == {"drone_id": "D-4"} and final.output[2].name == "get_drone_status"
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert [i.id for i in added] == [o.id for o in final.output]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == final.output_text == full.output_text == "Recalling it."
+
+
+def test_errors_in_the_openai_shape(forced):
+    _, client = forced
+    cases = [
+        (dict(input="hi", previous_response_id="resp_123"), "previous_response_id"),
+        (dict(input="hi", tools=[{"type": "web_search"}]), "tools.0.type"),
+        (dict(input="hi", temperature=3.5), "temperature"),
+        (dict(input="hi", max_output_tokens=10**6), "max_output_tokens"),
+        (dict(input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "weird"}}}),
+         "text.format"),
+        (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]), "input.0.content.0.type"),
+        (dict(input="hi", tool_choice={"type": "function", "name": "nope"}, tools=TOOLS), "tool_choice"),
+    ]  # fmt: skip
+    for kw, param in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.responses.create(model="clover", **kw)
+        assert e.value.status_code == 400 and e.value.body["param"] == param, (kw, e.value.body)
+        assert e.value.body["type"] == "invalid_request_error" and e.value.body["message"]
+        assert "max_tokens" not in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError, match="no conversation state"):
+        client.responses.create(model="clover", input="hi", previous_response_id="resp_123")
+    with pytest.raises(openai.BadRequestError, match="function tools only"):
+        client.responses.create(model="clover", input="hi", tools=[{"type": "web_search"}])
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="gpt-4o", input="hi")
