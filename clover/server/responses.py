@@ -4,8 +4,9 @@ A request's ``input`` items, ``instructions``, flat function ``tools``, ``tool_c
 ``text.format`` become a ``ChatRequest`` (so ``prepare_chat`` does every check and renders the
 same prompt a chat request would); the answer is phrased as a ``response`` object, or streamed as
 the ``response.*`` events the openai client parses. Clover keeps no conversation state:
-``previous_response_id`` / ``conversation`` are refused (send the whole input each turn); only
-function tools and text input are supported.
+``previous_response_id`` / ``conversation`` / a stored ``prompt`` are refused (send the whole input
+each turn); only function tools and text input are supported. ``include``
+``message.output_text.logprobs`` (with ``top_logprobs``) gives the text's token logprobs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import uuid
 
 from pydantic import Field, ValidationError
 
-from clover.engine import RequestOutput
+from clover.data.chat import TOOL_OPEN
+from clover.engine import RequestOutput, TokenLogprob
 from clover.server.errors import APIError, bad_request, from_validation
-from clover.server.protocol import Prepared, assistant_message, clover_stats, usage
+from clover.server.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, usage
 from clover.server.schemas import ChatRequest, _Open
 
 ROLES = ("user", "system", "developer", "assistant")
@@ -26,11 +28,14 @@ TEXT_PARTS = ("input_text", "output_text", "text")
 # chat parameter names (as prepare_chat reports them) → their Responses names
 PARAMS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
           "response_format": "text.format", "messages": "input"}  # fmt: skip
+LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the text's logprobs
+# fields Clover cannot honour and must not silently drop (the answer would differ from what was asked)
+STATEFUL = ("previous_response_id", "conversation", "prompt")
 
 
 class ResponsesRequest(_Open):
     """The fields Clover reads; the rest (``store``, ``metadata``, ``user``, ``reasoning``,
-    ``include``, ``truncation``, ``service_tier`` …) are accepted and ignored."""
+    ``truncation``, ``service_tier``, other ``include`` entries …) are accepted and ignored."""
 
     model: str | None = None
     input: str | list[dict]
@@ -45,6 +50,9 @@ class ResponsesRequest(_Open):
     stream: bool | None = False
     previous_response_id: str | None = None
     conversation: str | dict | None = None
+    prompt: str | dict | None = None  # a stored prompt template (OpenAI-side state): refused
+    include: list[str] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict | None = None
     # Clover extras
     block_size: int | None = Field(None, ge=1)
@@ -153,16 +161,22 @@ def _response_format(text: dict | None) -> dict | None:
 
 def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
     """The equivalent chat request; every problem an APIError in the Responses' parameter names."""
-    if req.previous_response_id is not None or req.conversation is not None:
-        param = "previous_response_id" if req.previous_response_id is not None else "conversation"
+    for param in STATEFUL:
+        if getattr(req, param) is None:
+            continue
+        if param == "prompt":
+            raise bad_request("prompt (a stored prompt template) is not supported: this server keeps no prompts, "
+                              "so send the instructions and input themselves", param, "unsupported_parameter")  # fmt: skip
         raise bad_request(f"{param} is not supported: this server keeps no conversation state, so send the whole "
                           "conversation as input each turn", param, "unsupported_parameter")  # fmt: skip
+    want_lp = LOGPROBS in (req.include or [])
     body = {
         "model": req.model or model, "messages": _messages(req), "tools": _tools(req.tools),
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
         "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
         "response_format": _response_format(req.text), "block_size": req.block_size, "threshold": req.threshold,
         "policy": req.policy, "steps_per_block": req.steps_per_block, "top_k": req.top_k, "seed": req.seed,
+        "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None,
     }  # fmt: skip
     try:
         return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None})
@@ -184,9 +198,32 @@ def responses_error(e: APIError) -> APIError:
 
 
 # -- response shaping -----------------------------------------------------------------------------
-def message_item(text: str, status: str = "completed", item_id: str | None = None) -> dict:
+def message_item(text: str, status: str = "completed", item_id: str | None = None,
+                 logprobs: list[dict] | None = None) -> dict:  # fmt: skip
     return {"type": "message", "id": item_id or new_id("msg"), "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}  # fmt: skip
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]}  # fmt: skip
+
+
+def text_logprobs(entries: list[TokenLogprob] | None, tokenizer, room: int | None = None) -> list[dict]:
+    """The Responses' ``output_text.logprobs`` (chat's entries); with ``room``, only the first
+    tokens whose text fits in that many characters (the message's, not a tool call's markup)."""
+    if not entries or tokenizer is None:
+        return []
+    content = chat_logprobs(entries, tokenizer)["content"]
+    if room is None:
+        return content
+    kept = []
+    for e in content:
+        room -= len(e["token"])
+        if room < 0:
+            break
+        kept.append(e)
+    return kept
+
+
+def _before_calls(text: str) -> int | None:
+    """How long the answer's text before its first tool call is (``None``: it has no call)."""
+    return len(text[: text.index(TOOL_OPEN)].rstrip()) if TOOL_OPEN in text else None
 
 
 def call_item(call: dict, status: str = "completed") -> dict:
@@ -196,12 +233,13 @@ def call_item(call: dict, status: str = "completed") -> dict:
             "name": fn["name"], "arguments": fn["arguments"], "status": status}  # fmt: skip
 
 
-def output_items(prep: Prepared, out: RequestOutput) -> list[dict]:
+def output_items(prep: Prepared, out: RequestOutput, tokenizer=None) -> list[dict]:
     """The answer's items: its text as a message (none when it is only calls), then each call."""
     content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
                                        prep.tool_names)  # fmt: skip
-    cut = out.finish_reason == "length"
-    items = [message_item(content or "", "incomplete" if cut else "completed")] if content or not calls else []
+    status = "incomplete" if out.finish_reason == "length" else "completed"
+    lps = text_logprobs(out.logprobs, tokenizer, _before_calls(out.text or "") if calls else None)
+    items = [message_item(content or "", status, logprobs=lps)] if content or not calls else []
     return items + [call_item(c) for c in calls]
 
 
@@ -234,8 +272,10 @@ class EventStream:
     The message item stays open until the end, so the output's order is that of the non-streamed
     answer: the message (if any text), then the calls."""
 
-    def __init__(self, rid: str, model: str, req: ResponsesRequest, prep: Prepared):
-        self.rid, self.model, self.req, self.prep = rid, model, req, prep
+    def __init__(self, rid: str, model: str, req: ResponsesRequest, prep: Prepared, tokenizer=None):
+        self.rid, self.model, self.req, self.prep, self.tokenizer = rid, model, req, prep, tokenizer
+        self.pending: list[TokenLogprob] = []  # logprobs of tokens not yet sent with a text delta
+        self.logprobs: list[dict] = []  # those sent: the message's
         self.created = int(time.time())
         self.seq = 0
         self.output: list[dict] = []
@@ -260,13 +300,20 @@ class EventStream:
                 self.event("response.content_part.added", **at, content_index=0, part=part)]  # fmt: skip
 
     def feed(self, delta: dict) -> list[dict]:
+        """One chat delta; a text delta carries the logprobs ``pending`` (of the tokens committed since)."""
         evs = []
         if delta.get("content"):
             if self.msg is None:
                 evs += self._open_message()
             self.text += delta["content"]
+            # the tokens behind this text; with tools, those that fit in it (the rest may be a call's markup)
+            room = len(self.text) - sum(len(e["token"]) for e in self.logprobs) if self.prep.parse_tools else None
+            lps = text_logprobs(self.pending, self.tokenizer, room)
+            self.pending, self.logprobs = self.pending[len(lps) :], self.logprobs + lps
             evs.append(self.event("response.output_text.delta", item_id=self.msg["id"], delta=delta["content"],
-                                  output_index=self.output.index(self.msg), content_index=0, logprobs=[]))  # fmt: skip
+                                  output_index=self.output.index(self.msg), content_index=0, logprobs=lps))  # fmt: skip
+        if delta.get("tool_calls"):
+            self.pending = []  # a call's tokens: not the message's
         for call in delta.get("tool_calls") or []:
             item = call_item(call)
             args, i = item["arguments"], len(self.output)
@@ -284,11 +331,14 @@ class EventStream:
         if self.msg is None and not self.output:  # no text and no calls: an empty message, as non-streamed
             evs += self._open_message()
         if self.msg is not None:
+            if len(self.output) == 1:  # no calls: every token is the message's
+                self.logprobs += text_logprobs(self.pending, self.tokenizer)
             status = "incomplete" if out.finish_reason == "length" else "completed"
-            part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": self.logprobs}
             at = {"item_id": self.msg["id"], "output_index": self.output.index(self.msg)}
             self.msg.update(status=status, content=[part])
-            evs += [self.event("response.output_text.done", **at, content_index=0, text=self.text, logprobs=[]),
+            evs += [self.event("response.output_text.done", **at, content_index=0, text=self.text,
+                               logprobs=self.logprobs),
                     self.event("response.content_part.done", **at, content_index=0, part=part),
                     self.event("response.output_item.done", output_index=at["output_index"], item=self.msg)]  # fmt: skip
         body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)

@@ -215,8 +215,9 @@ async def responses(request: Request):
             (out,) = await s.wait([handle], request)
         except ClientGone:
             return Response(status_code=499)
-        return response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out), out)
-    gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep))
+        return response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out, s.tokenizer),
+                             out)  # fmt: skip
+    gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep, s.tokenizer))
     return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -232,6 +233,7 @@ async def _responses_stream(handle, es: EventStream):
             yield sse(ev)
         async for ev in handle.events():
             if isinstance(ev, TextDelta):
+                es.pending += ev.logprobs or []  # sent with the next text delta
                 for d in stream.feed(ev.text):
                     for e in es.feed(d):
                         yield sse(e)

@@ -3,6 +3,7 @@ over the chat path, so prompts, tool calls and errors match ``/v1/chat/completio
 
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -195,3 +196,71 @@ def test_errors_in_the_openai_shape(forced):
         client.responses.create(model="clover", input="hi", tools=[{"type": "web_search"}])
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="gpt-4o", input="hi")
+
+
+# -- bodies the OpenAI Agents SDK (openai-agents 0.24, openai 3.60) sent, captured from its http client --
+def _post(client, body: dict) -> httpx.Response:
+    return httpx.post(f"{client.base_url}responses", json=body, timeout=60)
+
+
+def _sse_events(r: httpx.Response) -> list[dict]:
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+
+
+# ``ModelSettings(top_logprobs=2, max_tokens=32)``: the SDK adds the include entry itself
+LOGPROBS_BODY = {"model": "clover", "include": ["message.output_text.logprobs"], "input": [
+    {"content": "Where is drone 17?", "role": "user"}], "instructions": "Airspace.", "max_output_tokens": 32,
+    "tools": [], "top_logprobs": 2}  # fmt: skip
+
+
+def test_agents_sdk_top_logprobs_are_returned(forced, tokenizer):
+    engine, client = forced
+    engine.force("Drone D-17 is home.")
+    r = _post(client, LOGPROBS_BODY)
+    assert r.status_code == 200, r.text
+    (part,) = r.json()["output"][0]["content"]
+    assert engine.prompts and part["text"] == "Drone D-17 is home."
+    assert "".join(e["token"] for e in part["logprobs"]) == part["text"]
+    for e in part["logprobs"]:
+        assert e["logprob"] <= 0 and e["bytes"] == list(e["token"].encode()) and 1 <= len(e["top_logprobs"]) <= 2
+    # asked for nothing: none
+    plain = _post(client, {**LOGPROBS_BODY, "include": [], "top_logprobs": None}).json()
+    assert plain["output"][0]["content"][0]["logprobs"] == []
+    # text then a call: the message carries its own tokens' logprobs only
+    engine.force("Ok.\n" + CALL)
+    out = _post(client, {**LOGPROBS_BODY, "tools": TOOLS}).json()["output"]
+    assert [o["type"] for o in out] == ["message", "function_call"]
+    assert "".join(e["token"] for e in out[0]["content"][0]["logprobs"]) == "Ok."
+
+
+def test_agents_sdk_top_logprobs_streamed(forced):
+    engine, client = forced
+    engine.force("Drone D-17 is home.")
+    events = _sse_events(_post(client, {**LOGPROBS_BODY, "stream": True}))
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    streamed = [lp for e in deltas for lp in e["logprobs"]]
+    assert "".join(lp["token"] for lp in streamed) == "".join(e["delta"] for e in deltas) == "Drone D-17 is home."
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed"
+    assert done["logprobs"] == streamed == final["output"][0]["content"][0]["logprobs"]
+    # text then a call: the message's logprobs stop at its text, as non-streamed
+    engine.force("Recalling it now.\n" + CALL)
+    events = _sse_events(_post(client, {**LOGPROBS_BODY, "stream": True, "tools": TOOLS}))
+    final = events[-1]["response"]
+    assert [o["type"] for o in final["output"]] == ["message", "function_call"]
+    lps = final["output"][0]["content"][0]["logprobs"]
+    assert "".join(e["token"] for e in lps) == final["output"][0]["content"][0]["text"] == "Recalling it now."
+    assert lps == [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    assert lps == _post(client, {**LOGPROBS_BODY, "tools": TOOLS}).json()["output"][0]["content"][0]["logprobs"]
+
+
+def test_agents_sdk_stored_prompt_is_refused_not_ignored(forced):
+    # ``Agent(prompt={"id": ..., "version": ..., "variables": ...})``: a template kept on OpenAI's side
+    _, client = forced
+    body = {"model": "clover", "include": [], "input": [{"content": "hi", "role": "user"}],
+            "prompt": {"id": "pmpt_123", "version": "2", "variables": {"city": "Oslo"}}}  # fmt: skip
+    r = _post(client, body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "prompt" and err["code"] == "unsupported_parameter" and "prompt" in err["message"]
