@@ -131,7 +131,8 @@ def _tools(tools: list[dict] | None) -> list[dict] | None:
         if t.get("type") != "function":
             raise bad_request(f"tools[{i}]: tool type {t.get('type')!r} is not supported: this server runs function "
                               "tools only", f"tools.{i}.type")  # fmt: skip
-        fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if t.get(k) is not None}
+        src = t["function"] if isinstance(t.get("function"), dict) and "name" not in t else t  # chat's nested form too
+        fn = {k: src[k] for k in ("name", "description", "parameters", "strict") if src.get(k) is not None}
         out.append({"type": "function", "function": fn})
     return out
 
@@ -141,6 +142,8 @@ def _tool_choice(choice):
         return choice
     if choice.get("type") == "function" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
+    if choice.get("type") == "function" and isinstance((choice.get("function") or {}).get("name"), str):
+        return choice  # chat's nested form
     raise bad_request(f"tool_choice {json.dumps(choice)} is not supported: use auto, none, required or "
                       '{"type": "function", "name": ...}', "tool_choice")  # fmt: skip
 

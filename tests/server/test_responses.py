@@ -264,3 +264,17 @@ def test_agents_sdk_stored_prompt_is_refused_not_ignored(forced):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == "prompt" and err["code"] == "unsupported_parameter" and "prompt" in err["message"]
+
+
+def test_chat_style_nested_tools_are_read_too(live):
+    """Clients moving from chat completions often keep chat's nested tool and tool_choice forms."""
+    flat = {"type": "function", "name": "recall_drone", "parameters": {"type": "object", "properties": {
+        "drone_id": {"type": "string"}}, "required": ["drone_id"]}}  # fmt: skip
+    nested = {"type": "function", "function": {k: v for k, v in flat.items() if k != "type"}}
+    with live() as srv:
+        bodies = [{"model": "clover", "input": "recall drone 17", "max_output_tokens": 24, "tools": [t],
+                   "tool_choice": c} for t, c in ((flat, {"type": "function", "name": "recall_drone"}),
+                   (nested, {"type": "function", "function": {"name": "recall_drone"}}))]  # fmt: skip
+        got = [httpx.post(srv.url + "/v1/responses", json=b, timeout=60).json() for b in bodies]
+    assert got[0]["output"] and [o.get("name") for o in got[0]["output"]] == [o.get("name") for o in got[1]["output"]]
+    assert [o.get("arguments") for o in got[0]["output"]] == [o.get("arguments") for o in got[1]["output"]]
