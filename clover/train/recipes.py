@@ -269,7 +269,7 @@ def read_chat_jsonl(path: str | Path) -> list[dict]:
     """Chat examples in OpenAI's fine-tuning format: one ``{"messages": [...], "tools": [...]}``
     per line (``tools`` optional), each with at least one assistant message to learn (OpenAI's
     per-message ``weight`` 0 marks an assistant message as context only). UTF-8 with or without a
-    BOM, LF or CRLF, blank lines skipped. Every problem is one ValueError naming the file and the
+    BOM, LF, CRLF or CR line ends, blank lines skipped. Every problem is one ValueError naming the file and the
     line; each example keeps its ``line``."""
     p = Path(path)
     if p.is_dir():
@@ -281,8 +281,8 @@ def read_chat_jsonl(path: str | Path) -> list[dict]:
     except OSError as e:
         raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
     out = []
-    with f:
-        for n, raw in enumerate(f, 1):
+    with f:  # bytes.splitlines: LF, CRLF and the old Mac CR alike (JSON text never holds a raw CR)
+        for n, raw in enumerate(f.read().splitlines(), 1):
             where = f"{path}:{n}"
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM (Windows editors write one)
                 raw = raw[3:]

@@ -48,6 +48,8 @@ def test_bom_crlf_blank_lines_and_a_last_line_without_newline_are_read(tmp_path)
     p = _file(tmp_path, raw=("\ufeff" + g + "\r\n\r\n  \r\n" + g).encode())
     assert [e["messages"] for e in read_chat_jsonl(p)] == [GOOD["messages"]] * 2
     assert [e["line"] for e in read_chat_jsonl(p)] == [1, 4]
+    cr = _file(tmp_path, raw=(g + "\r" + g + "\r").encode())  # old Mac line ends: two lines, not one
+    assert [e["line"] for e in read_chat_jsonl(cr)] == [1, 2]
 
 
 def test_unreadable_files_are_one_line_naming_the_file_and_line(tmp_path):
