@@ -36,12 +36,12 @@ class RequestError(ValueError):
 
     def __init__(self, error: APIError):
         super().__init__(error.message)
+        self.error = error
         self.param, self.code, self.status = error.param, error.code, error.status
 
     @property
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param,
-                          "code": self.code}}  # fmt: skip
+        return self.error.body()
 
 
 def _checked(schema, body: dict):

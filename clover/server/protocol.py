@@ -269,8 +269,9 @@ def _param_of(message: str) -> str | None:
 
 
 # -- responses -----------------------------------------------------------------------------------
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+def new_id(prefix: str, sep: str = "-") -> str:
+    """``chatcmpl-…`` (chat and completions); the Responses API writes ``resp_…`` (``sep="_"``)."""
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 def usage(outs: RequestOutput | list[RequestOutput], n: int = 1) -> dict:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 from pydantic import Field, ValidationError
 
 from clover.data.chat import TOOL_OPEN
 from clover.engine import RequestOutput, TokenLogprob
 from clover.server.errors import APIError, bad_request, from_validation
-from clover.server.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, usage
+from clover.server.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, new_id, usage
 from clover.server.schemas import ChatRequest, _Open
 
 ROLES = ("user", "system", "developer", "assistant")
@@ -63,8 +62,8 @@ class ResponsesRequest(_Open):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+def _id(prefix: str) -> str:
+    return new_id(prefix, "_")
 
 
 # -- request → ChatRequest ------------------------------------------------------------------------
@@ -201,9 +200,13 @@ def responses_error(e: APIError) -> APIError:
 
 
 # -- response shaping -----------------------------------------------------------------------------
+def _status(out: RequestOutput) -> str:
+    return "incomplete" if out.finish_reason == "length" else "completed"
+
+
 def message_item(text: str, status: str = "completed", item_id: str | None = None,
                  logprobs: list[dict] | None = None) -> dict:  # fmt: skip
-    return {"type": "message", "id": item_id or new_id("msg"), "status": status, "role": "assistant",
+    return {"type": "message", "id": item_id or _id("msg"), "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]}  # fmt: skip
 
 
@@ -232,7 +235,7 @@ def _before_calls(text: str) -> int | None:
 def call_item(call: dict, status: str = "completed") -> dict:
     """An OpenAI chat tool call → a ``function_call`` output item."""
     fn = call["function"]
-    return {"type": "function_call", "id": new_id("fc"), "call_id": call["id"].replace("call-", "call_", 1),
+    return {"type": "function_call", "id": _id("fc"), "call_id": call["id"].replace("call-", "call_", 1),
             "name": fn["name"], "arguments": fn["arguments"], "status": status}  # fmt: skip
 
 
@@ -240,7 +243,7 @@ def output_items(prep: Prepared, out: RequestOutput, tokenizer=None) -> list[dic
     """The answer's items: its text as a message (none when it is only calls), then each call."""
     content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
                                        prep.tool_names)  # fmt: skip
-    status = "incomplete" if out.finish_reason == "length" else "completed"
+    status = _status(out)
     lps = text_logprobs(out.logprobs, tokenizer, _before_calls(out.text or "") if calls else None)
     items = [message_item(content or "", status, logprobs=lps)] if content or not calls else []
     return items + [call_item(c) for c in calls]
@@ -249,7 +252,7 @@ def output_items(prep: Prepared, out: RequestOutput, tokenizer=None) -> list[dic
 def response_body(rid: str, model: str, req: ResponsesRequest, prep: Prepared, created: int,
                   output: list[dict], out: RequestOutput | None = None) -> dict:  # fmt: skip
     """The ``response`` object; without ``out`` it is still in progress."""
-    status = "in_progress" if out is None else "incomplete" if out.finish_reason == "length" else "completed"
+    status = "in_progress" if out is None else _status(out)
     body = {
         "id": rid, "object": "response", "created_at": created, "status": status, "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
@@ -336,7 +339,7 @@ class EventStream:
         if self.msg is not None:
             if len(self.output) == 1:  # no calls: every token is the message's
                 self.logprobs += text_logprobs(self.pending, self.tokenizer)
-            status = "incomplete" if out.finish_reason == "length" else "completed"
+            status = _status(out)
             part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": self.logprobs}
             at = {"item_id": self.msg["id"], "output_index": self.output.index(self.msg)}
             self.msg.update(status=status, content=[part])

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
-from clover.server.errors import APIError, bad_request
+from clover.server.errors import APIError
 from clover.server.protocol import (
     AssistantStream,
     Prepared,
@@ -312,9 +312,6 @@ async def decisions(request: Request):
     s = _state(request)
     req: DecisionRequest = await s.read(request, DecisionRequest)
     s.check_model(req.model)
-    if req.block_size is not None and req.block_size > s.config.max_block_size:
-        raise bad_request(f"block_size {req.block_size} is out of range: this model takes 1..{s.config.max_block_size}",
-                          "block_size")  # fmt: skip
     t0 = time.perf_counter()
     group, plans, items = dec.plan_request(req, s.tokenizer, s.config, s.limits)
     handles = s.submit(items, "dec")

@@ -178,7 +178,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
     from clover.model import CloverConfig, CloverForBlockDiffusion
     from clover.model.config import ConfigError
-    from clover.model.io import resolve_dir
+    from clover.model.io import CheckpointError, load_config, resolve_dir
     from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
@@ -217,8 +217,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.grow and not args.init_from:
         raise SystemExit("clover train: --grow needs --init-from")
     init_dir = resolve_dir(args.init_from) if args.init_from else None
-    if init_dir and not (init_dir / "config.json").is_file():
-        raise SystemExit(f"clover train: --init-from {args.init_from}: no config.json (is this a Clover checkpoint?)")
+    try:  # the source's config, read (and checked) once, before anything is written
+        init_config = load_config(init_dir) if init_dir else None
+    except CheckpointError as e:
+        raise SystemExit(f"clover train: --init-from {args.init_from}: {e}") from None
     for flag, d in (("--out", args.out), ("--export", args.export)):
         if d and Path(d).exists() and not Path(d).is_dir():
             raise SystemExit(f"clover train: {flag} {d}: exists and is not a directory")
@@ -250,7 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
             config = CloverConfig.load(ck / "config.json")
         elif init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
-            config = CloverConfig.load(init_dir / "config.json")
+            config = init_config
         else:
             config = recipe.model_config(tok)
     except (ConfigError, TypeError) as e:  # e.g. a --config model field of the wrong type
