@@ -161,3 +161,18 @@ def test_serve_on_a_port_in_use_or_an_unknown_host(capsys):
         code, err = _fails(["serve", "--port", str(port), "--threads", "1"], capsys)
         assert code == 2 and f"port {port} on 127.0.0.1 is already in use" in err
     assert "not a known host" in _bind_problem("nonexistent.invalid", port)
+
+
+def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch):
+    """``clover serve DIR`` (``vllm serve``'s form) and ``clover chat DIR`` name the model as --model does."""
+    missing = str(tmp_path / "nowhere")
+    code, err = _fails(["serve", missing, "--port", "0"], capsys)
+    assert code == 2 and f"{missing}: no such directory" in err
+    assert "two models given" in _fails(["serve", missing, "--model", str(BUNDLED)], capsys)[1]
+    assert "two models given" in _fails(["chat", missing, "--model", str(BUNDLED)], capsys)[1]
+    seen = {}
+    monkeypatch.setattr("clover.server.app.create_app", lambda model, **kw: seen.setdefault("model", model) and None)
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(BUNDLED), "--port", "0"])
+    assert e.value.code == 0 and seen["model"] == str(BUNDLED)

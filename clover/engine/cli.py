@@ -59,6 +59,19 @@ def int_at_least(minimum: int):
 positive_int = int_at_least(1)
 
 
+def add_model_positional(p: argparse.ArgumentParser) -> None:
+    """``clover serve DIR`` / ``clover chat DIR``: the model as a positional too (``vllm serve``'s form)."""
+    p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
+
+
+def take_model_positional(args: argparse.Namespace) -> None:
+    """Fold the positional MODEL into ``args.model``; both given and different is an error."""
+    given = getattr(args, "model_dir", None)
+    if given is not None and args.model is not None and given != args.model:
+        raise SystemExit(f"clover: two models given ({given!r} and --model {args.model!r}); pass one")
+    args.model = args.model or given
+
+
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
@@ -205,6 +218,7 @@ def _schema_grammar(spec: str):
 def cmd_chat(args: argparse.Namespace) -> int:
     from clover.engine.chat_ui import run_chat
 
+    take_model_positional(args)
     params, model, tokenizer = _setup(args)
     if tokenizer is None:
         raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
@@ -227,6 +241,7 @@ def register(sub) -> None:
     add_decoding_args(g)
     g.set_defaults(func=cmd_generate)
     c = sub.add_parser("chat", help="interactive chat; the active block fills in place, live")
+    add_model_positional(c)
     c.add_argument("--system", help="system prompt")
     add_decoding_args(c)
     c.set_defaults(func=cmd_chat)

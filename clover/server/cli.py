@@ -10,8 +10,10 @@ import sys
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from clover.engine.cli import take_model_positional
     from clover.server.app import create_app
 
+    take_model_positional(args)
     problem = _bind_problem(args.host, args.port)
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
@@ -68,9 +70,10 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.engine.cli import positive_int
+    from clover.engine.cli import add_model_positional, positive_int
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
+    add_model_positional(p)
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     p.add_argument("--port", type=_port, default=8000)
