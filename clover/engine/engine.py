@@ -35,6 +35,7 @@ class Engine:
         self.runner = Runner(model, fuse=fuse)
         self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device)
         self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them
+        self._scoring: list[Request] = []  # max_tokens=0 with prompt_logprobs: scored (only) by the next step
         self._live: set[str] = set()
         self._lock = threading.RLock()  # add_request / abort may come from another thread than step
         self.totals = {"requests": 0, "tokens": 0, "forward_passes": 0, "busy_s": 0.0}
@@ -50,7 +51,9 @@ class Engine:
             if req.id in self._live:
                 raise ValueError(f"request id {req.id!r} is already in use")
             self._live.add(req.id)
-            if params.max_tokens == 0:
+            if params.max_tokens == 0 and params.prompt_logprobs is not None:
+                self._scoring.append(req)
+            elif params.max_tokens == 0:
                 self._events.append(self._retire(req.finish("length")))
             else:
                 self.scheduler.add(req)
@@ -62,6 +65,10 @@ class Engine:
         with self._lock:
             t0 = time.perf_counter()
             events, self._events = self._events, []
+            for req in self._scoring:  # nothing to generate: the prompt's log-probabilities only
+                self.runner.score(req)
+                events.append(req.finish("length"))
+            self._scoring = []
             self.scheduler.admit(self.runner.prefill)  # new requests join at block boundaries
             for batch in self.scheduler.running():
                 logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
@@ -75,6 +82,8 @@ class Engine:
         """Stop a request now and free its caches; the next ``step`` reports it ``Finished``."""
         with self._lock:
             req = self.scheduler.remove(request_id)
+            if req is None and (req := next((r for r in self._scoring if r.id == request_id), None)):
+                self._scoring.remove(req)
             if req is None:
                 return None
             self._events.append(self._retire(req.finish("abort")))
@@ -82,7 +91,7 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         """Requests waiting or running, or events not yet returned by ``step``."""
-        return bool(self._events) or self.num_active > 0 or self.num_waiting > 0
+        return bool(self._events or self._scoring) or self.num_active > 0 or self.num_waiting > 0
 
     @property
     def num_active(self) -> int:

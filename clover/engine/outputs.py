@@ -25,6 +25,8 @@ class RequestOutput:
     # forward_passes, commit_passes, tokens, tpf, tokens_per_s, ttft_s, time_per_block_s, wall_s
     stats: dict = field(default_factory=dict)
     logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
+    # one per prompt token (the first None: nothing before it), when asked for (clover.engine.scoring)
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass

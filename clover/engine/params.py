@@ -40,6 +40,7 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None  # added to the model's (and tokenizer's) EOS ids
     allowed: dict[int, list[int]] | None = None  # generated-position index -> allowed token ids
     logprobs: int | None = None  # None: off; k: each generated token's log-probability and the top k (k <= 20)
+    prompt_logprobs: int | None = None  # None: off; k: each prompt token's (clover.engine.scoring) and the top k
     presence_penalty: float = 0.0  # subtracted from the logit of every token already generated (-2..2)
     frequency_penalty: float = 0.0  # subtracted once per earlier occurrence of the token (-2..2)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit (-100..100)
@@ -79,8 +80,10 @@ class SamplingParams:
                     problems.append(f"allowed: position {k!r} must be an integer >= 0 (index of a generated token)")
                 elif not isinstance(v, (list, tuple)) or not v or not all(_is_int(t) and t >= 0 for t in v):
                     problems.append(f"allowed[{k}] must be a non-empty list of token ids, got {v!r}")
-        if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS):
-            problems.append(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {self.logprobs!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or not 0 <= v <= MAX_TOP_LOGPROBS):
+                problems.append(f"{name} must be an integer in [0, {MAX_TOP_LOGPROBS}] or None, got {v!r}")
         for name in ("presence_penalty", "frequency_penalty"):
             v = getattr(self, name)
             if not _is_num(v) or not -2 <= v <= 2:

@@ -40,6 +40,7 @@ class Request:
         self.counts: torch.Tensor | None = None  # [V] committed tokens so far (penalties), set by the engine
         self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector
         self.grammar = None  # TokenGrammar when params.grammar: set by the engine
+        self.prompt_logprobs = None  # set at prefill when params.prompt_logprobs (Runner.prefill)
         self.gstate = None  # the grammar's state after the tokens committed so far
         # statistics
         self.t_arrival = time.perf_counter()
@@ -107,5 +108,7 @@ class Request:
         }
         text = self.text.text if self.tokenizer is not None else None
         lps = None if self.logprobs is None else self.logprobs[: self.n_generated]
-        self.output = RequestOutput(self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps)
+        self.output = RequestOutput(
+            self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps, self.prompt_logprobs
+        )
         return Finished(self.id, self.output)

@@ -13,6 +13,7 @@ import torch
 
 from clover.engine.batch import Batch
 from clover.engine.request import Request
+from clover.engine.scoring import prompt_logprobs
 from clover.model import CloverForBlockDiffusion, ModelCache
 from clover.model.cache import AttnCache
 
@@ -31,6 +32,7 @@ class Runner:
         ``alone`` (the request starts a batch of its own) and fusing: nothing is run now; the
         complete blocks wait in ``req.prompt_blocks`` and are committed by the first ``forward``,
         in the same model call as the first denoise pass (one call fewer per request)."""
+        self.score(req)
         prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
         full = len(req.prompt) // req.block_size * req.block_size
         if self.fuse and alone and full:
@@ -43,6 +45,12 @@ class Runner:
             # but the row needs one so that ModelCache.cat keeps the other rows' logits
             cache.last_logits = torch.zeros(1, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         return cache, tail
+
+    def score(self, req: Request) -> None:
+        """The prompt's own log-probabilities, when the request asks (``clover.engine.scoring``)."""
+        k = req.params.prompt_logprobs
+        if k is not None and req.prompt_logprobs is None:
+            req.prompt_logprobs = prompt_logprobs(self.model, req.prompt, req.block_size, k)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """One pass over ``batch``: commit pending blocks, denoise the active ones → logits ``[R, bs, V]``."""

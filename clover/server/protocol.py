@@ -20,11 +20,13 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+from pydantic import ValidationError
+
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
-from clover.server.errors import APIError, bad_request, too_large
-from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling
+from clover.server.errors import APIError, bad_request, from_validation, too_large
+from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
 from clover.server.structured import NAME_OPEN, clean_schema, modern_message, response_grammar, tool_grammar
 
 
@@ -109,8 +111,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             grammar = None
     if choice == "none":
         tools = None
-    messages = [modern_message(_text_parts(m.model_dump(exclude_none=True), i)) for i, m in enumerate(req.messages)]
-    text = render(messages, tools, add_generation_prompt=True) + prefill
+    text = render(chat_messages(req), tools, add_generation_prompt=True) + prefill
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
 
@@ -126,6 +127,28 @@ def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: li
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
     return prep
+
+
+def chat_messages(req: ChatRequest) -> list[dict]:
+    """The request's messages as the chat template reads them (text parts joined, legacy forms modernised)."""
+    return [modern_message(_text_parts(m.model_dump(exclude_none=True), i)) for i, m in enumerate(req.messages)]
+
+
+def tokenize_request(req: TokenizeRequest, tokenizer, limits: Limits, model_name: str) -> list[int]:
+    """``/tokenize`` (vLLM's): a prompt's token ids, or a chat's as ``/v1/chat/completions`` would
+    render it (``add_generation_prompt``: ending with the assistant's header, the default)."""
+    if (req.prompt is None) == (req.messages is None):
+        raise bad_request("give either prompt (text) or messages (a chat)", "prompt")
+    if req.prompt is not None:
+        return tokenizer.encode(req.prompt)
+    try:
+        chat = ChatRequest.model_validate({"model": model_name, "messages": req.messages, "tools": req.tools})
+    except ValidationError as e:
+        raise from_validation(e.errors(include_url=False)) from None
+    tools = [t.model_dump(exclude_none=True) for t in chat.tools] if chat.tools else None
+    if tools and len(tools) > limits.max_tools:
+        raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
+    return tokenizer.encode(render(chat_messages(chat), tools, add_generation_prompt=req.add_generation_prompt))
 
 
 def chat_stop_ids(tokenizer) -> list[int] | None:
@@ -168,8 +191,6 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
     """The request's prompts as token ids: a string, a list of token ids, or a batch of either."""
     if req.suffix:
         raise bad_request("suffix is not supported", "suffix")
-    if req.echo:
-        raise bad_request("echo is not supported", "echo")
     if req.best_of not in (None, req.n or 1):  # every sample drawn is returned: none is ranked away
         raise bad_request(f"best_of={req.best_of} is not supported: this server returns every sample it draws, so "
                           f"best_of must equal n ({req.n or 1})", "best_of")  # fmt: skip
@@ -242,6 +263,8 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
         )  # fmt: skip
     except ValueError as e:
         raise bad_request(str(e), _param_of(str(e))) from None
+    if getattr(req, "echo", False) and params.logprobs is not None:  # the prompt's own logprobs too
+        params = replace(params, prompt_logprobs=params.logprobs)
     return Prepared(list(prompt_ids), params, block_size=req.block_size or limits.block_size)
 
 
@@ -329,10 +352,17 @@ def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput
 
 
 def completion_response(rid: str, model: str, preps: list[Prepared], outs: list[RequestOutput], tokenizer,
-                        n: int = 1) -> dict:  # fmt: skip
-    """Choice ``k * n + i``: sample i of prompt k (OpenAI's order)."""
-    choices = [{"index": i, "text": out.text or "", "finish_reason": finish_reason(out, []),
-                "logprobs": completion_logprobs(out.logprobs, tokenizer)} for i, out in enumerate(outs)]  # fmt: skip
+                        n: int = 1, echo: bool = False) -> dict:  # fmt: skip
+    """Choice ``k * n + i``: sample i of prompt k (OpenAI's order). ``echo``: each text starts with
+    its prompt, and its logprobs with the prompt's (the first token's null)."""
+    choices = []
+    for i, out in enumerate(outs):
+        head, lp = echoed(out, tokenizer) if echo else ("", None)
+        gen = completion_logprobs(out.logprobs, tokenizer, len(head))
+        if lp is not None and gen is not None:
+            lp = {k: lp[k] + gen[k] for k in lp}
+        choices.append({"index": i, "text": head + (out.text or ""), "finish_reason": finish_reason(out, []),
+                        "logprobs": gen if lp is None else lp})  # fmt: skip
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
         "choices": choices, "usage": usage(outs, n), "clover": clover_stats(outs[0], preps[0].block_size),
@@ -361,21 +391,31 @@ def chat_logprobs(entries: list[TokenLogprob] | None, tokenizer) -> dict | None:
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(entries: list[TokenLogprob] | None, tokenizer, offset: int = 0) -> dict | None:
-    """Legacy completions shape: parallel lists, ``text_offset`` counted from ``offset`` (characters)."""
+def completion_logprobs(entries: list[TokenLogprob | None] | None, tokenizer, offset: int = 0,
+                        token_ids: list[int] | None = None) -> dict | None:  # fmt: skip
+    """Legacy completions shape: parallel lists, ``text_offset`` counted from ``offset`` (characters).
+    A None entry (an echoed prompt's first token: nothing before it) has null logprobs;
+    ``token_ids`` names the tokens when entries may be None."""
     if entries is None:
         return None
-    tokens = [tokenizer.decode([e.token_id]) for e in entries]
+    ids = token_ids if token_ids is not None else [e.token_id for e in entries]
+    tokens = [tokenizer.decode([t]) for t in ids]
     offsets = []
     for t in tokens:
         offsets.append(offset)
         offset += len(t)
     return {
         "tokens": tokens,
-        "token_logprobs": [_finite(e.logprob) for e in entries],
-        "top_logprobs": [{tokenizer.decode([t]): _finite(q) for t, q in e.top} for e in entries],
+        "token_logprobs": [None if e is None else _finite(e.logprob) for e in entries],
+        "top_logprobs": [None if e is None else {tokenizer.decode([t]): _finite(q) for t, q in e.top} for e in entries],
         "text_offset": offsets,
     }
+
+
+def echoed(out: RequestOutput, tokenizer) -> tuple[str, dict | None]:
+    """``echo``: the prompt's text, and its logprobs (when the request asked for logprobs)."""
+    text = tokenizer.decode(out.prompt_ids)
+    return text, completion_logprobs(out.prompt_logprobs, tokenizer, 0, out.prompt_ids)
 
 
 def step_record(ev: StepEvent, tokenizer) -> dict:

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clover.engine import Finished, StepEvent, TextDelta
 from clover.server import decisions as dec
 from clover.server.async_engine import EngineFailure
-from clover.server.errors import APIError
+from clover.server.errors import APIError, bad_request
 from clover.server.protocol import (
     AssistantStream,
     Prepared,
@@ -32,10 +32,11 @@ from clover.server.protocol import (
     prepare_chat,
     start_record,
     step_record,
+    tokenize_request,
     usage,
 )
 from clover.server.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
-from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest
+from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.server.state import ClientGone, ServerState
 from clover.server.structured import legacy_delta
 
@@ -98,6 +99,41 @@ async def playground_config(request: Request):
     s = _state(request)
     return {"model": s.model_name, "block_size": s.config.block_size, "max_block_size": s.config.max_block_size,
             "auth": s.api_key is not None, "tools": AIRSPACE_TOOLS}  # fmt: skip
+
+
+# -- the tokenizer (vLLM's /tokenize, /detokenize, /tokenizer_info: what scoring tools such as
+#    lm-evaluation-harness look for before they fall back to a tokenizer of their own) -------------
+@router.post("/tokenize")
+async def tokenize(request: Request):
+    s = _state(request)
+    req: TokenizeRequest = await s.read(request, TokenizeRequest)
+    s.check_model(req.model)
+    ids = tokenize_request(req, s.tokenizer, s.limits, s.model_name)
+    strs = [s.tokenizer.decode([t]) for t in ids] if req.return_token_strs else None
+    return {"count": len(ids), "max_model_len": s.limits.context, "tokens": ids, "token_strs": strs}
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request):
+    s = _state(request)
+    req: DetokenizeRequest = await s.read(request, DetokenizeRequest)
+    s.check_model(req.model)
+    if not all(0 <= t < s.limits.vocab_size for t in req.tokens):
+        raise bad_request(f"token ids must lie in [0, {s.limits.vocab_size})", "tokens")
+    return {"prompt": s.tokenizer.decode(req.tokens)}
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(request: Request):
+    s = _state(request)
+    tok = s.tokenizer
+    special = {}
+    for k in ("eos_token", "bos_token", "pad_token", "mask_token"):
+        i = getattr(s.config, f"{k}_id", None)
+        i = (i or [None])[0] if isinstance(i, list) else i  # a model may list several EOS ids
+        special[k] = None if i is None else tok.decode([i])
+    return {"tokenizer_class": "PreTrainedTokenizerFast", **special, "model_max_length": s.limits.context,
+            "vocab_size": s.limits.vocab_size}  # fmt: skip
 
 
 # -- chat and text completions --------------------------------------------------------------------
@@ -255,6 +291,9 @@ async def completions(request: Request):
     req: CompletionRequest = await s.read(request, CompletionRequest)
     s.check_model(req.model)
     check_common(req, s.limits)
+    if req.echo and req.stream and req.logprobs is not None:
+        raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
+                          "send stream: false", "echo")  # fmt: skip
     n = req.n or 1
     preps = [
         prepare(req, ids, s.limits, None, req.max_tokens) for ids in completion_prompts(req, s.tokenizer, s.limits)
@@ -266,13 +305,16 @@ async def completions(request: Request):
             outs = await s.wait(handles, request)
         except ClientGone:
             return Response(status_code=499)
-        return completion_response(handles[0].request_id, s.model_name, preps, outs, s.tokenizer, n)
+        return completion_response(handles[0].request_id, s.model_name, preps, outs, s.tokenizer, n, bool(req.echo))
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return StreamingResponse(_text_stream(s, handles, preps[0], include_usage, n), media_type="text/event-stream",
-                             headers=SSE_HEADERS)  # fmt: skip
+    heads = [s.tokenizer.decode(p.prompt_ids) for p in preps for _ in range(n)] if req.echo else None
+    return StreamingResponse(_text_stream(s, handles, preps[0], include_usage, n, heads),
+                             media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
 
 
-async def _text_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, n: int = 1):
+async def _text_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, n: int = 1,
+                       heads: list[str] | None = None):  # fmt: skip
+    """``heads``: with ``echo``, each choice's prompt text, sent as its first chunk."""
     rid, created = handles[0].request_id, int(time.time())
     offset = [0] * len(handles)  # per choice: characters of text sent so far (logprobs' text_offset)
 
@@ -289,6 +331,9 @@ async def _text_stream(s: ServerState, handles, prep: Prepared, include_usage: b
 
     outs: list = [None] * len(handles)
     try:
+        for i, head in enumerate(heads or []):
+            yield chunk(i, head)
+            offset[i] += len(head)
         async for i, ev in _merged(handles):
             if isinstance(ev, TextDelta) and (ev.text or ev.logprobs):
                 yield chunk(i, ev.text, logprobs=ev.logprobs)

@@ -116,10 +116,28 @@ class ChatRequest(Sampling):
 
 class CompletionRequest(Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]  # one prompt, or a batch (one choice each)
-    echo: bool | None = False
+    max_tokens: int | None = Field(None, ge=0)  # 0 with echo: score the prompt only (legacy completions)
+    echo: bool | None = False  # the prompt comes back before the completion (with its logprobs when asked)
     logprobs: int | None = Field(None, ge=0, le=5)
     suffix: str | None = None
     best_of: int | None = None  # accepted where it changes nothing (= n); else refused
+
+
+class TokenizeRequest(_Open):
+    """``POST /tokenize`` (vLLM's shape): a prompt, or a chat rendered as the chat endpoint renders it."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict] | None = None
+    tools: list[dict] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = True  # accepted: this tokenizer adds no special tokens of its own
+    return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(_Open):
+    model: str | None = None
+    tokens: list[int]
 
 
 class DecisionQuestion(_Open):

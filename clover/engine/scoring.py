@@ -1,0 +1,97 @@
+"""Prompt log-probabilities: how likely the model finds each token of a given text.
+
+A block-diffusion model has no single next-token distribution; Clover scores a text in the
+order its ``ar`` policy decodes it: token ``i`` (in block ``b``, at offset ``j``) is predicted
+with the blocks before ``b`` committed, the tokens of block ``b`` before ``j`` given, and
+positions ``j..`` of the block masked. The sum over the tokens is an exact log-likelihood
+(the chain rule in that order), comparable across prompts and what scoring tools expect from
+``echo`` + ``logprobs`` (``lm-evaluation-harness``' ``loglikelihood``, perplexity).
+
+One model call covers many positions at once: the training forward
+(``CloverForBlockDiffusion.forward_blocks``) takes the prompt as the clean stream and, per
+scored position, its block with that position and the rest masked as a noisy block, reading
+the logits of the scored position only. Probabilities are over the tokens a decode can choose
+(the mask token left out, as the sampler leaves it out). ``prompt_logprobs_reference`` computes the same
+numbers through the engine's incremental path, one position per call (the slow reference
+the tests compare with).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clover.engine.outputs import TokenLogprob
+
+MAX_NOISY_TOKENS = 8192  # noisy-stream tokens per model call: long prompts are scored in chunks
+
+
+def _entries(logits: torch.Tensor, targets: torch.Tensor, top: int, mask_id: int) -> list[TokenLogprob]:
+    """Log-probabilities over the tokens a decode may choose: the mask token is never one (as in
+    ``clover.engine.sampler.choose``), so a prompt scores as the ``ar`` decode would report it."""
+    lg = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lg[:, mask_id] = -float("inf")
+    lp = torch.log_softmax(lg, -1)
+    chosen = lp.gather(1, targets[:, None])[:, 0].tolist()
+    if top:
+        v, i = lp.topk(min(top, lp.shape[-1]), -1)
+        tops = [list(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
+    else:
+        tops = [[] for _ in chosen]
+    return [TokenLogprob(t, c, tp) for t, c, tp in zip(targets.tolist(), chosen, tops)]
+
+
+def _variant(x0: torch.Tensor, i: int, bs: int, mask_id: int) -> torch.Tensor:
+    """Position ``i``'s block with ``i`` and the positions after it in the block masked."""
+    b, j = divmod(i, bs)
+    blk = x0[b * bs : (b + 1) * bs].clone()
+    blk[j:] = mask_id
+    return blk
+
+
+@torch.inference_mode()
+def prompt_logprobs(model, ids: list[int], block_size: int, top: int = 0) -> list[TokenLogprob | None]:
+    """Per prompt token, its log-probability given the tokens before it (and the ``top`` most
+    likely tokens at its place with theirs). The first token has nothing before it: None (as
+    OpenAI's ``echo`` and vLLM's ``prompt_logprobs`` report it)."""
+    cfg = model.config
+    bs = cfg.check_block_size(block_size)
+    P = len(ids)
+    if P < 2:
+        return [None] * P
+    device = model.lm_head.weight.device
+    nb = -(-P // bs)
+    x0 = torch.full((nb * bs,), cfg.mask_token_id, dtype=torch.long, device=device)
+    x0[:P] = torch.tensor(ids, dtype=torch.long, device=device)
+    out: list[TokenLogprob | None] = [None]
+    per_call = max(1, MAX_NOISY_TOKENS // bs)
+    for lo in range(1, P, per_call):
+        pos = list(range(lo, min(P, lo + per_call)))
+        xt = torch.stack([_variant(x0, i, bs, cfg.mask_token_id) for i in pos])
+        blks = torch.tensor([i // bs for i in pos], device=device)
+        at = torch.zeros(len(pos), bs, dtype=torch.bool, device=device)
+        at[torch.arange(len(pos)), torch.tensor([i % bs for i in pos], device=device)] = True
+        end = (pos[-1] // bs + 1) * bs  # later blocks do not reach these positions (block-causal)
+        res = model.forward_blocks(x0[None, :end], None, xt, torch.zeros_like(blks), blks, bs, logits_at=at)
+        out += _entries(res.logits, x0[pos], top, cfg.mask_token_id)
+    return out
+
+
+@torch.inference_mode()
+def prompt_logprobs_reference(model, ids: list[int], block_size: int, top: int = 0) -> list[TokenLogprob | None]:
+    """``prompt_logprobs`` one position per call through the incremental API (``model.step`` on a
+    cache holding the blocks before the position's block): slow, for tests."""
+    cfg = model.config
+    bs = cfg.check_block_size(block_size)
+    device = model.lm_head.weight.device
+    P = len(ids)
+    x0 = torch.full((-(-P // bs) * bs,), cfg.mask_token_id, dtype=torch.long, device=device)
+    x0[:P] = torch.tensor(ids, dtype=torch.long, device=device)
+    out: list[TokenLogprob | None] = [None] * min(P, 1)
+    for i in range(1, P):
+        cache = model.new_cache(1)
+        start = i // bs * bs
+        if start:
+            model.step(cache, commit=x0[None, :start], block_size=bs)
+        logits = model.step(cache, denoise=_variant(x0, i, bs, cfg.mask_token_id)[None], block_size=bs)
+        out += _entries(logits[0, i % bs][None], x0[i : i + 1], top, cfg.mask_token_id)
+    return out
