@@ -27,6 +27,8 @@ class RequestOutput:
     logprobs: list[TokenLogprob] | None = None  # one per token of token_ids, when asked for
     # one per prompt token (the first None: nothing before it), when asked for (clover.engine.scoring)
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it (vLLM's field)
+    stop_logprob: TokenLogprob | None = None  # that stop token's log-probability, when logprobs are asked
 
 
 @dataclass

@@ -41,6 +41,7 @@ class Request:
         self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector
         self.grammar = None  # TokenGrammar when params.grammar: set by the engine
         self.prompt_logprobs = None  # set at prefill when params.prompt_logprobs (Runner.prefill)
+        self.stop_logprob = None  # the stop token's, when one ended the request and logprobs are asked
         self.gstate = None  # the grammar's state after the tokens committed so far
         # statistics
         self.t_arrival = time.perf_counter()
@@ -81,6 +82,12 @@ class Request:
         if self.logprobs is not None:
             lps = (logprobs or [])[: len(new_ids)]
             self.logprobs += lps
+            if (
+                isinstance(self.text.stop_reason, int)
+                and self.stop_logprob is None
+                and len(logprobs or []) > len(new_ids)
+            ):
+                self.stop_logprob = logprobs[len(new_ids)]  # the stop token, right after the kept ones
         events: list[Event] = []
         if new_ids or delta:
             if self.t_first is None and new_ids:
@@ -109,6 +116,7 @@ class Request:
         text = self.text.text if self.tokenizer is not None else None
         lps = None if self.logprobs is None else self.logprobs[: self.n_generated]
         self.output = RequestOutput(
-            self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps, self.prompt_logprobs
-        )
+            self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps, self.prompt_logprobs,
+            self.text.stop_reason, self.stop_logprob,
+        )  # fmt: skip
         return Finished(self.id, self.output)

@@ -28,12 +28,13 @@ class TextStream:
         self.tokens: list[int] = []
         self.text = ""  # final text emitted so far
         self.finish_reason: str | None = "length" if max_tokens == 0 else None
+        self.stop_reason: int | str | None = None  # the stop token id or stop string that ended the text
 
     def add(self, ids: list[int]) -> tuple[list[int], str]:
         """Append a finished block's generated tokens; return the newly final (token ids, text)."""
         for j, t in enumerate(ids):
             if t in self.stop_ids:  # EOS: drop it and everything after it
-                ids, self.finish_reason = ids[:j], "stop"
+                ids, self.finish_reason, self.stop_reason = ids[:j], "stop", t
                 break
         ids = ids[: self.max_tokens - len(self.tokens)]
         start = len(self.tokens)
@@ -47,7 +48,7 @@ class TextStream:
         if hit is not None:
             idx, s = hit
             self.tokens = self.tokens[: self._tokens_through(start, idx + len(s))]
-            full, self.finish_reason = full[:idx], "stop"
+            full, self.finish_reason, self.stop_reason = full[:idx], "stop", s
         end = len(full) if self.finish_reason else len(full) - self._held_back(full)
         delta = full[len(self.text) : end] if end > len(self.text) else ""
         self.text += delta

@@ -358,7 +358,10 @@ def completion_response(rid: str, model: str, preps: list[Prepared], outs: list[
     choices = []
     for i, out in enumerate(outs):
         head, lp = echoed(out, tokenizer) if echo else ("", None)
-        gen = completion_logprobs(out.logprobs, tokenizer, len(head))
+        entries = out.logprobs
+        if echo and entries is not None and out.stop_logprob is not None:  # scoring tools count the EOS too
+            entries = [*entries, out.stop_logprob]
+        gen = completion_logprobs(entries, tokenizer, len(head))
         if lp is not None and gen is not None:
             lp = {k: lp[k] + gen[k] for k in lp}
         choices.append({"index": i, "text": head + (out.text or ""), "finish_reason": finish_reason(out, []),

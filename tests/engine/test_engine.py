@@ -107,7 +107,7 @@ def test_stop_strings_end_the_request_and_are_removed():
     at = free.text.index(stop)
     events = list(engine.stream(p, SamplingParams(max_tokens=30, stop=[stop, "not-there"])))
     out = events[-1].output
-    assert out.finish_reason == "stop" and out.text == free.text[:at]
+    assert out.finish_reason == "stop" and out.text == free.text[:at] and out.stop_reason == stop
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == out.text
     assert sum(len(e.token_ids) for e in events if isinstance(e, TextDelta)) == len(out.token_ids)
     assert stop in tok.decode(out.token_ids) and stop not in tok.decode(out.token_ids[:-1])

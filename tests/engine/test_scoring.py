@@ -81,3 +81,15 @@ def test_scoring_runs_under_inference_mode_and_leaves_the_model_unchanged():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     prompt_logprobs(model, list(range(20)), 8)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_outputs_name_what_stopped_them():
+    """``stop_reason`` (vLLM's field): the stop token id, or the stop string; with logprobs, the
+    stop token's own entry (echo scoring counts it as the generated token)."""
+    model = peaky_model()
+    engine = Engine(model, max_batch_size=4)
+    out = engine.generate([1, 2, 3], SamplingParams(max_tokens=8, logprobs=1, logit_bias={5: 100}))
+    assert out.finish_reason == "stop" and out.token_ids == [] and out.stop_reason == 5
+    assert out.stop_logprob.token_id == 5 and out.logprobs == []
+    plain = engine.generate([1, 2, 3], SamplingParams(max_tokens=4))
+    assert plain.stop_reason is None and plain.stop_logprob is None

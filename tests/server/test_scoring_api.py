@@ -41,6 +41,19 @@ def test_echo_with_logprobs_scores_the_prompt_as_the_engine_does(server, client,
     assert r0.choices[0].logprobs.token_logprobs[1:] == pytest.approx(lp.token_logprobs[1:-1], abs=1e-6)
 
 
+def test_echo_counts_a_generated_eos_as_the_generated_token(server, client, tokenizer):
+    """The harness drops the last entry as the generated token: when that token is EOS (text and
+    usage leave it out) its entry must still be there, or a continuation token would be dropped."""
+    ids = tokenizer.encode("Recall drone 4")
+    eos = {str(tokenizer.eos_token_id): 100}  # the model's first token is EOS
+    r = client.completions.create(model="clover", prompt=[ids], max_tokens=1, logprobs=1, echo=True, logit_bias=eos)
+    c = r.choices[0]
+    assert c.finish_reason == "stop" and r.usage.completion_tokens == 0 and c.text == tokenizer.decode(ids)
+    assert len(c.logprobs.token_logprobs) == len(ids) + 1 and c.logprobs.tokens[-1] == tokenizer.decode(
+        [tokenizer.eos_token_id]
+    )
+
+
 def test_echo_without_logprobs_and_streamed(server, client):
     r = client.completions.create(model="clover", prompt="Recall drone 4", max_tokens=3, echo=True)
     assert r.choices[0].text.startswith("Recall drone 4") and r.choices[0].logprobs is None
