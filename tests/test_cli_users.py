@@ -176,3 +176,17 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
     with pytest.raises(SystemExit) as e:
         main(["serve", str(BUNDLED), "--port", "0"])
     assert e.value.code == 0 and seen["model"] == str(BUNDLED)
+
+
+def test_generate_with_a_regex_or_a_choice(capsys):
+    import re
+
+    for extra, ok in [(["--choice", "yes", "--choice", "no"], lambda t: t in ("yes", "no")),
+                      (["--regex", r"D-\d{1,3}"], lambda t: re.fullmatch(r"D-\d{1,3}", t))]:  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(["generate", "Recall drone 17.", "--chat", "--threads", "1", "--max-tokens", "6", "--json", *extra])
+        assert e.value.code == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["finish_reason"] == "stop" and ok(out["text"]), out
+    assert "invalid regular expression" in _fails(["generate", "hi", "--regex", "(", "--threads", "1"], capsys)[1]
+    assert "not allowed with" in _fails(["generate", "hi", "--regex", "a", "--choice", "b"], capsys)[1]

@@ -154,6 +154,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise SystemExit("clover: --system needs --chat (a plain completion has no system turn)")
     if args.json_schema is not None:
         params.grammar = _schema_grammar(args.json_schema)
+    elif args.regex is not None or args.choice:
+        params.grammar = _text_grammar(args.regex, args.choice)
     elif args.chat:
         params.grammar = tools_grammar(_tools(args, model))
     engine = Engine(model, tokenizer)
@@ -215,6 +217,16 @@ def _schema_grammar(spec: str):
         raise SystemExit(f"clover: --json-schema: not a usable {kind}: {e}") from None
 
 
+def _text_grammar(pattern: str | None, choices: list[str] | None):
+    """``--regex`` (the whole output matches it) or ``--choice`` (the output is one of these)."""
+    from clover.engine.grammar import GrammarError, choice_grammar, regex_grammar
+
+    try:
+        return regex_grammar(pattern) if pattern is not None else choice_grammar([("", choices)])
+    except GrammarError as e:
+        raise SystemExit(f"clover: --{'regex' if pattern is not None else 'choice'}: {e}") from None
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from clover.engine.chat_ui import run_chat
 
@@ -233,10 +245,18 @@ def register(sub) -> None:
     g.add_argument("--chat", action="store_true", help="wrap the prompt as a user turn of the chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object (text, token ids, stats)")
     g.add_argument("--system", help="system prompt (with --chat)")
-    g.add_argument(
+    structured = g.add_mutually_exclusive_group()
+    structured.add_argument(
         "--json-schema",
         metavar="SCHEMA",
         help='constrain the output to JSON valid for this JSON Schema (inline or a file; {"type": "object"}: any object)',
+    )
+    structured.add_argument("--regex", metavar="PATTERN", help="constrain the output to a full match of this pattern")
+    structured.add_argument(
+        "--choice",
+        metavar="TEXT",
+        action="append",
+        help="the output is one of these (repeat: --choice yes --choice no)",
     )
     add_decoding_args(g)
     g.set_defaults(func=cmd_generate)

@@ -203,6 +203,8 @@ class Engine:
                 break
             nxt = g.step(state, t[q])
             if nxt is None:
+                if q == first and t[q] in g.eos:  # a dead end (no token continues the text): it ends here
+                    out[q] = True
                 break
             out[q], state = True, nxt
             if t[q] in g.eos:

@@ -1,4 +1,5 @@
-"""Structured output: generated text constrained to JSON, to a JSON Schema, or to tool calls.
+"""Structured output: generated text constrained to JSON, a JSON Schema, tool calls, a choice of
+strings or a regular expression.
 
 A grammar here is a byte-level pushdown automaton with immutable, hashable states: a state is
 ``(stack, ws)``, the stack a tuple of frames (tuples), ``ws`` the run of whitespace just read.
@@ -9,12 +10,18 @@ block and may commit further positions in the same pass when each one advances t
 (see ``Engine._grammar_commit``), so constrained output still fills several tokens per pass.
 
 Schemas are compiled by ``clover.engine.json_schema`` (what is supported is listed there).
+Regular expressions use the ``regex`` module's syntax (Python's ``re``, plus possessive and
+atomic forms) and its partial matching: a byte may come next when the text so far is still the
+beginning of a full match.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from functools import lru_cache
+
+import regex
 
 from clover.engine.json_schema import GrammarError, Schemas, offset_nodes, str_body
 
@@ -25,6 +32,7 @@ __all__ = [
     "TokenTable",
     "choice_grammar",
     "json_grammar",
+    "regex_grammar",
     "tool_call_grammar",
 ]
 
@@ -35,7 +43,13 @@ _NUM_START = frozenset(b"-0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESC = frozenset(b'"\\/bfnrtu')
 _NUM_END = frozenset(("zero", "int", "frac", "exp"))
+MAX_REGEX_CHARS = 4096
+REGEX_TIMEOUT_S = 0.05  # per match; a pattern that backtracks longer is treated as not matching there
 _NUM_DIGIT = {"zero": None, "int": "int", "dot": "frac", "frac": "frac", "e": "exp", "esign": "exp", "exp": "exp"}
+
+
+def _utf8_length(lead: int) -> int:
+    return 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
 def _value_may_end(f: tuple) -> bool:
@@ -55,10 +69,12 @@ def _value_may_end(f: tuple) -> bool:
 #         ("alt", table, typed)                one of the table's literals, then its continuation
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
+#         ("re", index, typed)                 text that is still the beginning of a full match
 class Grammar:
-    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = ()):
+    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
         self.start_state = (start, 0)
         self.tables = list(tables)
+        self.regexes = list(regexes)  # compiled ``regex`` patterns, by index
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.advance = lru_cache(maxsize=65536)(self._advance)
         self.allowed_cache: dict = {}  # (token table, eos ids, state) -> allowed ids, shared by requests
@@ -71,6 +87,8 @@ class Grammar:
     def complete(self, state) -> bool:
         """The text may end here (a number or literal at the very end ends with it)."""
         stack = state[0]
+        if stack and stack[-1][0] == "re":
+            return self._regex_matches(stack[-1], partial=False) and len(stack) == 1
         if stack and _value_may_end(stack[-1]):
             stack = stack[:-1]
         return all(f[0] == "more" or (f[0] == "free" and f[2] == 0) for f in stack)
@@ -135,12 +153,35 @@ class Grammar:
             if m == len(trig):  # a call starts: the call grammar, then free text again
                 return (*rest, ("free", trig, 0, f[3]), ("alt", 0, b""), ("lit", f[3], 0))
             return (*rest, ("free", trig, m, f[3]))
+        if kind == "re":
+            g = ("re", f[1], f[2] + bytes([b]))
+            return (*rest, g) if self._regex_matches(g, partial=True) else None
         if kind == "more":
             sep = f[2]
             if sep[0] != b:
                 return None
             return (*rest, f, ("alt", f[1], b""), *([("lit", sep, 1)] if len(sep) > 1 else []))
         return None
+
+    def _regex_matches(self, f: tuple, partial: bool) -> bool:
+        """The frame's text fully matches its pattern, or (``partial``) may still grow into a match.
+        A character with its last UTF-8 byte missing counts when one of its 64 possible endings
+        keeps a match possible; one missing more bytes is refused (checking its up to 4,096 or
+        262,144 endings would cost too much for every state; so a character the tokenizer can
+        only spell byte by byte from a three- or four-byte lead cannot be generated)."""
+        rx, data = self.regexes[f[1]], f[2]
+        dec = codecs.getincrementaldecoder("utf-8")()
+        try:
+            text = dec.decode(data, final=not partial)
+            pending = dec.getstate()[0]
+            if pending:
+                if _utf8_length(pending[0]) - len(pending) > 1:
+                    return False
+                ends = (codecs.decode(pending + bytes([c]), "utf-8", "ignore") for c in range(0x80, 0xC0))
+                return any(e and rx.fullmatch(text + e, partial=True, timeout=REGEX_TIMEOUT_S) for e in ends)
+            return rx.fullmatch(text, partial=partial, timeout=REGEX_TIMEOUT_S) is not None
+        except (UnicodeDecodeError, TimeoutError):
+            return False
 
     def _after_value(self, rest, b):
         """A value ended just before byte ``b``: feed it to the frame below."""
@@ -328,6 +369,19 @@ def choice_grammar(parts: list[tuple[str, list[str]]]) -> Grammar:
         if prefix:
             frames.append(("lit", prefix.encode(), 0))
     return Grammar(tuple(frames), [])
+
+
+def regex_grammar(pattern: str) -> Grammar:
+    """Text that fully matches ``pattern`` (vLLM's ``guided_regex``, SGLang's ``regex``)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise GrammarError("a regular expression must be a non-empty string")
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise GrammarError(f"the regular expression is {len(pattern)} characters; at most {MAX_REGEX_CHARS}")
+    try:
+        rx = regex.compile(pattern)
+    except (regex.error, OverflowError, RecursionError) as e:
+        raise GrammarError(f"invalid regular expression: {e}") from None
+    return Grammar((("re", 0, b""),), [], regexes=[rx])
 
 
 # -- tokens ----------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ with one tool is that tool named; with several it prefills ``<tool_call>{"name":
 decode under a grammar (``clover.engine.grammar``): only offered names, arguments valid for
 the function's JSON Schema, further calls only where ``parallel_tool_calls`` allows. Under
 ``auto`` the model writes freely, and a call it opens is held to the same grammar.
-``response_format`` ``json_object`` / ``json_schema`` constrains the answer the same way.
+``response_format`` ``json_object`` / ``json_schema`` (or vLLM's ``guided_json`` /
+``guided_choice`` / ``guided_regex``, SGLang's ``regex``: ``structured.request_grammar``)
+constrains the answer the same way, on chat and text completions alike.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
 from clover.server.errors import APIError, bad_request, from_validation, too_large
 from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
-from clover.server.structured import NAME_OPEN, clean_schema, modern_message, response_grammar, tool_grammar
+from clover.server.structured import NAME_OPEN, clean_schema, modern_message, request_grammar, tool_grammar
 
 
 @dataclass
@@ -78,7 +80,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
-    grammar = response_grammar(req.response_format)
+    grammar, asked = request_grammar(req)
     choice = req.tool_choice or "auto"
     prefill = ""
     names = list(dict.fromkeys(t["function"]["name"] for t in tools or []))
@@ -96,8 +98,8 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         prefill = f"{TOOL_OPEN}{NAME_OPEN}{name}"
         names = [name]
     if prefill and grammar is not None:
-        raise bad_request("response_format json cannot be combined with tool_choice required or named",
-                          "response_format")  # fmt: skip
+        raise bad_request(f"{asked} (structured output) cannot be combined with tool_choice required or named",
+                          asked)  # fmt: skip
     if tools and choice != "none" and grammar is None:  # calls: offered names, arguments valid for their schemas
         schemas = {
             t["function"]["name"]: clean_schema(t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})",
@@ -210,6 +212,15 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
             raise bad_request(f"prompt token ids must lie in [0, {limits.vocab_size})", "prompt")
         out.append(list(q))
     return out
+
+
+def prepare_completions(req: CompletionRequest, tokenizer, limits: Limits) -> list[Prepared]:
+    """A text completion request → one Prepared per prompt (its grammar, when one is asked, on each)."""
+    grammar, _ = request_grammar(req)
+    preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in completion_prompts(req, tokenizer, limits)]
+    for p in preps:
+        p.params.grammar = grammar
+    return preps
 
 
 def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:

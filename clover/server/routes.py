@@ -25,11 +25,10 @@ from clover.server.protocol import (
     choice_params,
     clover_stats,
     completion_logprobs,
-    completion_prompts,
     completion_response,
     finish_reason,
-    prepare,
     prepare_chat,
+    prepare_completions,
     start_record,
     step_record,
     tokenize_request,
@@ -295,9 +294,7 @@ async def completions(request: Request):
         raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
                           "send stream: false", "echo")  # fmt: skip
     n = req.n or 1
-    preps = [
-        prepare(req, ids, s.limits, None, req.max_tokens) for ids in completion_prompts(req, s.tokenizer, s.limits)
-    ]
+    preps = prepare_completions(req, s.tokenizer, s.limits)
     items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
     handles = s.submit(items, "cmpl")
     if not req.stream:

@@ -81,6 +81,17 @@ class Sampling(_Open):
     threshold: float | None = Field(None, gt=0, le=1)
     policy: str | None = None
     steps_per_block: int | None = Field(None, ge=1)
+    # structured output (clover.server.structured.request_grammar): OpenAI's response_format, or the
+    # extras vLLM (guided_*, structured_outputs) and SGLang (regex, json_schema, ebnf) clients send
+    response_format: dict | None = None  # text, json_object or json_schema
+    guided_json: dict | bool | str | None = None
+    guided_choice: list[Annotated[str, Field(max_length=2000)]] | None = Field(None, max_length=256)
+    guided_regex: str | None = None
+    guided_grammar: str | None = None
+    structured_outputs: dict | None = None
+    regex: str | None = None
+    json_schema: dict | bool | str | None = None
+    ebnf: str | None = None
 
 
 class ChatRequest(Sampling):
@@ -91,7 +102,6 @@ class ChatRequest(Sampling):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     parallel_tool_calls: bool | None = None  # false: at most one tool call per turn
-    response_format: dict | None = None  # text, json_object or json_schema
     # OpenAI's deprecated function calling, as older clients send it: mapped onto tools (one call
     # per turn) and answered in its own shape (message.function_call, finish_reason "function_call")
     functions: list[FunctionDef] | None = None

@@ -1,5 +1,6 @@
-"""Structured output and legacy shapes for the OpenAI routes: the grammar a chat request decodes
-under (``response_format``, tool calls) and OpenAI's deprecated function-calling messages.
+"""Structured output and legacy shapes for the OpenAI routes: the grammar a request decodes under
+(``response_format``, vLLM's and SGLang's structured-output extras, tool calls) and OpenAI's
+deprecated function-calling messages.
 
 Compiled grammars are cached by their JSON (agents resend the same tools every turn), so their
 per-state token sets (cached on the grammar) are shared by the requests that use them.
@@ -11,7 +12,7 @@ import json
 from functools import lru_cache
 
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
-from clover.engine.grammar import Grammar, GrammarError, json_grammar, tool_call_grammar
+from clover.engine.grammar import Grammar, GrammarError, choice_grammar, json_grammar, regex_grammar, tool_call_grammar
 from clover.engine.json_schema import clean_schema as engine_clean_schema
 from clover.server.errors import bad_request
 
@@ -37,6 +38,76 @@ def tool_grammar(schemas_json: str, prefill: str, parallel: bool, auto: bool) ->
 @lru_cache(maxsize=64)
 def _schema_grammar(schema_json: str) -> Grammar:
     return json_grammar(json.loads(schema_json))
+
+
+@lru_cache(maxsize=64)
+def _choice(options: tuple[str, ...]) -> Grammar:
+    return choice_grammar([("", list(options))])
+
+
+_regex = lru_cache(maxsize=64)(regex_grammar)
+
+# the structured-output fields clients send besides response_format, and where each comes from:
+# vLLM's guided_* (and structured_outputs since 0.10), SGLang's regex / json_schema / ebnf
+_EXTRAS = {"guided_json": "json", "guided_choice": "choice", "guided_regex": "regex", "guided_grammar": "grammar",
+           "json_schema": "json", "regex": "regex", "ebnf": "grammar"}  # fmt: skip
+_STRUCTURED_OUTPUTS = {"json": "json", "json_object": "json_object", "choice": "choice", "regex": "regex",
+                       "grammar": "grammar", "structural_tag": "structural_tag"}  # fmt: skip
+
+
+def request_grammar(req) -> tuple[Grammar | None, str | None]:
+    """The grammar a chat or completion request's output must follow, and the field that asked
+    for it: OpenAI's ``response_format``; vLLM's ``guided_json`` / ``guided_choice`` /
+    ``guided_regex`` or ``structured_outputs`` ``{json | json_object | choice | regex}``; SGLang's
+    ``json_schema`` / ``regex``. At most one; grammars in EBNF / Lark and structural tags are 400s."""
+    asked = []  # (param, kind, value)
+    fmt = req.response_format
+    if fmt is not None and (fmt.get("type") or "text") != "text":
+        asked.append(("response_format", "response_format", fmt))
+    for name, kind in _EXTRAS.items():
+        v = getattr(req, name, None)
+        if v is not None:
+            asked.append((name, kind, v))
+    for key, v in (req.structured_outputs or {}).items():
+        if key in _STRUCTURED_OUTPUTS and v is not None and v is not False:
+            asked.append((f"structured_outputs.{key}", _STRUCTURED_OUTPUTS[key], v))
+    if not asked:
+        return None, None
+    if len(asked) > 1:
+        raise bad_request(
+            f"give one structured-output constraint, not {' and '.join(a[0] for a in asked)}", asked[1][0]
+        )
+    param, kind, v = asked[0]
+    if kind == "response_format":
+        return response_grammar(v), param
+    if kind in ("grammar", "structural_tag"):
+        raise bad_request(f"{param}: grammars in EBNF / Lark and structural tags are not supported; constrain the "
+                          "output with a JSON schema, a choice of strings or a regular expression", param)  # fmt: skip
+    if kind == "json_object":
+        return _schema_grammar('{"type": "object"}'), param
+    if kind == "choice":
+        if not isinstance(v, list) or not v or not all(isinstance(o, str) and o for o in v):
+            raise bad_request(f"{param} must be a non-empty list of non-empty strings", param)
+        return _choice(tuple(v)), param
+    if kind == "regex":
+        try:
+            return _regex(v), param
+        except GrammarError as e:
+            raise bad_request(f"{param}: {e}", param) from None
+    if isinstance(v, str):  # a schema sent as JSON text (vLLM takes both; SGLang's json_schema is text)
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise bad_request(
+                f"{param} is not valid JSON (a JSON Schema as an object or as JSON text)", param
+            ) from None
+    if not isinstance(v, (dict, bool)):
+        raise bad_request(f"{param} must be a JSON Schema (an object)", param)
+    schema = clean_schema(v, param, param)
+    try:
+        return _schema_grammar(json.dumps(schema, sort_keys=True)), param
+    except GrammarError as e:
+        raise bad_request(f"{param}: {e}", param) from None
 
 
 def modern_message(m: dict) -> dict:

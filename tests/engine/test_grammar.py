@@ -10,7 +10,15 @@ from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, parse_assistant, render
 from clover.data.tokenizer import CloverTokenizer
 from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
-from clover.engine.grammar import GrammarError, TokenGrammar, TokenTable, json_grammar, tool_call_grammar
+from clover.engine.grammar import (
+    GrammarError,
+    TokenGrammar,
+    TokenTable,
+    choice_grammar,
+    json_grammar,
+    regex_grammar,
+    tool_call_grammar,
+)
 from clover.model.io import load_model
 
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
@@ -219,3 +227,92 @@ def test_malformed_schemas_are_grammar_errors_not_crashes():
         json_grammar(deep)
     g = json_grammar({"type": "object", "properties": {"a": {"type": "string", "required": True}}, "required": None})
     assert g.accepts('{"a": "x"}') and not g.accepts("{}")  # draft-3 flag honoured, null dropped
+
+
+@pytest.mark.parametrize(
+    "pattern, text, ok",
+    [(r"D-\d{1,3}", "D-17", True), (r"D-\d{1,3}", "D-1234", False), (r"D-\d{1,3}", "D-", False),
+     (r"(yes|no)", "yes", True), (r"(yes|no)", "yesno", False), (r"[a-z ]+", "north pier", True),
+     (r"\d{2}:\d{2}", "18:00", True), (r"\d{2}:\d{2}", "6pm", False), (r"café|tea", "café", True),
+     (r"(?i)ok", "OK", True), (r"a*", "", True)],
+)  # fmt: skip
+def test_regex_grammar_is_a_full_match(pattern, text, ok):
+    import regex
+
+    g = regex_grammar(pattern)
+    assert g.accepts(text) == ok == bool(regex.fullmatch(pattern, text))
+    # every prefix of a match may continue; a byte that leaves the pattern's prefixes is refused at once
+    if ok:
+        data = text.encode()
+        assert all(g.advance(g.start_state, data[:i]) is not None for i in range(len(data) + 1))
+
+
+def test_regex_grammar_utf8_pieces_and_errors():
+    g = regex_grammar("caf(é|e)")
+    half = g.advance(g.start_state, b"caf" + "é".encode()[:1])  # the first byte of é: may go on
+    assert half is not None and not g.complete(half)
+    assert g.advance(half, "é".encode()[1:]) is not None and g.accepts("café")
+    assert g.advance(g.start_state, b"caf\xff") is None and g.advance(g.start_state, b"cafx") is None
+    for bad in ["(", "", "a" * 5000, "[z-a]"]:
+        with pytest.raises(GrammarError):
+            regex_grammar(bad)
+
+
+def test_choice_and_regex_token_sets_agree_with_the_slow_reference(bundled):
+    """Allowed tokens under a regex are exactly those whose text keeps a full match possible
+    (slow reference: ``regex.fullmatch(partial=True)`` on every token's text); a token that
+    ends one byte short of a character is allowed where one of its endings could follow."""
+    import regex
+
+    _, tok = bundled
+    table = TokenTable(tok)
+
+    def viable(pattern, data: bytes) -> bool:
+        try:
+            return bool(regex.fullmatch(pattern, data.decode(), partial=True))
+        except UnicodeDecodeError as e:
+            if e.reason != "unexpected end of data":
+                return False
+            head, tail = data[: e.start], data[e.start :]  # tail: a character cut short
+            need = (2 if tail[0] < 0xE0 else 3 if tail[0] < 0xF0 else 4) - len(tail)
+            if need > 1:  # too many endings to check: refused
+                return False
+            return any(viable(pattern, head + tail + bytes([c])) for c in range(0x80, 0xC0))
+
+    for pattern, text in [(r"D-\d{1,3} (survey|mapping)", "D-17 mapping"), (r"caf(é|e) [a-zé]+", "café ézé")]:
+        tg = TokenGrammar(regex_grammar(pattern), table, tok.eos_token_ids)
+        state, done = tg.start, b""
+        for t in tok.encode(text):
+            ref = [i for i, bs in enumerate(table.bytes) if bs and i not in table.atomic and viable(pattern, done + bs)]
+            if regex.fullmatch(pattern, done.decode("utf-8", "replace")):  # a full match may end: EOS too
+                ref += tok.eos_token_ids
+            assert sorted(tg.allowed(state)) == sorted(ref)
+            state, done = tg.step(state, t), done + table.bytes[t]
+        assert tg.g.complete(state)
+    cg = TokenGrammar(choice_grammar([("", ["survey", "search_and_rescue"])]), table, tok.eos_token_ids)
+    assert all(tok.decode([i]) and ("survey".startswith(tok.decode([i])) or "search_and_rescue".startswith(
+        tok.decode([i]))) for i in cg.allowed(cg.start))  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["ar", "threshold"])
+def test_decoding_under_a_regex_and_a_choice(bundled, policy):
+    import regex
+
+    engine, tok = bundled
+    ids = _prompt(tok, "Recall drone 17.")
+    for g, ok in [(regex_grammar(r"D-\d{1,4}"), lambda s: regex.fullmatch(r"D-\d{1,4}", s)),
+                  (choice_grammar([("", ["yes", "no", "maybe later"])]), lambda s: s in ("yes", "no", "maybe later"))]:  # fmt: skip
+        for seed in range(3):
+            out = engine.generate(ids, SamplingParams(max_tokens=12, policy=policy, grammar=g, temperature=1.0,
+                                                      seed=seed))  # fmt: skip
+            assert out.finish_reason == "stop" and ok(out.text), out.text
+
+
+def test_a_grammar_dead_end_ends_the_request(bundled):
+    """Where no token continues the text (here: a four-byte character this tokenizer only spells
+    byte by byte), the request ends instead of passing forever."""
+    engine, tok = bundled
+    g = regex_grammar("🚁 D-\\d")
+    assert not TokenGrammar(g, TokenTable(tok), tok.eos_token_ids).allowed(g.start_state)
+    out = engine.generate(_prompt(tok, "Recall drone 17."), SamplingParams(max_tokens=8, grammar=g))
+    assert out.finish_reason == "stop" and out.text == ""

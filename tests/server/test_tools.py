@@ -1,6 +1,7 @@
 """Tool calls: parsed into OpenAI tool_calls (plain and streamed), tool results, tool_choice."""
 
 import json
+import re
 
 import openai
 import pytest
@@ -247,3 +248,63 @@ def test_legacy_functions_and_function_call(forced, tokenizer):
     assert "<tools>" not in prompt and r.choices[0].message.content == "It is returning."
     with pytest.raises(openai.BadRequestError, match="cannot be combined"):
         client.chat.completions.create(model="clover", messages=MSG, functions=functions, tools=AIRSPACE_TOOLS)
+
+
+def test_vllm_and_sglang_structured_output_extras(forced):
+    """What vLLM clients send in ``extra_body`` (``guided_choice`` / ``guided_regex`` /
+    ``guided_json``, ``structured_outputs``) and SGLang's (``regex``, ``json_schema`` as text)
+    constrain chat and text completions alike."""
+    engine, client = forced
+    engine.force(None)  # the random model itself, under the grammar
+    options = ["positive", "negative", "neutral"]
+    for seed in range(3):
+        r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, temperature=1.0, seed=seed,
+                                           extra_body={"guided_choice": options})  # fmt: skip
+        assert r.choices[0].message.content in options and r.choices[0].finish_reason == "stop"
+        r = client.completions.create(model="clover", prompt="Sentiment:", max_tokens=12, temperature=1.0, seed=seed,
+                                      extra_body={"structured_outputs": {"choice": options}})  # fmt: skip
+        assert r.choices[0].text in options
+    for body in [
+        {"guided_regex": r"D-\d{1,3}"},
+        {"regex": r"D-\d{1,3}"},
+        {"structured_outputs": {"regex": r"D-\d{1,3}"}},
+    ]:
+        r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, temperature=1.0, seed=1,
+                                           extra_body=body)  # fmt: skip
+        assert re.fullmatch(r"D-\d{1,3}", r.choices[0].message.content), (body, r.choices[0].message.content)
+    schema = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}}, "required": ["drone_id"]}
+    for body in [{"guided_json": schema}, {"guided_json": json.dumps(schema)}, {"json_schema": json.dumps(schema)},
+                 {"structured_outputs": {"json": schema}}, {"response_format": {"type": "json_schema", "json_schema": {
+                     "name": "s", "schema": schema}}}]:  # fmt: skip
+        r = client.completions.create(model="clover", prompt="Status:", max_tokens=20, extra_body=body)
+        g = engine.grammars[-1]
+        assert g.accepts('{"drone_id": "D-2"}') and not g.accepts('{"drone_id": "D-3"}'), body
+        if r.choices[0].finish_reason == "stop":
+            assert json.loads(r.choices[0].text)["drone_id"] in ("D-1", "D-2")
+    client.chat.completions.create(model="clover", messages=MSG, max_tokens=4,
+                                   extra_body={"structured_outputs": {"json_object": True}})  # fmt: skip
+    assert engine.grammars[-1].accepts('{"a": 1}') and not engine.grammars[-1].accepts("[1]")
+    client.chat.completions.create(model="clover", messages=MSG, max_tokens=4,
+                                   extra_body={"guided_decoding_backend": "xgrammar"})  # fmt: skip
+    assert engine.grammars[-1] is None  # backend choice and other knobs alone ask for nothing
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
+     ({"guided_json": {}, "response_format": {"type": "json_object"}}, "guided_json"),
+     ({"guided_grammar": "root ::= 'a'"}, "guided_grammar"), ({"ebnf": "root ::= 'a'"}, "ebnf"),
+     ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
+     ({"guided_regex": "("}, "guided_regex"), ({"guided_choice": []}, "guided_choice"),
+     ({"guided_choice": ["a", ""]}, "guided_choice"), ({"guided_json": "{not json"}, "guided_json"),
+     ({"guided_json": {"type": "weird"}}, "guided_json"), ({"guided_json": [1]}, "guided_json"),
+     ({"guided_json": {}, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, "guided_json")],
+)  # fmt: skip
+def test_structured_output_extras_refused_by_name(forced, body, param):
+    _, client = forced
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="clover", messages=MSG, max_tokens=4, extra_body=body)
+    assert e.value.body["param"] == param, e.value.body
+    if not body.get("tools"):
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="clover", prompt="x", max_tokens=4, extra_body=body)
