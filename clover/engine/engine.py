@@ -165,7 +165,9 @@ class Engine:
             if req.counts is not None:
                 done = ~batch.masked[r] & batch.wanted[r]  # generated positions committed in this block
                 now = req.counts + torch.bincount(batch.x[r][done], minlength=len(req.counts))
-                adjust_logits(logits[r], req.params, now, req.bias)
+                adjust_logits(logits[r], req.params, now, req.bias, req.in_prompt)
+            if req.grammar is None and (req.banned or req.params.min_tokens):  # a grammar decides where it ends
+                self._ban_stops(logits[r], req, batch.allowed[r])
         constrained = [(r, req) for r, req in enumerate(batch.requests) if req.grammar is not None]
         allowed = list(batch.allowed)  # + this pass's grammar slot: the leftmost open position of a constrained row
         for r, req in constrained:
@@ -186,6 +188,21 @@ class Engine:
         for r, req in constrained:
             commit[r], edit[r] = self._grammar_commit(req, cand[r], ch.tok[r], ch.conf[r]), False
         return self._step_events(batch, batch.apply(ch, commit, edit))
+
+    @staticmethod
+    def _ban_stops(logits: torch.Tensor, req: Request, slots: dict) -> None:
+        """``ignore_eos``: the model's EOS ids at every position; ``min_tokens``: every stop id at
+        positions before that many generated tokens. Constrained slots keep their allowed sets."""
+        bans = []
+        if req.banned:
+            bans.append((len(logits), req.banned))
+        upto = req.params.min_tokens - (req.n_generated - req.gen_lo)  # block positions before min_tokens
+        if upto > 0 and req.stop_ids:
+            bans.append((min(upto, len(logits)), req.stop_ids))
+        for upto, ids in bans:
+            rows = [i for i in range(upto) if i not in slots]
+            if rows:
+                logits[torch.tensor(rows)[:, None], torch.tensor(ids)[None, :]] = -float("inf")
 
     @staticmethod
     def _grammar_commit(req: Request, cand: torch.Tensor, tok: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
@@ -270,9 +287,12 @@ class Engine:
             raise ValueError(f"logit_bias has token id {max(params.logit_bias)} outside the vocabulary of {V}")
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need an engine with a tokenizer")
-        stop_ids = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer)) | set(params.stop_token_ids or [])
+        eos = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer))
+        stop_ids = (set() if params.ignore_eos else eos) | set(params.stop_token_ids or [])
         rid = uuid.uuid4().hex if rid is None else str(rid)
         req = Request(rid, prompt, params, bs, stop_ids, self.tokenizer, self.runner.device)
+        if params.ignore_eos:
+            req.banned = sorted(eos - stop_ids)
         if params.grammar is not None:
             if self.tokenizer is None:
                 raise ValueError("a grammar needs an engine with a tokenizer")
@@ -286,6 +306,9 @@ class Engine:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
             if params.logit_bias:
                 req.bias = logit_bias_vector(params.logit_bias, V, self.runner.device)
+            if params.repetition_penalty != 1:
+                req.in_prompt = torch.zeros(V, dtype=torch.bool, device=self.runner.device)
+                req.in_prompt[torch.tensor(prompt, dtype=torch.long, device=self.runner.device)] = True
         return req
 
     def _account(self, events: list[Event], t0: float) -> None:

@@ -44,6 +44,10 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from the logit of every token already generated (-2..2)
     frequency_penalty: float = 0.0  # subtracted once per earlier occurrence of the token (-2..2)
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit (-100..100)
+    repetition_penalty: float = 1.0  # > 0; tokens in the prompt or generated: logit / p if positive, else * p
+    min_p: float = 0.0  # sampling: drop tokens less likely than min_p x the most likely one (0..1)
+    min_tokens: int = 0  # stop tokens (EOS included) cannot come before this many generated tokens
+    ignore_eos: bool = False  # the model's EOS never comes: run to max_tokens (stop_token_ids still stop)
     grammar: Grammar | None = None  # structured output (clover.engine.grammar): JSON, a JSON Schema, tool calls
 
     def __post_init__(self) -> None:
@@ -95,6 +99,20 @@ class SamplingParams:
                 problems.append(
                     f"logit_bias must map token ids >= 0 to numbers in [-100, 100], got {self.logit_bias!r}"
                 )
+        if not _is_num(self.repetition_penalty) or self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty must be > 0 (1: off), got {self.repetition_penalty!r}")
+        if not _is_num(self.min_p) or not 0 <= self.min_p <= 1:
+            problems.append(f"min_p must lie in [0, 1], got {self.min_p!r}")
+        if not _is_int(self.min_tokens) or self.min_tokens < 0:
+            problems.append(f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        elif _is_int(self.max_tokens) and self.min_tokens > self.max_tokens:
+            problems.append(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if not isinstance(self.ignore_eos, bool):
+            problems.append(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
+        elif self.ignore_eos and self.grammar is not None:
+            problems.append(
+                "ignore_eos cannot be combined with a grammar (structured output, tool calls: they end at EOS)"
+            )
         if self.grammar is not None and not isinstance(self.grammar, Grammar):
             problems.append(f"grammar must be a clover.engine.grammar.Grammar, got {type(self.grammar).__name__}")
         if self.grammar is not None and self.allowed:
@@ -108,4 +126,4 @@ class SamplingParams:
 
     @property
     def adjusts_logits(self) -> bool:
-        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias or self.repetition_penalty != 1)

@@ -39,6 +39,8 @@ class Request:
         self.logprobs: list[TokenLogprob] | None = None if params.logprobs is None else []
         self.counts: torch.Tensor | None = None  # [V] committed tokens so far (penalties), set by the engine
         self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector
+        self.in_prompt: torch.Tensor | None = None  # [V] bool, the prompt's tokens (repetition_penalty)
+        self.banned: list[int] = []  # the model's EOS ids under ignore_eos: never chosen
         self.grammar = None  # TokenGrammar when params.grammar: set by the engine
         self.prompt_logprobs = None  # set at prefill when params.prompt_logprobs (Runner.prefill)
         self.stop_logprob = None  # the stop token's, when one ended the request and logprobs are asked

@@ -2,7 +2,7 @@
 
 Constrained slots are masked to their allowed set first, so nothing else can ever come out;
 the mask token is never produced unless a slot allows it. Greedy rows are done together;
-sampled rows use their own ``torch.Generator`` (temperature, top-k, top-p) and draw once per
+sampled rows use their own ``torch.Generator`` (temperature, top-k, top-p, min-p) and draw once per
 position of the block each pass, so a seeded request is reproducible in any batch.
 The confidence is the probability of the chosen token under the distribution it came from.
 Log-probabilities (for ``logprobs``) are the model's, after constraints and before temperature,
@@ -34,9 +34,16 @@ def logit_bias_vector(logit_bias: dict[int, float], vocab_size: int, device=None
     return v
 
 
-def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """In place, one request's logits ``[n, V]``: + logit_bias, - presence_penalty for every token
+def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None,
+                  in_prompt: torch.Tensor | None = None) -> None:  # fmt: skip
+    """In place, one request's logits ``[n, V]``: repetition_penalty on every token of the prompt
+    (``in_prompt [V]`` bool) or generated so far (divides a positive logit, multiplies a negative
+    one, as Hugging Face and vLLM), then + logit_bias, - presence_penalty for every token
     generated so far, - frequency_penalty per earlier occurrence (``counts [V]``: committed tokens)."""
+    if params.repetition_penalty != 1:
+        seen = counts > 0 if in_prompt is None else (counts > 0) | in_prompt
+        pen = torch.where(logits > 0, 1 / params.repetition_penalty, params.repetition_penalty)
+        logits.mul_(torch.where(seen, pen, torch.ones_like(pen)))
     adj = torch.zeros_like(logits[0]) if bias is None else bias.to(logits.dtype).clone()
     if params.presence_penalty:
         adj -= params.presence_penalty * (counts > 0).to(logits.dtype)
@@ -89,5 +96,8 @@ def _sample(logits: torch.Tensor, cur: torch.Tensor, req: Request):
         drop = sp.cumsum(-1) - sp > p.top_p  # keep the smallest prefix reaching top_p (>= 1 token)
         z = z.masked_fill(torch.zeros_like(drop).scatter(-1, si, drop), -float("inf"))
     probs = z.softmax(-1)
+    if p.min_p > 0:  # keep tokens at least min_p times as likely as the most likely one
+        probs = probs.masked_fill(probs < p.min_p * probs.max(-1, keepdim=True).values, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
     tok = torch.multinomial(probs, 1, generator=req.generator)[:, 0]  # one draw per position of the block
     return tok, probs.gather(1, tok[:, None])[:, 0], probs.gather(1, cur[:, None])[:, 0]

@@ -124,7 +124,7 @@ def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: li
     text, prefill, tool_names, grammar = chat_prompt(req, tokenizer, limits)
     prep = prepare(req, tokenizer.encode(text), limits, stop_token_ids, req.max_completion_tokens or req.max_tokens)
     prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
-    prep.params.grammar = grammar
+    with_grammar(prep, grammar)
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
@@ -219,7 +219,7 @@ def prepare_completions(req: CompletionRequest, tokenizer, limits: Limits) -> li
     grammar, _ = request_grammar(req)
     preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in completion_prompts(req, tokenizer, limits)]
     for p in preps:
-        p.params.grammar = grammar
+        with_grammar(p, grammar)
     return preps
 
 
@@ -265,11 +265,21 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
         "top_k": req.top_k, "seed": req.seed, "logprobs": logprobs_wanted(req),
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
         "logit_bias": _logit_bias(req.logit_bias, limits.vocab_size),
+        "repetition_penalty": req.repetition_penalty, "min_p": req.min_p, "min_tokens": req.min_tokens,
+        "ignore_eos": req.ignore_eos,
     }  # fmt: skip
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if req.stop_token_ids and limits.vocab_size and not all(0 <= t < limits.vocab_size for t in req.stop_token_ids):
+        raise bad_request(f"stop_token_ids must be token ids of this model (0..{limits.vocab_size - 1})",
+                          "stop_token_ids")  # fmt: skip
+    # ignore_eos: the chat's end-of-turn ids do not stop either; the client's own stop_token_ids do
+    stops = [*([] if req.ignore_eos else stop_token_ids or []), *(req.stop_token_ids or [])]
+    if req.min_tokens is not None and req.min_tokens > max_tokens:
+        raise bad_request(f"min_tokens ({req.min_tokens}) is more than the tokens asked for ({max_tokens})",
+                          "min_tokens")  # fmt: skip
     try:
         params = SamplingParams(
-            max_tokens=max_tokens, stop=stop, stop_token_ids=stop_token_ids,
+            max_tokens=max_tokens, stop=stop, stop_token_ids=stops or None,
             **{k: v for k, v in knobs.items() if v is not None},
         )  # fmt: skip
     except ValueError as e:
@@ -294,8 +304,18 @@ def _logit_bias(bias: dict[str, float] | None, vocab_size: int) -> dict[int, flo
     return out
 
 
+def with_grammar(prep: Prepared, grammar: Grammar | None) -> None:
+    """The request's grammar into its sampling parameters (checked with the rest of them)."""
+    if grammar is None:
+        return
+    try:
+        prep.params = replace(prep.params, grammar=grammar)
+    except ValueError as e:
+        raise bad_request(str(e), _param_of(str(e))) from None
+
+
 def _param_of(message: str) -> str | None:
-    for name in ("max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
+    for name in ("min_tokens", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
                  "top_k", "seed", "stop", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):  # fmt: skip
         if name in message:
             return name

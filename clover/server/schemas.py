@@ -1,6 +1,7 @@
 """Request bodies (pydantic). Unknown fields are accepted and ignored, as OpenAI clients send many;
-Clover extras (``block_size``, ``threshold``, ``policy``, ``steps_per_block``, ``top_k``,
-``stream_options.include_steps``) sit next to the OpenAI ones."""
+vLLM's sampling and structured-output extras and Clover's own (``block_size``, ``threshold``,
+``policy``, ``steps_per_block``, ``top_k``, ``stream_options.include_steps``) sit next to the
+OpenAI ones."""
 
 from __future__ import annotations
 
@@ -76,6 +77,12 @@ class Sampling(_Open):
     n: int | None = 1
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    # vLLM's sampling extras
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    min_p: float | None = Field(None, ge=0, le=1)
+    min_tokens: int | None = Field(None, ge=0)
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = Field(None, max_length=16)
     # Clover extras
     block_size: int | None = Field(None, ge=1)
     threshold: float | None = Field(None, gt=0, le=1)

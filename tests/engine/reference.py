@@ -19,7 +19,9 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
     cfg = model.config
     bs = params.block_size or cfg.block_size
     mask = cfg.mask_token_id
-    stop_ids = set(cfg.eos_ids) | set(params.stop_token_ids or [])
+    eos = set(cfg.eos_ids)
+    stop_ids = (set() if params.ignore_eos else eos) | set(params.stop_token_ids or [])
+    banned = sorted(eos - stop_ids) if params.ignore_eos else []  # ignore_eos: EOS never chosen
     policy = POLICIES[params.policy]
     steps = params.steps_per_block or max(1, bs // 4)
     gen = None
@@ -68,7 +70,13 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
                 counts = torch.bincount(torch.tensor(out + block[~masked & wanted].tolist(), dtype=torch.long),
                                         minlength=V)  # fmt: skip
                 bias = logit_bias_vector(params.logit_bias, V) if params.logit_bias else None
-                adjust_logits(logits[0], params, counts, bias)
+                in_prompt = torch.zeros(V, dtype=torch.bool)
+                in_prompt[list(prompt)] = True
+                adjust_logits(logits[0], params, counts, bias, in_prompt)
+            for i in range(bs):  # constrained slots keep their sets; elsewhere no stop before min_tokens
+                if i not in allowed:
+                    no = banned + (sorted(stop_ids) if first_gen + i < params.min_tokens else [])
+                    logits[0, i, no] = -float("inf")
             settled = ~masked & needed & policy.edits
             ch = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
             tok = ch.tok

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from clover.engine import Engine, Finished, SamplingParams, StepEvent, TextDelta
+from clover.engine.grammar import json_grammar
 from tests.engine.helpers import CharTokenizer, peaky_model, prompts
 from tests.engine.reference import reference_decode
 
@@ -169,6 +170,12 @@ def test_step_events_show_every_generated_position_being_filled():
         (dict(logprobs=-1), "logprobs"),
         (dict(presence_penalty=3), "presence_penalty"),
         (dict(logit_bias={1: 200}), "logit_bias"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(min_p=1.5), "min_p"),
+        (dict(min_tokens=-1), "min_tokens"),
+        (dict(min_tokens=9, max_tokens=8), "must not exceed max_tokens"),
+        (dict(ignore_eos="yes"), "ignore_eos"),
+        (dict(ignore_eos=True, grammar=json_grammar()), "grammar"),
     ],
 )
 def test_invalid_settings_are_refused(kwargs, match):

@@ -64,6 +64,38 @@ def test_penalties_and_logit_bias_equal_the_reference_decoders(policy):
     assert Engine(model).generate(ps[0], plain).token_ids != outs[0].token_ids  # the knobs do something
 
 
+@pytest.mark.parametrize("policy", ["threshold", "ar", "edit"])
+def test_vllm_sampling_extras_equal_the_reference_decoder(policy):
+    """repetition_penalty (prompt and generated tokens), min_tokens and ignore_eos, in a batch
+    with plain requests, as the slow reference decodes them."""
+    model = peaky_model(shift=False, seed=0)
+    ps = prompts([3, 8, 13, 5], seed=0)  # the third stops after 11 tokens when plain
+    plain = SamplingParams(max_tokens=20, policy=policy, threshold=0.6)
+    rep = SamplingParams(max_tokens=20, policy=policy, threshold=0.6, repetition_penalty=1.8)
+    least = SamplingParams(max_tokens=20, policy=policy, threshold=0.6, min_tokens=15, repetition_penalty=0.7)
+    never = SamplingParams(max_tokens=20, policy=policy, threshold=0.6, ignore_eos=True)
+    plain_outs = Engine(model).generate_batch(ps, plain)
+    assert plain_outs[2].finish_reason == "stop" and len(plain_outs[2].token_ids) < 15
+    for settings in ([rep, plain, least, never], [plain, never, never, rep]):
+        outs = Engine(model).generate_batch(ps, settings)
+        for p, out, sp in zip(ps, outs, settings):
+            ref, reason = reference_decode(model, p, sp)
+            assert out.token_ids == ref and out.finish_reason == reason
+        third = outs[2]
+        assert len(third.token_ids) >= 15 if settings[2] is least else third.finish_reason == "length"
+    changed = [Engine(model).generate(p, rep).token_ids != o.token_ids for p, o in zip(ps, plain_outs)]
+    assert any(changed)  # the penalty changes the text
+
+
+def test_min_p_one_samples_the_greedy_choice():
+    model = peaky_model(shift=False, seed=8)
+    p = prompts([9], seed=8)[0]
+    greedy = Engine(model).generate(p, SamplingParams(max_tokens=16, policy="ar")).token_ids
+    for seed in range(3):  # only the most likely token survives min_p = 1 (ar: the same positions each pass)
+        params = SamplingParams(max_tokens=16, policy="ar", temperature=1.5, seed=seed, min_p=1.0)
+        assert Engine(model).generate(p, params).token_ids == greedy
+
+
 @pytest.mark.parametrize("policy", ["threshold", "prefix", "ar", "edit", "fixed"])
 def test_constrained_slots_equal_the_reference_decoder(policy):
     """Slots with one allowed token are set before a block's first pass (the model reads them

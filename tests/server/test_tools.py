@@ -308,3 +308,28 @@ def test_structured_output_extras_refused_by_name(forced, body, param):
     if not body.get("tools"):
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model="clover", prompt="x", max_tokens=4, extra_body=body)
+
+
+def test_vllm_sampling_extras(forced, tokenizer):
+    """``ignore_eos`` runs to max_tokens, ``min_tokens`` holds stop tokens back, ``stop_token_ids``
+    stops, ``repetition_penalty`` / ``min_p`` are taken; bad values are 400s naming the field."""
+    engine, client = forced
+    engine.force(None)
+    r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length"
+    r = client.completions.create(model="clover", prompt="Recall", max_tokens=12, temperature=1.0, seed=3,
+                                  extra_body={"min_tokens": 10, "repetition_penalty": 1.3, "min_p": 0.05})  # fmt: skip
+    assert r.usage.completion_tokens >= 10
+    ids = tokenizer.encode("Recalling drone 17 now")
+    engine.force("Recalling drone 17 now", eos=False)
+    r = client.completions.create(
+        model="clover", prompt="Recall", max_tokens=12, extra_body={"stop_token_ids": [ids[2]]}
+    )
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 2
+    engine.force(None)
+    for body, param in [({"repetition_penalty": 0}, "repetition_penalty"), ({"min_p": 2}, "min_p"),
+                        ({"min_tokens": 30}, "min_tokens"), ({"stop_token_ids": [10**6]}, "stop_token_ids"),
+                        ({"ignore_eos": True, "response_format": {"type": "json_object"}}, "ignore_eos")]:  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, extra_body=body)
+        assert e.value.body["param"] == param, e.value.body
