@@ -19,6 +19,7 @@ from clover.engine.batch import Batch
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import SamplingParams
 from clover.engine.policies import PassView
+from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.runner import Runner
 from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
@@ -28,11 +29,15 @@ from clover.model import CloverForBlockDiffusion
 
 
 class Engine:
-    def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True):
+    def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True,
+                 prefix_cache_tokens: int = 0):  # fmt: skip
+        """``prefix_cache_tokens``: keep prompts' committed blocks, up to this many tokens, for
+        later prompts that start with them (``clover.engine.prefix_cache``; 0: off)."""
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
-        self.runner = Runner(model, fuse=fuse)
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
+        self.runner = Runner(model, fuse=fuse, prefix_cache=self.prefix_cache)
         self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device)
         self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them
         self._scoring: list[Request] = []  # max_tokens=0 with prompt_logprobs: scored (only) by the next step
@@ -152,6 +157,8 @@ class Engine:
     def stats(self) -> dict:
         """Figures of the run so far (finished requests)."""
         t = dict(self.totals, forward_calls=self.runner.forwards)
+        if self.prefix_cache is not None:
+            t.update(self.prefix_cache.stats())
         t["tpf"] = t["tokens"] / t["forward_passes"] if t["forward_passes"] else 0.0
         t["tokens_per_s"] = t["tokens"] / t["busy_s"] if t["busy_s"] else 0.0
         return t

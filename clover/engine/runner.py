@@ -1,4 +1,5 @@
-"""Model calls: prefill one request, and one forward pass of a batch.
+"""Model calls: prefill one request (from the prefix cache's longest match, when there is
+one), and one forward pass of a batch.
 
 A pass commits the blocks that finished in the previous pass and denoises every active
 block. When every row has a block to commit, both happen in one forward (the fused commit +
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from clover.engine.batch import Batch
+from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.scoring import prompt_logprobs
 from clover.model import CloverForBlockDiffusion, ModelCache
@@ -19,9 +21,10 @@ from clover.model.cache import AttnCache
 
 
 class Runner:
-    def __init__(self, model: CloverForBlockDiffusion, fuse: bool = True):
+    def __init__(self, model: CloverForBlockDiffusion, fuse: bool = True, prefix_cache: PrefixCache | None = None):
         self.model = model
         self.fuse = fuse
+        self.prefix_cache = prefix_cache
         p = model.lm_head.weight
         self.device, self.dtype = p.device, p.dtype
         self.forwards = 0  # model calls, prefill excluded
@@ -34,17 +37,25 @@ class Runner:
         in the same model call as the first denoise pass (one call fewer per request)."""
         self.score(req)
         prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
-        full = len(req.prompt) // req.block_size * req.block_size
-        if self.fuse and alone and full:
-            req.prompt_blocks = prompt[:, :full]
-            cache, tail = self.model.new_cache(1), prompt[:, full:]
+        bs = req.block_size
+        full = len(req.prompt) // bs * bs
+        start, cache = self.prefix_cache.lookup(req.prompt[:full], bs) if self.prefix_cache and full else (0, None)
+        if self.fuse and alone and full > start:
+            req.prompt_blocks = prompt[:, start:full]
+            cache, tail = cache or self.model.new_cache(1), prompt[:, full:]
         else:
-            cache, tail = self.model.prefill(prompt, req.block_size)
+            cache, tail = self.model.prefill(prompt[:, start:], bs, cache=cache)
+            self._remember(req, cache)
         if self.model.config.shift_logits and cache.last_logits is None:
             # nothing committed yet: block 0's row-0 logit is never used (token 0 is the prompt's),
             # but the row needs one so that ModelCache.cat keeps the other rows' logits
             cache.last_logits = torch.zeros(1, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         return cache, tail
+
+    def _remember(self, req: Request, cache: ModelCache) -> None:
+        """A fresh request's cache (its prompt's complete blocks) goes to the prefix cache."""
+        if self.prefix_cache is not None and int(cache.lengths[0]):
+            self.prefix_cache.insert(req.prompt, req.block_size, cache)
 
     def score(self, req: Request) -> None:
         """The prompt's own log-probabilities, when the request asks (``clover.engine.scoring``)."""
@@ -62,7 +73,9 @@ class Runner:
                 raise RuntimeError("internal: a deferred prompt commit in a batch that is not a fresh single row")
             batch.requests[0].prompt_blocks = None
             self.forwards += 1
-            return step(cache, commit=first, denoise=batch.x, block_size=bs)
+            logits = step(cache, commit=first, denoise=batch.x, block_size=bs)
+            self._remember(batch.requests[0], cache)
+            return logits
         if not bool(pending.any()):
             logits = step(cache, denoise=batch.x, block_size=bs)
         elif self.fuse and bool(pending.all()):

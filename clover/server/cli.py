@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 
+# the server keeps prompts' committed blocks for prompts that start with them (an agent's next
+# turn; clover.engine.prefix_cache), up to this many tokens; here so that `clover --help` stays light
+PREFIX_CACHE_TOKENS = 32768
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
@@ -22,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
-            default_max_tokens=args.default_max_tokens,
+            default_max_tokens=args.default_max_tokens, prefix_cache_tokens=args.prefix_cache_tokens,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)
@@ -70,7 +74,7 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.engine.cli import add_model_positional, positive_int
+    from clover.engine.cli import add_model_positional, int_at_least, positive_int
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     add_model_positional(p)
@@ -88,5 +92,12 @@ def register(sub) -> None:
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    p.add_argument(
+        "--prefix-cache-tokens",
+        type=int_at_least(0),
+        default=PREFIX_CACHE_TOKENS,
+        help="keep prompts' committed blocks, up to this many tokens, for prompts that start with them "
+        "(an agent's next turn); 0: off",
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_serve)

@@ -38,6 +38,14 @@ class Metrics:
             self.queue_depth.set_function(lambda: aengine.snapshot["waiting"])
             self.active.set_function(lambda: aengine.snapshot["active"])
             self.outstanding.set_function(lambda: aengine.outstanding)
+            pc = getattr(aengine.engine, "prefix_cache", None)
+            if pc is not None:  # vLLM's prefix_cache_queries / hits, as running totals
+                for name, doc, get in [
+                    ("clover_prefix_cache_lookups", "prefills that looked for a cached prefix", lambda: pc.lookups),
+                    ("clover_prefix_cache_hits", "prefills that started from a cached prefix", lambda: pc.hits),
+                    ("clover_prefix_cache_hit_tokens", "prompt tokens not recomputed", lambda: pc.hit_tokens),
+                ]:
+                    Gauge(name, doc, registry=r).set_function(get)
 
     def observe_http(self, path: str, status: int, seconds: float) -> None:
         endpoint = path if path in ENDPOINTS else "other"

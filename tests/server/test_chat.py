@@ -189,3 +189,23 @@ def test_batched_completion_prompts(client, tokenizer):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(**kw, prompt=[a] * 9, n=2)
     assert e.value.body["param"] == "prompt"
+
+
+def test_an_agent_loop_reuses_the_previous_turns_prefix(live, tiny_model, tokenizer):
+    """Each turn's prompt is the previous one plus the answer and a tool result: it starts from
+    the cached blocks, and answers exactly as an engine without the cache."""
+    from clover.engine import Engine, SamplingParams
+
+    engine = Engine(tiny_model, tokenizer, prefix_cache_tokens=8192)
+    plain = Engine(tiny_model, tokenizer)
+    msgs = [{"role": "system", "content": "You operate drones. " * 8}, {"role": "user", "content": "Recall drone 17"}]
+    with live(engine) as srv:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        for turn in range(3):
+            r = c.chat.completions.create(model="clover", messages=msgs, max_tokens=10)
+            ids = tokenizer.encode(render(msgs, None, add_generation_prompt=True))
+            assert r.choices[0].message.content == plain.generate(ids, SamplingParams(max_tokens=10)).text.strip()
+            msgs += [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": f"And drone {turn + 3}?"}]  # fmt: skip
+        metrics = httpx.get(srv.url + "/metrics").text
+    assert engine.prefix_cache.hits >= 2 and "clover_prefix_cache_hit_tokens" in metrics

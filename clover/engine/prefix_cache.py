@@ -1,0 +1,77 @@
+"""Prefix caching across requests (vLLM's automatic prefix caching, at block granularity).
+
+A prompt's complete blocks are committed into a ``ModelCache`` at prefill (design §2.5 rule 1).
+With GDN layers the cache after those blocks is a recurrent state, not a list of per-token
+entries, so it can only be reused whole, at the block boundary it was taken at. Each prefill
+keeps the cache at its prompt's last block boundary here, keyed by the exact tokens before
+that boundary (and the block size); a later prompt that starts with those tokens starts from
+a copy of it and commits only its own remaining blocks. That is the agent loop's case: each
+turn's prompt is the previous one plus the answer and the tool results. Entries are evicted
+least recently used first, bounded by the tokens they hold.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from clover.model import ModelCache
+
+
+def _keys(prompt: list[int], bs: int) -> list[int]:
+    """One hash per block boundary: keys[k - 1] stands for ``prompt[: k * bs]`` (a chain, so each
+    key covers the whole prefix, as vLLM's block hashes)."""
+    out, h = [], hash(("clover-prefix", bs))
+    for k in range(len(prompt) // bs):
+        h = hash((h, tuple(prompt[k * bs : (k + 1) * bs])))
+        out.append(h)
+    return out
+
+
+class PrefixCache:
+    def __init__(self, max_tokens: int = 32768):
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[int, tuple[tuple[int, ...], ModelCache]] = OrderedDict()
+        self._tokens = 0
+        self.hits = self.lookups = self.hit_tokens = 0
+
+    def lookup(self, prompt: list[int], bs: int) -> tuple[int, ModelCache | None]:
+        """The longest cached block-aligned prefix of ``prompt`` → (its length, a private copy of
+        its cache), or (0, None)."""
+        self.lookups += 1
+        keys = _keys(prompt, bs)
+        for k in range(len(keys), 0, -1):
+            hit = self._entries.get(keys[k - 1])
+            if hit is not None and hit[0] == tuple(prompt[: k * bs]):  # a hash collision is a miss
+                self._entries.move_to_end(keys[k - 1])
+                self.hits += 1
+                self.hit_tokens += k * bs
+                return k * bs, _copy(hit[1])
+        return 0, None
+
+    def insert(self, prompt: list[int], bs: int, cache: ModelCache) -> None:
+        """Keep (a copy of) ``cache``, which holds ``prompt``'s complete blocks, batch of one."""
+        n = int(cache.lengths[0])
+        if not n or n % bs or n > self.max_tokens:
+            return
+        key = _keys(prompt[:n], bs)[-1]
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return
+        self._entries[key] = (tuple(prompt[:n]), _copy(cache))
+        self._tokens += n
+        while self._tokens > self.max_tokens:
+            _, (old, _) = self._entries.popitem(last=False)
+            self._tokens -= len(old)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def stats(self) -> dict:
+        return {"prefix_cache_lookups": self.lookups, "prefix_cache_hits": self.hits,
+                "prefix_cache_hit_tokens": self.hit_tokens, "prefix_cache_entries": len(self._entries)}  # fmt: skip
+
+
+def _copy(cache: ModelCache) -> ModelCache:
+    return cache.select(torch.zeros(1, dtype=torch.long, device=cache.lengths.device))
