@@ -107,7 +107,8 @@ def run_decisions(args: argparse.Namespace) -> int:
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     args.policy = args.policy or DEFAULT_POLICY
     try:
-        engine = load_engine(args.model, max_batch_size=16)
+        # no prefix cache: every mode replays the same groups, and each should pay its whole prefill
+        engine = load_engine(args.model, max_batch_size=16, prefix_cache_tokens=0)
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     tok = engine.tokenizer
