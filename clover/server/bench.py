@@ -171,7 +171,7 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
            "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
-           str(args.threads)]  # fmt: skip
+           str(args.threads), "--prefix-cache-tokens", "0"]  # fmt: skip  # the prompts repeat: no cache hits
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -274,7 +274,10 @@ def run_serve(args: argparse.Namespace) -> int:
         f"{args.max_batch_size}, {args.threads} server thread(s))",
         ["clients", "requests", "req/s", "tok/s", "p50 s", "p95 s", "p50 TTFT s", "errors"],
         rows,
-        ["streaming chat completions with the airspace tools, official openai client, server in a subprocess"],
+        [
+            "streaming chat completions with the airspace tools, official openai client, server in a subprocess "
+            "(prefix cache off: the bench's prompts repeat)"
+        ],
     )
     figures = {"max_tokens": args.max_tokens, "max_batch_size": args.max_batch_size, "levels": results,
                "errors": sum(r["errors"] for r in results)}  # fmt: skip
