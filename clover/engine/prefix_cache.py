@@ -8,6 +8,12 @@ that boundary (and the block size); a later prompt that starts with those tokens
 a copy of it and commits only its own remaining blocks. That is the agent loop's case: each
 turn's prompt is the previous one plus the answer and the tool results. Entries are evicted
 least recently used first, bounded by the tokens they hold.
+
+Prompts that share a beginning and then differ (one system prompt and tool list, many users;
+one decision context, several questions) are found too: the block boundaries of recent prompts
+are remembered (hashes only), and a prompt whose longest such match is not cached yet is
+prefilled in two steps, the shared blocks first, whose cache is then kept for the next prompt
+that starts the same way (one model call more, once).
 """
 
 from __future__ import annotations
@@ -34,21 +40,31 @@ class PrefixCache:
         self.max_tokens = max_tokens
         self._entries: OrderedDict[int, tuple[tuple[int, ...], ModelCache]] = OrderedDict()
         self._tokens = 0
+        self._seen: OrderedDict[int, None] = OrderedDict()  # block-boundary hashes of recent prompts
         self.hits = self.lookups = self.hit_tokens = 0
 
-    def lookup(self, prompt: list[int], bs: int) -> tuple[int, ModelCache | None]:
+    def lookup(self, prompt: list[int], bs: int) -> tuple[int, ModelCache | None, int]:
         """The longest cached block-aligned prefix of ``prompt`` → (its length, a private copy of
-        its cache), or (0, None)."""
+        its cache or None, and where to keep a cache on the way: the end of the longest prefix an
+        earlier prompt shared that is not cached yet, else 0)."""
         self.lookups += 1
         keys = _keys(prompt, bs)
+        start, cache = 0, None
         for k in range(len(keys), 0, -1):
             hit = self._entries.get(keys[k - 1])
             if hit is not None and hit[0] == tuple(prompt[: k * bs]):  # a hash collision is a miss
                 self._entries.move_to_end(keys[k - 1])
                 self.hits += 1
                 self.hit_tokens += k * bs
-                return k * bs, _copy(hit[1])
-        return 0, None
+                start, cache = k * bs, _copy(hit[1])
+                break
+        split = next((k * bs for k in range(len(keys), start // bs, -1) if keys[k - 1] in self._seen), 0)
+        for key in keys:
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+        while len(self._seen) > 4 * self.max_tokens // bs:
+            self._seen.popitem(last=False)
+        return start, cache, split if split < len(keys) * bs else 0
 
     def insert(self, prompt: list[int], bs: int, cache: ModelCache) -> None:
         """Keep (a copy of) ``cache``, which holds ``prompt``'s complete blocks, batch of one."""

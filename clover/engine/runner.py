@@ -39,7 +39,13 @@ class Runner:
         prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
         bs = req.block_size
         full = len(req.prompt) // bs * bs
-        start, cache = self.prefix_cache.lookup(req.prompt[:full], bs) if self.prefix_cache and full else (0, None)
+        start, cache, split = (
+            self.prefix_cache.lookup(req.prompt[:full], bs) if self.prefix_cache is not None and full else (0, None, 0)
+        )
+        if split:  # a beginning other prompts share: commit it first and keep its cache
+            cache = self.model.prefill(prompt[:, start:split], bs, cache=cache)[0]
+            self._remember(req, cache)
+            start = split
         if self.fuse and alone and full > start:
             req.prompt_blocks = prompt[:, start:full]
             cache, tail = cache or self.model.new_cache(1), prompt[:, full:]

@@ -48,11 +48,31 @@ def test_a_hit_is_a_private_copy_and_eviction_is_lru():
     pc.insert(p, 8, cache)
     q = prompts([33], seed=5)[0]
     pc.insert(q, 8, model.prefill(torch.tensor([q]), 8)[0])  # 40 + 32 tokens > 64: the oldest goes
-    assert len(pc) == 1 and pc.lookup(p, 8) == (0, None) and pc.lookup(q + [1, 2], 8)[0] == 32
-    n, c = pc.lookup(q, 8)
+    assert len(pc) == 1 and pc.lookup(p, 8)[:2] == (0, None) and pc.lookup(q + [1, 2], 8)[0] == 32
+    n, c, _ = pc.lookup(q, 8)
     gdn = [i for i, layer in enumerate(c.layers) if isinstance(layer, GDNCache)][0]
     c.layers[gdn].S += 1.0  # scribble on the copy a request got
     c.lengths += 8
     again = pc.lookup(q, 8)[1]
     assert int(again.lengths[0]) == 32 and not torch.equal(again.layers[gdn].S, c.layers[gdn].S)
-    assert pc.lookup(q, 16) == (0, None)  # another block size is another key
+    assert pc.lookup(q, 16)[:2] == (0, None)  # another block size is another key
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_a_shared_beginning_is_kept_once_two_prompts_have_it(alone):
+    """Many users, one system prompt: the second prompt that starts like the first commits the
+    shared blocks first and keeps their cache; from the third on, prompts start from it."""
+    model = peaky_model(shift=False, seed=6)
+    params = SamplingParams(max_tokens=12, block_size=8, threshold=0.6)
+    system = prompts([29], seed=6)[0]  # 3 whole blocks shared, then each user's own tokens
+    users = [system + u for u in prompts([19, 26, 11, 30], seed=7)]
+    cached, plain = Engine(model, prefix_cache_tokens=4096), Engine(model)
+    if alone:
+        outs = [cached.generate(p, params).token_ids for p in users]
+    else:
+        outs = [o.token_ids for o in cached.generate_batch(users[:1], params)]
+        outs += [o.token_ids for o in cached.generate_batch(users[1:], params)]
+    assert outs == [plain.generate(p, params).token_ids for p in users]
+    assert outs == [reference_decode(model, p, params)[0] for p in users]
+    s = cached.stats()
+    assert s["prefix_cache_hits"] == 2 and s["prefix_cache_hit_tokens"] == 2 * 24  # users 3 and 4, 3 blocks each
