@@ -1,6 +1,7 @@
 """Clover: block-diffusion language models (the model, training, an inference engine, a server).
 
-``from clover import LLM`` is the in-process way in (``clover.llm``); it is imported on first use,
+``from clover import LLM, SamplingParams`` is the in-process way in (``clover.llm``, as vLLM's
+pair); they are imported on first use,
 so ``clover --help`` does not pay for importing torch.
 """
 
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__all__ = ["LLM", "RequestError"]
+__all__ = ["LLM", "RequestError", "SamplingParams"]
 
 if TYPE_CHECKING:
+    from clover.engine.params import SamplingParams
     from clover.llm import LLM, RequestError
 
 
@@ -22,6 +24,10 @@ def __getattr__(name: str):
             return version("clover")
         except PackageNotFoundError:  # a source tree that was never installed
             return "unknown"
+    if name == "SamplingParams":  # vLLM's pair: from clover import LLM, SamplingParams
+        from clover.engine.params import SamplingParams
+
+        return SamplingParams
     if name in __all__:
         from clover import llm
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -137,3 +139,18 @@ def test_a_missing_model_directory_is_named(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(FileNotFoundError, match="a file, not a checkpoint directory"):
         LLM(str(tmp_path / "f"))
+
+
+def test_vllm_style_imports_and_structured_output_in_process(llm):
+    """``from clover import LLM, SamplingParams`` as from vllm; the structured-output and sampling
+    extras of the server's bodies work in ``LLM.chat`` too."""
+    import clover
+    from clover.engine.grammar import regex_grammar
+
+    assert clover.SamplingParams is SamplingParams
+    out = llm.generate("Drone id:", clover.SamplingParams(max_tokens=8, grammar=regex_grammar(r"D-\d{1,3}")))[0]
+    assert re.fullmatch(r"D-\d{1,3}", out.text), out.text
+    r = llm.chat([{"role": "user", "content": "Airborne?"}], guided_choice=["yes", "no"], max_tokens=4)
+    assert r["choices"][0]["message"]["content"] in ("yes", "no")
+    r = llm.chat([{"role": "user", "content": "Go"}], max_tokens=6, ignore_eos=True)
+    assert r["usage"]["completion_tokens"] == 6
