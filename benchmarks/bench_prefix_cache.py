@@ -47,7 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model)
-    engines = {"off": Engine(model, tok), "on": Engine(model, tok, prefix_cache_tokens=1 << 20)}
+    engines = {"off": Engine(model, tok), "on": Engine(model, tok, prefix_cache_mb=1024)}
     params = SamplingParams(max_tokens=64)
     per = {k: {"ttft": [[] for _ in range(args.turns)], "wall": [[] for _ in range(args.turns)]} for k in engines}
     prompt_tokens, same = [0] * args.turns, True

@@ -30,13 +30,13 @@ from clover.model import CloverForBlockDiffusion
 
 class Engine:
     def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True,
-                 prefix_cache_tokens: int = 0):  # fmt: skip
-        """``prefix_cache_tokens``: keep prompts' committed blocks, up to this many tokens, for
-        later prompts that start with them (``clover.engine.prefix_cache``; 0: off)."""
+                 prefix_cache_mb: float = 0):  # fmt: skip
+        """``prefix_cache_mb``: keep prompts' committed blocks, up to this many megabytes of
+        cache, for later prompts that start with them (``clover.engine.prefix_cache``; 0: off)."""
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
-        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
         self.runner = Runner(model, fuse=fuse, prefix_cache=self.prefix_cache)
         self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device)
         self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them

@@ -7,7 +7,8 @@ keeps the cache at its prompt's last block boundary here, keyed by the exact tok
 that boundary (and the block size); a later prompt that starts with those tokens starts from
 a copy of it and commits only its own remaining blocks. That is the agent loop's case: each
 turn's prompt is the previous one plus the answer and the tool results. Entries are evicted
-least recently used first, bounded by the tokens they hold.
+least recently used first, bounded by the bytes they hold (a large model's GDN states are tens of
+megabytes per entry whatever the prompt's length).
 
 Prompts that share a beginning and then differ (one system prompt and tool list, many users;
 one decision context, several questions) are found too: the block boundaries of recent prompts
@@ -36,10 +37,10 @@ def _keys(prompt: list[int], bs: int) -> list[int]:
 
 
 class PrefixCache:
-    def __init__(self, max_tokens: int = 32768):
-        self.max_tokens = max_tokens
-        self._entries: OrderedDict[int, tuple[tuple[int, ...], ModelCache]] = OrderedDict()
-        self._tokens = 0
+    def __init__(self, max_bytes: int = 256 << 20, max_seen: int = 1 << 16):
+        self.max_bytes, self.max_seen = max_bytes, max_seen
+        self._entries: OrderedDict[int, tuple[tuple[int, ...], ModelCache, int]] = OrderedDict()
+        self._bytes = 0
         self._seen: OrderedDict[int, None] = OrderedDict()  # block-boundary hashes of recent prompts
         self.hits = self.lookups = self.hit_tokens = 0
 
@@ -62,31 +63,40 @@ class PrefixCache:
         for key in keys:
             self._seen[key] = None
             self._seen.move_to_end(key)
-        while len(self._seen) > 4 * self.max_tokens // bs:
+        while len(self._seen) > self.max_seen:
             self._seen.popitem(last=False)
         return start, cache, split if split < len(keys) * bs else 0
 
     def insert(self, prompt: list[int], bs: int, cache: ModelCache) -> None:
         """Keep (a copy of) ``cache``, which holds ``prompt``'s complete blocks, batch of one."""
         n = int(cache.lengths[0])
-        if not n or n % bs or n > self.max_tokens:
+        if not n or n % bs:
             return
         key = _keys(prompt[:n], bs)[-1]
         if key in self._entries:
             self._entries.move_to_end(key)
             return
-        self._entries[key] = (tuple(prompt[:n]), _copy(cache))
-        self._tokens += n
-        while self._tokens > self.max_tokens:
-            _, (old, _) = self._entries.popitem(last=False)
-            self._tokens -= len(old)
+        kept = _copy(cache)
+        size = _nbytes(kept)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = (tuple(prompt[:n]), kept, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            self._bytes -= self._entries.popitem(last=False)[1][2]
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def stats(self) -> dict:
         return {"prefix_cache_lookups": self.lookups, "prefix_cache_hits": self.hits,
-                "prefix_cache_hit_tokens": self.hit_tokens, "prefix_cache_entries": len(self._entries)}  # fmt: skip
+                "prefix_cache_hit_tokens": self.hit_tokens, "prefix_cache_entries": len(self._entries),
+                "prefix_cache_bytes": self._bytes}  # fmt: skip
+
+
+def _nbytes(cache: ModelCache) -> int:
+    ts = [t for layer in cache.layers for t in vars(layer).values()] + [cache.last_logits]
+    return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
 
 def _copy(cache: ModelCache) -> ModelCache:

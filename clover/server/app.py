@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clover.engine import Engine
 from clover.server.async_engine import AsyncEngine
-from clover.server.cli import PREFIX_CACHE_TOKENS
+from clover.server.cli import PREFIX_CACHE_MB
 from clover.server.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.server.metrics import Metrics
 from clover.server.protocol import model_limits
@@ -31,7 +31,7 @@ MAX_BODY_BYTES = 4 << 20
 
 
 def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
-                prefix_cache_tokens: int = PREFIX_CACHE_TOKENS) -> Engine:  # fmt: skip
+                prefix_cache_mb: float = PREFIX_CACHE_MB) -> Engine:  # fmt: skip
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer."""
     import torch
 
@@ -52,7 +52,7 @@ def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, t
     if not (path / "tokenizer.json").exists():
         raise FileNotFoundError(f"{path}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
     return Engine(load_model(path), CloverTokenizer.load(path), max_batch_size=max_batch_size,
-                  prefix_cache_tokens=prefix_cache_tokens)  # fmt: skip
+                  prefix_cache_mb=prefix_cache_mb)  # fmt: skip
 
 
 def create_app(
@@ -67,12 +67,12 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     default_max_tokens: int = 256,
     threads: int | None = None,
-    prefix_cache_tokens: int = PREFIX_CACHE_TOKENS,
+    prefix_cache_mb: float = PREFIX_CACHE_MB,
 ) -> FastAPI:
     if isinstance(engine_or_model_dir, Engine):
         engine = engine_or_model_dir
     else:
-        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_tokens)
+        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb)
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
     limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)

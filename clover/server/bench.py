@@ -108,7 +108,7 @@ def run_decisions(args: argparse.Namespace) -> int:
     args.policy = args.policy or DEFAULT_POLICY
     try:
         # no prefix cache: every mode replays the same groups, and each should pay its whole prefill
-        engine = load_engine(args.model, max_batch_size=16, prefix_cache_tokens=0)
+        engine = load_engine(args.model, max_batch_size=16, prefix_cache_mb=0)
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     tok = engine.tokenizer
@@ -171,7 +171,7 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
            "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
-           str(args.threads), "--prefix-cache-tokens", "0"]  # fmt: skip  # the prompts repeat: no cache hits
+           str(args.threads), "--prefix-cache-mb", "0"]  # fmt: skip  # the prompts repeat: no cache hits
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))

@@ -7,8 +7,8 @@ import os
 import sys
 
 # the server keeps prompts' committed blocks for prompts that start with them (an agent's next
-# turn; clover.engine.prefix_cache), up to this many tokens; here so that `clover --help` stays light
-PREFIX_CACHE_TOKENS = 32768
+# turn; clover.engine.prefix_cache), up to this many megabytes; here so that `clover --help` stays light
+PREFIX_CACHE_MB = 256
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -26,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
-            default_max_tokens=args.default_max_tokens, prefix_cache_tokens=args.prefix_cache_tokens,
+            default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)
@@ -93,11 +93,11 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument(
-        "--prefix-cache-tokens",
+        "--prefix-cache-mb",
         type=int_at_least(0),
-        default=PREFIX_CACHE_TOKENS,
-        help="keep prompts' committed blocks, up to this many tokens, for prompts that start with them "
-        "(an agent's next turn); 0: off",
+        default=PREFIX_CACHE_MB,
+        help="keep prompts' committed blocks, up to this many megabytes of cache, for prompts that start "
+        "with them (an agent's next turn, a shared system prompt); 0: off",
     )
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_serve)

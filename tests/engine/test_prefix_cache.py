@@ -22,14 +22,14 @@ def _turns(seed: int) -> list[list[int]]:
 def test_outputs_equal_without_the_cache_and_the_reference(shift, policy):
     model = peaky_model(shift=shift, seed=3)
     params = SamplingParams(max_tokens=20, policy=policy, threshold=0.6, block_size=8)
-    cached = Engine(model, prefix_cache_tokens=4096)
+    cached = Engine(model, prefix_cache_mb=64)
     plain = Engine(model)
     for p in _turns(3):
         out = cached.generate(p, params)  # alone: the remaining prompt blocks ride with the first pass
         assert out.token_ids == plain.generate(p, params).token_ids == reference_decode(model, p, params)[0]
     s = cached.stats()
     assert s["prefix_cache_hits"] == 3 and s["prefix_cache_hit_tokens"] == 32 + 56 + 56  # turns 2, 3 and 5
-    batch = Engine(model, prefix_cache_tokens=4096)  # in batches: prefill without the fused path
+    batch = Engine(model, prefix_cache_mb=64)  # in batches: prefill without the fused path
     outs = [o.token_ids for o in batch.generate_batch(_turns(3), params)]
     outs2 = [o.token_ids for o in batch.generate_batch(_turns(3), params)]  # now every prompt hits
     assert outs == outs2 == [plain.generate(p, params).token_ids for p in _turns(3)]
@@ -39,15 +39,22 @@ def test_outputs_equal_without_the_cache_and_the_reference(shift, policy):
 def test_a_hit_is_a_private_copy_and_eviction_is_lru():
     model = peaky_model(shift=False, seed=4)
     params = SamplingParams(max_tokens=12, block_size=8)
-    engine = Engine(model, prefix_cache_tokens=4096)
+    engine = Engine(model, prefix_cache_mb=64)
     p = prompts([40], seed=4)[0]
     first = engine.generate(p, params).token_ids
     assert [engine.generate(p, params).token_ids for _ in range(2)] == [first, first]  # the entry is not consumed
-    pc = PrefixCache(max_tokens=64)
     cache, _ = model.prefill(torch.tensor([p]), 8)
-    pc.insert(p, 8, cache)
     q = prompts([33], seed=5)[0]
-    pc.insert(q, 8, model.prefill(torch.tensor([q]), 8)[0])  # 40 + 32 tokens > 64: the oldest goes
+    q_cache = model.prefill(torch.tensor([q]), 8)[0]
+    big = PrefixCache()
+    big.insert(p, 8, cache)
+    size_p = big.stats()["prefix_cache_bytes"]
+    big.insert(q, 8, q_cache)
+    size_q = big.stats()["prefix_cache_bytes"] - size_p
+    pc = PrefixCache(max_bytes=size_p + size_q - 1)  # room for one of the two
+    pc.insert(p, 8, cache)
+    pc.insert(q, 8, q_cache)  # the oldest goes
+    assert pc.stats()["prefix_cache_bytes"] == size_q
     assert len(pc) == 1 and pc.lookup(p, 8)[:2] == (0, None) and pc.lookup(q + [1, 2], 8)[0] == 32
     n, c, _ = pc.lookup(q, 8)
     gdn = [i for i, layer in enumerate(c.layers) if isinstance(layer, GDNCache)][0]
@@ -66,7 +73,7 @@ def test_a_shared_beginning_is_kept_once_two_prompts_have_it(alone):
     params = SamplingParams(max_tokens=12, block_size=8, threshold=0.6)
     system = prompts([29], seed=6)[0]  # 3 whole blocks shared, then each user's own tokens
     users = [system + u for u in prompts([19, 26, 11, 30], seed=7)]
-    cached, plain = Engine(model, prefix_cache_tokens=4096), Engine(model)
+    cached, plain = Engine(model, prefix_cache_mb=64), Engine(model)
     if alone:
         outs = [cached.generate(p, params).token_ids for p in users]
     else:

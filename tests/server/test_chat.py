@@ -196,7 +196,7 @@ def test_an_agent_loop_reuses_the_previous_turns_prefix(live, tiny_model, tokeni
     the cached blocks, and answers exactly as an engine without the cache."""
     from clover.engine import Engine, SamplingParams
 
-    engine = Engine(tiny_model, tokenizer, prefix_cache_tokens=8192)
+    engine = Engine(tiny_model, tokenizer, prefix_cache_mb=64)
     plain = Engine(tiny_model, tokenizer)
     msgs = [{"role": "system", "content": "You operate drones. " * 8}, {"role": "user", "content": "Recall drone 17"}]
     with live(engine) as srv:
