@@ -68,8 +68,17 @@ async def get_model(name: str, request: Request):
 def _model_card(s: ServerState) -> dict:
     c = s.config
     return {"id": s.model_name, "object": "model", "created": s.started, "owned_by": "clover",
+            "max_model_len": s.limits.context,  # vLLM's field: clients size their requests by it
             "clover": {"block_size": c.block_size, "max_block_size": c.max_block_size,
                        "context": s.limits.context, "vocab_size": c.vocab_size}}  # fmt: skip
+
+
+@router.get("/version")
+async def version():
+    """vLLM's ``/version``: the server's package version."""
+    import clover
+
+    return {"version": clover.__version__}
 
 
 @router.get("/health")

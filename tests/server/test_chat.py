@@ -12,9 +12,11 @@ from tests.server.conftest import API_KEY
 MSG = [{"role": "user", "content": "Recall drone 17 please"}]
 
 
-def test_models(client):
+def test_models(client, server):
     assert [m.id for m in client.models.list().data] == ["clover"]
     assert client.models.retrieve("clover").id == "clover"
+    assert client.models.retrieve("clover").max_model_len == 2048  # vLLM's field
+    assert "version" in httpx.get(server.url + "/version").json()
 
 
 def test_plain_chat_and_usage(client, tokenizer):
