@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
+from clover.data.chat import IM_END, TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
 from clover.server.errors import APIError, bad_request, from_validation, too_large
@@ -113,8 +113,30 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             grammar = None
     if choice == "none":
         tools = None
-    text = render(chat_messages(req), tools, add_generation_prompt=True) + prefill
+    text = _render_chat(req, tools, prefill)
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
+
+
+def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str) -> str:
+    """The prompt text: the conversation and the assistant's header (then a tool-call prefill), or
+    with vLLM's ``continue_final_message`` the last assistant message left open to be continued
+    (the answer is the continuation only)."""
+    messages = chat_messages(req)
+    cont = bool(req.continue_final_message)
+    if cont and req.add_generation_prompt:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be true",
+                          "continue_final_message")  # fmt: skip
+    if not cont:
+        gen = req.add_generation_prompt is not False
+        return render(messages, tools, add_generation_prompt=gen) + prefill
+    if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
+        raise bad_request("continue_final_message needs the last message to be an assistant message with text "
+                          "(the beginning of the answer)", "continue_final_message")  # fmt: skip
+    if prefill:
+        raise bad_request("continue_final_message cannot be combined with tool_choice required or named",
+                          "continue_final_message")  # fmt: skip
+    text = render(messages, tools)
+    return text[: -len(IM_END + "\n")]  # the final turn stays open
 
 
 def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: list[int] | None) -> Prepared:

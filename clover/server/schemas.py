@@ -109,6 +109,9 @@ class ChatRequest(Sampling):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     parallel_tool_calls: bool | None = None  # false: at most one tool call per turn
+    # vLLM's: the last (assistant) message is continued instead of a new turn started (a prefill)
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None  # default: true unless continue_final_message
     # OpenAI's deprecated function calling, as older clients send it: mapped onto tools (one call
     # per turn) and answered in its own shape (message.function_call, finish_reason "function_call")
     functions: list[FunctionDef] | None = None

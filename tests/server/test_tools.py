@@ -333,3 +333,25 @@ def test_vllm_sampling_extras(forced, tokenizer):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, extra_body=body)
         assert e.value.body["param"] == param, e.value.body
+
+
+def test_continue_final_message_prefills_the_answer(forced, tokenizer):
+    """vLLM's ``continue_final_message``: the last assistant message stays open and the answer is
+    its continuation; the wrong shapes are 400s."""
+    engine, client = forced
+    engine.force('D-17", "urgent": true}')
+    msgs = MSG + [{"role": "assistant", "content": '{"drone_id": "'}]
+    r = client.chat.completions.create(model="clover", messages=msgs, extra_body={"continue_final_message": True,
+                                       "add_generation_prompt": False})  # fmt: skip
+    assert r.choices[0].message.content == 'D-17", "urgent": true}'
+    prompt = tokenizer.decode(engine.prompts[-1])
+    assert prompt.endswith('<|im_start|>assistant\n{"drone_id": "') and prompt.count("<|im_start|>assistant") == 1
+    r = client.chat.completions.create(model="clover", messages=msgs)  # by default a new turn starts after it
+    assert tokenizer.decode(engine.prompts[-1]).count("<|im_start|>assistant") == 2
+    for body, m in [({"continue_final_message": True, "add_generation_prompt": True}, msgs),
+                    ({"continue_final_message": True}, MSG),
+                    ({"continue_final_message": True, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, msgs)]:  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="clover", messages=m, extra_body=body)
+        assert e.value.body["param"] == "continue_final_message"
+    engine.force(None)
