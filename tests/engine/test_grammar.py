@@ -316,3 +316,17 @@ def test_a_grammar_dead_end_ends_the_request(bundled):
     assert not TokenGrammar(g, TokenTable(tok), tok.eos_token_ids).allowed(g.start_state)
     out = engine.generate(_prompt(tok, "Recall drone 17."), SamplingParams(max_tokens=8, grammar=g))
     assert out.finish_reason == "stop" and out.text == ""
+
+
+def test_a_slow_regex_cannot_stall_the_engine(bundled, monkeypatch):
+    """The allowed-token set under a regular expression is computed within a time budget: past
+    it, the tokens found so far (all valid)."""
+    import clover.engine.grammar as grammar
+
+    _, tok = bundled
+    full = TokenGrammar(regex_grammar(r"[a-z ]+"), TokenTable(tok), tok.eos_token_ids)
+    every = set(full.allowed(full.start))
+    monkeypatch.setattr(grammar, "ALLOWED_BUDGET_S", 0.0)
+    cut = TokenGrammar(regex_grammar(r"[a-z ]+ "), TokenTable(tok), tok.eos_token_ids)
+    some = cut.allowed(cut.start)
+    assert len(every) > 100 and set(some) < every and all(cut.step(cut.start, t) is not None for t in some)
