@@ -40,7 +40,7 @@ def save_model(
     full state dict to write instead of the model's own (e.g. gathered from FSDP2 shards)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in (model.state_dict() if state is None else state).items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in (model.state_dict() if state is None else state).items()}
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     shards: list[dict[str, torch.Tensor]] = [{}]

@@ -182,13 +182,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
-    from clover.train.trainer import Trainer, setup_distributed, shard_model
+    from clover.train.trainer import Trainer, setup_distributed, shard_model, train_device
 
     if args.threads < 1:
         raise SystemExit(f"clover train: --threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    rank, world = setup_distributed()
+    try:
+        device = train_device(args.device)
+    except ValueError as e:
+        raise SystemExit(f"clover train: --device: {e}") from None
+    rank, world = setup_distributed(device)
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
@@ -260,6 +264,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model = CloverForBlockDiffusion(config)
     grown = init_weights(model, init_dir, grow=args.grow) if init_dir else None
     counts = model.num_parameters()  # before sharding
+    model.to(device)
     if world > 1:
         model = shard_model(model)
     if data is not None:
@@ -286,11 +291,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                     cfg.masking,
                     torch.Generator().manual_seed(i),
                 )
+                b = {k: v.to(device) for k, v in b.items()}
                 loss, ce, _ = block_loss(m, b, cfg.block_size, cfg.masking)
                 tot += float(loss)
                 n += 1
                 nb = noisy_blocks(b, cfg.block_size)
-                kind = cats[nb["y"][nb["mask"]]]  # the same masked positions, in the same order as ce
+                kind = cats[nb["y"][nb["mask"]].cpu()]  # the same masked positions, in the same order as ce
+                ce = ce.cpu()
                 ce_sum.index_add_(0, kind, ce.double())
                 ce_n.index_add_(0, kind, torch.ones_like(ce))
         m.train()
@@ -336,6 +343,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a model with a recipe (one process, or torchrun + FSDP2)")
     p.add_argument("--recipe", default="airspace", help="recipe name (airspace)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: this process's GPU when there is one (torchrun: LOCAL_RANK's), else the CPU",
+    )
     p.add_argument(
         "--out",
         default=str(Path.home() / ".cache" / "clover" / "runs" / "airspace"),

@@ -56,23 +56,37 @@ def _dist() -> tuple[int, int]:
     return 0, 1
 
 
-def setup_distributed() -> tuple[int, int]:
+def train_device(device: str = "auto") -> torch.device:
+    """Where training runs: ``auto`` is this process's GPU when there is one (under torchrun the
+    one of its ``LOCAL_RANK``), else the CPU; ``cpu`` / ``cuda`` force it."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: use auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda asked for, but torch sees no GPU here")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if device == "cuda" else torch.device("cpu")
+
+
+def setup_distributed(device: torch.device | None = None) -> tuple[int, int]:
     """Initialise the process group when launched by torchrun (gloo on CPU, nccl on GPU)."""
+    device = device or train_device()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return _dist()
 
 
 def shard_model(model: CloverForBlockDiffusion) -> CloverForBlockDiffusion:
-    """FSDP2: shard every decoder layer, then the root."""
+    """FSDP2: shard every decoder layer, then the root, over all ranks on the model's device type."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
     for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 
@@ -107,6 +121,7 @@ class Trainer:
         self.evaluate = evaluate
         self.tokenizer = tokenizer  # saved into every checkpoint when given
         self.rank, self.world = _dist()
+        self.device = next(model.parameters()).device  # batches are built on the CPU (seeded), then moved
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
         other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
         self.opt = torch.optim.AdamW(
@@ -145,6 +160,7 @@ class Trainer:
         batch = build_batch(
             data["x0"], data["target"], data["valid"], model.config.mask_token_id, cfg.block_size, cfg.masking, gen
         )
+        batch = {k: v.to(self.device) for k, v in batch.items()}
         norm = loss_normalizer(batch, cfg.masking)  # over the global batch: ranks agree
         local = rows_of(batch, slice(self.rank, None, self.world))
         # the same number of groups on every rank (FSDP2 gathers weights once per forward)

@@ -127,3 +127,16 @@ def test_chat_source_is_a_pure_function_of_the_step():
     exs = [{"messages": e["messages"], "tools": e["tools"]} for e in generate("train", 30, seed=1)]
     a, b = chat_source(tok, exs, AirspaceRecipe())(7), chat_source(tok, exs, AirspaceRecipe())(7)
     assert all(torch.equal(a[k], b[k]) for k in a) and a["target"].any()
+
+
+def test_device_cuda_without_a_gpu_is_refused_before_anything_is_written(tmp_path):
+    import torch
+
+    from clover.train.trainer import train_device
+
+    assert train_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert train_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        r = _train("--device", "cuda", "--out", tmp_path / "run", "--steps", 1)
+        assert r.returncode != 0 and "torch sees no GPU" in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "run").exists()
