@@ -54,6 +54,26 @@ def _utf8_length(lead: int) -> int:
     return 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
+def _utf8_match(data: bytes, partial: bool, test) -> bool:
+    """``test(text, partial)`` on UTF-8 ``data``: invalid bytes never match. With ``partial`` a
+    character whose last byte is missing counts when one of its 64 possible endings passes; one
+    missing more bytes is refused (checking its up to 4,096 or 262,144 endings would cost too much
+    for every state, so a character the tokenizer can only spell byte by byte from a three- or
+    four-byte lead cannot be generated under a regular expression)."""
+    dec = codecs.getincrementaldecoder("utf-8")()
+    try:
+        text = dec.decode(data, final=not partial)
+        pending = dec.getstate()[0]
+        if pending:
+            if _utf8_length(pending[0]) - len(pending) > 1:
+                return False
+            ends = (codecs.decode(pending + bytes([c]), "utf-8", "ignore") for c in range(0x80, 0xC0))
+            return any(e and test(text + e, True) for e in ends)
+        return test(text, partial) is not None
+    except (UnicodeDecodeError, TimeoutError):
+        return False
+
+
 def _value_may_end(f: tuple) -> bool:
     """A number or non-string literal on top may end before the next byte (it has no closing mark)."""
     return f[0] == "num" and f[2] in _NUM_END or f[0] == "lits" and f[2] in f[1]
@@ -72,12 +92,14 @@ def _value_may_end(f: tuple) -> bool:
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 #         ("re", index, typed)                 text that is still the beginning of a full match
+#         ("pstr", node, typed, esc)           inside a string whose schema has a pattern
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
         self.start_state = (start, 0)
         self.tables = list(tables)
         self.regexes = list(regexes)  # compiled ``regex`` patterns, by index
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
+        self.timed = bool(self.regexes) or any("pattern" in n for n in self.nodes)  # regex work: budgeted
         self.advance = lru_cache(maxsize=65536)(self._advance)
         self.allowed_cache: dict = {}  # (token table, eos ids, state) -> allowed ids, shared by requests
 
@@ -124,6 +146,8 @@ class Grammar:
             return self._value(f[1], rest, b)
         if kind in ("str", "key"):
             return self._string(f, rest, b)
+        if kind == "pstr":
+            return self._pattern_string(f, rest, b)
         if kind == "num":
             return self._number(f, rest, b)
         if kind == "lits":
@@ -166,24 +190,9 @@ class Grammar:
         return None
 
     def _regex_matches(self, f: tuple, partial: bool) -> bool:
-        """The frame's text fully matches its pattern, or (``partial``) may still grow into a match.
-        A character with its last UTF-8 byte missing counts when one of its 64 possible endings
-        keeps a match possible; one missing more bytes is refused (checking its up to 4,096 or
-        262,144 endings would cost too much for every state; so a character the tokenizer can
-        only spell byte by byte from a three- or four-byte lead cannot be generated)."""
-        rx, data = self.regexes[f[1]], f[2]
-        dec = codecs.getincrementaldecoder("utf-8")()
-        try:
-            text = dec.decode(data, final=not partial)
-            pending = dec.getstate()[0]
-            if pending:
-                if _utf8_length(pending[0]) - len(pending) > 1:
-                    return False
-                ends = (codecs.decode(pending + bytes([c]), "utf-8", "ignore") for c in range(0x80, 0xC0))
-                return any(e and rx.fullmatch(text + e, partial=True, timeout=REGEX_TIMEOUT_S) for e in ends)
-            return rx.fullmatch(text, partial=partial, timeout=REGEX_TIMEOUT_S) is not None
-        except (UnicodeDecodeError, TimeoutError):
-            return False
+        """The frame's text fully matches its pattern, or (``partial``) may still grow into a match."""
+        rx = self.regexes[f[1]]
+        return _utf8_match(f[2], partial, lambda text, p: rx.fullmatch(text, partial=p, timeout=REGEX_TIMEOUT_S))
 
     def _after_value(self, rest, b):
         """A value ended just before byte ``b``: feed it to the frame below."""
@@ -202,6 +211,8 @@ class Grammar:
         if b == ord("[") and "array" in kinds:
             return (*rest, ("arr", nid, "open", 0))
         if b == ord('"') and "string" in kinds:
+            if "pattern" in node and "str_enum" not in node:
+                return (*rest, ("pstr", nid, b"", 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
         if b in _NUM_START and kinds & {"number", "integer"}:
             integer = "number" not in kinds
@@ -254,6 +265,26 @@ class Grammar:
         if options is None and not is_key:
             typed = b""  # a free string's content does not matter to what follows: states repeat (cache)
         return (*rest, ("key", f[1], f[2], typed, esc) if is_key else ("str", f[1], typed, esc))
+
+    def _pattern_string(self, f, rest, b):
+        """Inside a string whose schema has a ``pattern``: its text so far must keep a match possible."""
+        _, nid, typed, esc = f
+        if esc == 0 and b == ord('"'):
+            return rest if self._pattern_ok(nid, typed, partial=False) else None
+        if esc == 0 and b == ord("\\"):  # an escape: only where one of the one-letter escapes may follow
+            ok = any(self._pattern_ok(nid, typed + b"\\" + bytes([c]), partial=True) for c in _ESC if c != ord("u"))
+            return (*rest, ("pstr", nid, typed + b"\\", 1)) if ok else None
+        if (esc == 0 and b < 0x20) or (esc == 1 and (b not in _ESC or b == ord("u"))):
+            return None  # no \uXXXX escapes here: the text's own UTF-8 says it, and can be checked as it comes
+        typed = typed + bytes([b])
+        return (*rest, ("pstr", nid, typed, 0)) if self._pattern_ok(nid, typed, partial=True) else None
+
+    def _pattern_ok(self, nid: int, body: bytes, partial: bool) -> bool:
+        """JSON Schema's ``pattern`` is a search (unanchored unless it anchors itself) over the
+        string's text, escapes decoded; ``partial``: the text may still grow into a match."""
+        rx = self.nodes[nid]["pattern"]
+        return _utf8_match(body, partial, lambda raw, p: rx.search(json.loads(f'"{raw}"'), partial=p,
+                                                                    timeout=REGEX_TIMEOUT_S))  # fmt: skip
 
     def _number(self, f, rest, b):
         _, integer, phase, digits = f
@@ -380,7 +411,7 @@ def regex_grammar(pattern: str) -> Grammar:
     if len(pattern) > MAX_REGEX_CHARS:
         raise GrammarError(f"the regular expression is {len(pattern)} characters; at most {MAX_REGEX_CHARS}")
     try:
-        rx = regex.compile(pattern)
+        rx = regex.compile(pattern, regex.ASCII)  # \d, \w, \s as ASCII classes: what guided-decoding engines read
     except (regex.error, OverflowError, RecursionError) as e:
         raise GrammarError(f"invalid regular expression: {e}") from None
     return Grammar((("re", 0, b""),), [], regexes=[rx])
@@ -446,7 +477,7 @@ class TokenGrammar:
         out = list(self.eos) if self.g.complete(state) else []
         deadline = time.monotonic() + ALLOWED_BUDGET_S
         for first, ids in self.t.by_first.items():
-            if self.g.regexes and time.monotonic() > deadline:
+            if self.g.timed and time.monotonic() > deadline:
                 break  # a regular expression that backtracks this long: the tokens found so far (all valid)
             if self.g.advance(state, bytes([first])) is not None:
                 out += [i for i in ids if i not in self.eos and self.step(state, i) is not None]

@@ -6,14 +6,17 @@ only unless ``additionalProperties`` is true or a schema, as OpenAI's strict mod
 ``minItems`` / ``maxItems``, ``enum`` / ``const``, ``anyOf`` / ``oneOf`` / ``allOf`` (merged:
 alternatives of different types are told apart by their first byte; several object alternatives
 become one object with the union of their properties and the intersection of their required
-ones), local ``$ref`` (``#/$defs/...``, recursion allowed). Ignored (not enforced): ``pattern``,
-``format``, string and number bounds. ``lenient``: a part that cannot be compiled admits any
-value (tool schemas in the wild) instead of raising ``GrammarError``.
+ones), local ``$ref`` (``#/$defs/...``, recursion allowed), a string's ``pattern`` (a search, as
+JSON Schema's, in the ``regex`` module's syntax). Ignored (not enforced): ``format``, string and
+number bounds. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
+wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
 
 from __future__ import annotations
 
 import json
+
+import regex
 
 KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
 # type names of Python-flavoured tool schemas (BFCL and others write "dict", "float", "tuple", "any")
@@ -142,6 +145,12 @@ class Schemas:
         if bad := kinds - set(KINDS):
             raise GrammarError(f"unknown type(s) {sorted(bad)}")
         node: dict = {"kinds": kinds}
+        if "string" in kinds and isinstance(s.get("pattern"), str):
+            try:
+                node["pattern"] = regex.compile(s["pattern"], regex.ASCII)  # \d, \w ASCII, as ECMA 262
+            except (regex.error, OverflowError, RecursionError) as e:
+                if not self.lenient:
+                    raise GrammarError(f"pattern {s['pattern']!r} does not compile: {e}") from None
         if "object" in kinds:
             props = s.get("properties") or {}
             if not isinstance(props, dict):

@@ -269,7 +269,7 @@ def test_choice_and_regex_token_sets_agree_with_the_slow_reference(bundled):
 
     def viable(pattern, data: bytes) -> bool:
         try:
-            return bool(regex.fullmatch(pattern, data.decode(), partial=True))
+            return bool(regex.fullmatch(pattern, data.decode(), regex.ASCII, partial=True))
         except UnicodeDecodeError as e:
             if e.reason != "unexpected end of data":
                 return False
@@ -284,7 +284,7 @@ def test_choice_and_regex_token_sets_agree_with_the_slow_reference(bundled):
         state, done = tg.start, b""
         for t in tok.encode(text):
             ref = [i for i, bs in enumerate(table.bytes) if bs and i not in table.atomic and viable(pattern, done + bs)]
-            if regex.fullmatch(pattern, done.decode("utf-8", "replace")):  # a full match may end: EOS too
+            if regex.fullmatch(pattern, done.decode("utf-8", "replace"), regex.ASCII):  # a full match may end: EOS too
                 ref += tok.eos_token_ids
             assert sorted(tg.allowed(state)) == sorted(ref)
             state, done = tg.step(state, t), done + table.bytes[t]
@@ -330,3 +330,37 @@ def test_a_slow_regex_cannot_stall_the_engine(bundled, monkeypatch):
     cut = TokenGrammar(regex_grammar(r"[a-z ]+ "), TokenTable(tok), tok.eos_token_ids)
     some = cut.allowed(cut.start)
     assert len(every) > 100 and set(some) < every and all(cut.step(cut.start, t) is not None for t in some)
+
+
+@pytest.mark.parametrize(
+    "schema, text, ok",
+    [({"type": "string", "pattern": "^D-\\d+$"}, '"D-17"', True), ({"type": "string", "pattern": "^D-\\d+$"}, '"D-x"', False),
+     ({"type": "string", "pattern": "^D-\\d+$"}, '"D-17 "', False), ({"type": "string", "pattern": "\\d"}, '"ab1c"', True),
+     ({"type": "string", "pattern": "\\d"}, '"abc"', False), ({"type": "string", "pattern": "^a\\nb$"}, '"a\\nb"', True),
+     ({"type": "string", "pattern": "^café$"}, '"café"', True),
+     ({"type": "string", "pattern": "^café$"}, '"caf\\u00e9"', False), ({"type": "string", "pattern": "^\\d$"}, '"߂"', False), ({"type": ["string", "integer"], "pattern": "^x$"}, "12", True),
+     ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "18:00"}', True),
+     ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "6pm"}', False)],
+)  # fmt: skip
+def test_a_strings_pattern_is_enforced(schema, text, ok):
+    """JSON Schema's ``pattern`` (a search over the string's text, escapes decoded; no ``\\u`` escapes,
+    the characters themselves; ``\\d`` and ``\\w`` ASCII, as ECMA 262)."""
+    assert json_grammar(schema).accepts(text) == ok
+
+
+def test_patterns_under_decoding_and_in_tool_schemas(bundled):
+    engine, tok = bundled
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": "^D-\\d{1,3}$"}}, "required": ["id"]}
+    g = json_grammar(schema)
+    ids = tok.encode(render([{"role": "user", "content": "drone id as JSON"}], None, add_generation_prompt=True))
+    for seed in range(3):
+        out = engine.generate(ids, SamplingParams(max_tokens=40, temperature=1.0, seed=seed, grammar=g))
+        if out.finish_reason == "stop":
+            assert json.loads(out.text)["id"].startswith("D-"), out.text
+        else:
+            assert g.advance(g.start_state, out.text.encode()) is not None
+    with pytest.raises(GrammarError, match="does not compile"):
+        json_grammar({"type": "string", "pattern": "("})
+    lenient = tool_call_grammar({"f": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}},
+                                TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
+    assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"a": "anything"}}' + TOOL_CLOSE)
