@@ -60,7 +60,7 @@ class Runner:
 
     def _remember(self, req: Request, cache: ModelCache) -> None:
         """A fresh request's cache (its prompt's complete blocks) goes to the prefix cache."""
-        if self.prefix_cache is not None and int(cache.lengths[0]):
+        if self.prefix_cache is not None:  # (it keeps nothing for a cache without a whole block)
             self.prefix_cache.insert(req.prompt, req.block_size, cache)
 
     def score(self, req: Request) -> None:

@@ -296,9 +296,6 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
                           "stop_token_ids")  # fmt: skip
     # ignore_eos: the chat's end-of-turn ids do not stop either; the client's own stop_token_ids do
     stops = [*([] if req.ignore_eos else stop_token_ids or []), *(req.stop_token_ids or [])]
-    if req.min_tokens is not None and req.min_tokens > max_tokens:
-        raise bad_request(f"min_tokens ({req.min_tokens}) is more than the tokens asked for ({max_tokens})",
-                          "min_tokens")  # fmt: skip
     try:
         params = SamplingParams(
             max_tokens=max_tokens, stop=stop, stop_token_ids=stops or None,

@@ -103,11 +103,16 @@ def request_grammar(req) -> tuple[Grammar | None, str | None]:
             ) from None
     if not isinstance(v, (dict, bool)):
         raise bad_request(f"{param} must be a JSON Schema (an object)", param)
-    schema = clean_schema(v, param, param)
+    return schema_grammar(v, param, param), param
+
+
+def schema_grammar(schema, what: str, param: str) -> Grammar:
+    """A client's JSON Schema, cleaned and compiled (cached); a malformed one is a 400 naming ``what``."""
+    cleaned = clean_schema(schema, what, param)
     try:
-        return _schema_grammar(json.dumps(schema, sort_keys=True)), param
+        return _schema_grammar(json.dumps(cleaned, sort_keys=True))
     except GrammarError as e:
-        raise bad_request(f"{param}: {e}", param) from None
+        raise bad_request(f"{what}: {e}", param) from None
 
 
 def modern_message(m: dict) -> dict:
@@ -143,8 +148,4 @@ def response_grammar(fmt: dict | None) -> Grammar | None:
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
         raise bad_request("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
                           "response_format")  # fmt: skip
-    schema = clean_schema(spec.get("schema", True), "response_format json_schema", "response_format")
-    try:
-        return _schema_grammar(json.dumps(schema, sort_keys=True))
-    except GrammarError as e:
-        raise bad_request(f"response_format json_schema: {e}", "response_format") from None
+    return schema_grammar(spec.get("schema", True), "response_format json_schema", "response_format")
