@@ -86,7 +86,7 @@ Action = tuple[Pieces, list[tuple[str, dict]]]
 def act_create(ctx: Ctx) -> Action:
     rng = ctx.rng
     tid, t = ctx.template("create", CREATE_T)
-    zone = zone_name(rng, ctx.split)
+    zone = zone_name(rng, ctx.split, ctx.pieces)
     where, lat, lon = coord_surface(ctx, tid)
     r_txt, r = radius_surface(ctx, tid)
     args: dict = {"zone_name": zone, "lat": lat, "lon": lon, "radius_m": r}
@@ -103,7 +103,7 @@ def act_create(ctx: Ctx) -> Action:
 
 def act_lift(ctx: Ctx) -> Action:
     _, t = ctx.template("lift", LIFT_T)
-    zone = zone_name(ctx.rng, ctx.split)
+    zone = zone_name(ctx.rng, ctx.split, ctx.pieces)
     return _fill(t, zone=zone), [("lift_no_fly_zone", {"zone_name": zone})]
 
 
@@ -133,7 +133,7 @@ def act_mission(ctx: Ctx) -> Action:
     d_txt, d = drone_surface(ctx, tid)
     mt = rng.choice(MISSION_TYPES)
     nouns, verbs = _MISSION_WORDS[mt]
-    target = target_name(rng, ctx.split)
+    target = target_name(rng, ctx.split, ctx.pieces)
     noun = rng.choice(nouns)
     pieces = _fill(t, d=d_txt, noun=noun, a_noun=_a(noun), verb=rng.choice(verbs), t=target)
     return pieces, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})]
@@ -305,7 +305,7 @@ def clarify_message(ctx: Ctx) -> tuple[str, str]:
     rng = ctx.rng
     what = rng.choice(list(CLARIFY_T))
     tid, t = ctx.template(f"clarify_{what}", CLARIFY_T[what])
-    zone = zone_name(rng, ctx.split)
+    zone = zone_name(rng, ctx.split, ctx.pieces)
     d_txt, d = drone_surface(ctx, tid)
     wp, noun = rng.randint(1, 12), rng.choice(_MISSION_WORDS[rng.choice(MISSION_TYPES)][0])
     pieces = _fill(
@@ -342,13 +342,19 @@ def _chat(kind: str, tools: list[dict] | None, *messages: dict) -> dict:
 
 
 def example(
-    rng: random.Random, split: str, max_actions: int = 5, stage: int | None = None, mix: dict[str, float] | None = None
+    rng: random.Random,
+    split: str,
+    max_actions: int = 5,
+    stage: int | None = None,
+    mix: dict[str, float] | None = None,
+    pieces: tuple[str, ...] = (),
 ) -> dict:
     """One chat example drawn with ``rng`` (format in the module docstring).
 
     ``max_actions`` caps the calls per message (1: no compound messages). ``stage`` picks a
     curriculum preset from :data:`STAGES` (1: single calls only; 2: every kind, ≤ 2 calls;
     3: everything, ≤ 5 calls) and overrides ``max_actions``; ``mix`` overrides the kind weights.
+    ``pieces``: the training tokenizer's word pieces, for train names (``phrasing.coined_word``).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
@@ -360,7 +366,7 @@ def example(
     if max_actions < 1:
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
     mix = mix or MIX
-    ctx = Ctx(rng, split)
+    ctx = Ctx(rng, split, pieces)
     kind = rng.choices(list(mix), weights=list(mix.values()))[0]
     user = lambda text: {"role": "user", "content": text}  # noqa: E731
     said = lambda text: {"role": "assistant", "content": text}  # noqa: E731

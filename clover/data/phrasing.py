@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import string
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
@@ -48,6 +49,7 @@ PREFIXES = ("North", "South", "East", "West", "Upper", "Lower", "Old", "New", "C
 # the answers cannot be recalled from a small vocabulary of names and must be copied from the
 # message (the held-out words of validation and test are real words the model never saw).
 COINED_SHARE = 0.5
+COINED_SHARE_PIECES = 0.7  # with the tokenizer's word pieces to coin from (``coined_word``)
 _ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "r", "s", "st", "t",
            "tr", "v", "w", "z")  # fmt: skip
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
@@ -59,20 +61,51 @@ def _pool_words() -> frozenset:
     return frozenset(w.lower() for items in (PLACES, NATO, CITIES, OBJECTS, PREFIXES) for x in items for w in x.split())
 
 
-def coined_word(rng: random.Random) -> str:
-    """A pronounceable made-up word (lowercase) that is no word of any entity pool."""
+def coined_word(rng: random.Random, pieces: tuple[str, ...] = ()) -> str:
+    """A made-up word that is no word of any entity pool: pronounceable syllables (lowercase).
+    When the training tokenizer's word ``pieces`` are given: 60 % one to three of those (as they
+    are cased), 20 % syllables, 20 % pieces of the corpus's own train-side words glued together.
+    A byte-pair tokenizer keeps word pieces ("Qu", "dock", "house") that it seldom emits, because
+    longer merges win in the words it learnt them from; names made of them put every piece where
+    the model must copy it, so a held-out name is made of pieces it has copied before. (Without
+    ``pieces`` the words, and the rng's draws, are those of the corpus before stage 12.)"""
     while True:
-        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((1, 2, 2, 3))))
-        w += rng.choice(_CODAS)
-        if len(w) >= 3 and w not in _pool_words():
+        k, shortest = (rng.random() if pieces else 0.7), 3
+        if k < 0.6:  # one piece alone is that very token; two or three may merge anew
+            w, shortest = "".join(rng.choice(pieces) for _ in range(rng.choice((1, 1, 2, 3)))), 2
+        elif k < 0.8:
+            w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((1, 2, 2, 3))))
+            w += rng.choice(_CODAS)
+        else:
+            w = "".join(_fragment(rng) for _ in range(rng.choice((1, 2, 2, 3))))
+        if len(w) >= shortest and w.lower() not in _pool_words():
             return w
 
 
-def _entity_word(rng: random.Random, items: tuple, split: str) -> str:
+def _fragment(rng: random.Random) -> str:
+    """A word's beginning, end or middle: where the tokenizer's word pieces come from."""
+    word = rng.choice(_fragment_words())
+    n = min(len(word), rng.randint(1, 6))
+    i = rng.choice((0, len(word) - n, rng.randint(0, len(word) - n)))
+    return word[i : i + n]
+
+
+@functools.cache
+def _fragment_words() -> tuple:
+    """The words of the train side of the corpus: train pool words, and the templates and
+    mission words train uses (the held-out last template of each list is left out)."""
+    texts = [*PREFIXES, *(_pool(x, "train") for x in (PLACES, NATO, CITIES, OBJECTS))]
+    lists = [CREATE_T, LIFT_T, WAYPOINT_T, MISSION_T, RECALL_T, STATUS_T, *MANY_T.values()]
+    texts += [t for ts in lists for t in ts[:-1]] + [t for ws in _MISSION_WORDS.values() for w in ws for t in w]
+    flat = " ".join(t if isinstance(t, str) else " ".join(t) for t in texts)
+    return tuple(sorted({w.lower() for w in re.findall(r"[^\W\d_]+", re.sub(r"\{\w+\}", " ", flat))}))
+
+
+def _entity_word(rng: random.Random, items: tuple, split: str, pieces: tuple[str, ...] = ()) -> str:
     """A word of ``split``'s pool, or (train only, ``COINED_SHARE``) a coined one in the pool's style."""
-    if split == "train" and rng.random() < COINED_SHARE:
-        w = coined_word(rng)
-        return w if items is OBJECTS else w.capitalize()
+    if split == "train" and rng.random() < (COINED_SHARE_PIECES if pieces else COINED_SHARE):
+        w = coined_word(rng, pieces)
+        return w if items is OBJECTS else w[0].upper() + w[1:]
     return rng.choice(_pool(items, split))
 
 
@@ -81,8 +114,8 @@ def heldout_words(split: str) -> list[str]:
     return [*_pool(PLACES, split), *_pool(NATO, split), *_pool(CITIES, split), *_pool(OBJECTS, split)]
 
 
-def zone_name(rng: random.Random, split: str) -> str:
-    place, nato, city = (_entity_word(rng, x, split) for x in (PLACES, NATO, CITIES))
+def zone_name(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> str:
+    place, nato, city = (_entity_word(rng, x, split, pieces) for x in (PLACES, NATO, CITIES))
     name = rng.choice(
         [
             f"{rng.choice(PREFIXES)} {place}",
@@ -98,8 +131,8 @@ def zone_name(rng: random.Random, split: str) -> str:
     return name.lower() if rng.random() < 0.08 else name  # copied as written, lowercase included
 
 
-def target_name(rng: random.Random, split: str) -> str:
-    obj, place, city = (_entity_word(rng, x, split) for x in (OBJECTS, PLACES, CITIES))
+def target_name(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> str:
+    obj, place, city = (_entity_word(rng, x, split, pieces) for x in (OBJECTS, PLACES, CITIES))
     return rng.choice(
         [
             f"{obj} {rng.randint(1, 99)}",
@@ -128,11 +161,11 @@ def heldout_combo(template: str, form: str, forms: list[tuple]) -> bool:
 
 
 class Ctx:
-    """What one example's generation shares: the rng, the split, and whether a held-out phrasing
-    was used (``novel``)."""
+    """What one example's generation shares: the rng, the split, the word pieces train names may
+    be coined from (``coined_word``), and whether a held-out phrasing was used (``novel``)."""
 
-    def __init__(self, rng: random.Random, split: str):
-        self.rng, self.split, self.novel = rng, split, False
+    def __init__(self, rng: random.Random, split: str, pieces: tuple[str, ...] = ()):
+        self.rng, self.split, self.pieces, self.novel = rng, split, tuple(pieces), False
 
     def template(self, action: str, templates: list[str]) -> tuple[str, str]:
         """(template id, template); the last template of each list is never used in train."""

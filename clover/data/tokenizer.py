@@ -226,6 +226,13 @@ class CloverTokenizer:
                 cats.append(4)
         return names, cats
 
+    def word_pieces(self) -> tuple[str, ...]:
+        """The text of every vocabulary token that is a run of letters (added tokens aside), in
+        id order: what training coins made-up names from (``clover.data.phrasing.coined_word``)."""
+        added = set(self.tok.get_added_tokens_decoder())
+        pieces = (self.decode([i]) for i in range(self.vocab_size) if i not in added)
+        return tuple(p for p in pieces if p.isalpha())
+
     def token_to_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
 

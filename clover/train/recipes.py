@@ -68,6 +68,9 @@ class AirspaceRecipe:
     decision_frac: float = 0.2
     curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
+    # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
+    # piece that never stands in a train name cannot be copied into one (stage 12 onwards)
+    name_pieces: bool = True
 
     def data_fields(self) -> dict:
         """The recipe's own scalar fields (batch size, decision share, curriculum, vocabulary):
@@ -128,6 +131,7 @@ def collate(rows: list[tuple[list[int], list[bool]]], pad_id: int) -> dict[str, 
 
 def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "train", seed: int = 0):
     """step → batch, a pure function of (seed, step): resumable and identical on every rank."""
+    pieces = tok.word_pieces() if recipe.name_pieces else ()
 
     def source(step: int) -> dict[str, torch.Tensor]:
         rng = random.Random(f"airspace-{split}-{seed}-{step}")
@@ -137,7 +141,7 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
             if rng.random() < recipe.decision_frac:
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
             else:
-                ex = example(rng, split, max_actions)
+                ex = example(rng, split, max_actions, pieces=pieces)
             rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))
         return collate(rows, tok.pad_token_id)
 

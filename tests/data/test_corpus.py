@@ -239,6 +239,40 @@ def test_train_coins_entity_words_that_no_pool_holds():
     assert 0.3 < len(fresh) / len(coined) < 0.95
 
 
+def test_train_names_coined_from_the_tokenizers_word_pieces():
+    """With the tokenizer's word pieces, train names put far more of the vocabulary's pieces
+    where the model must copy them (a piece no train name holds was never copied: the stage-11
+    model wrote "Quebec" as "ofebec"); a one-piece word is that very token; validation and test
+    names are unchanged, and no coined word is a pool word of any split."""
+    import random
+
+    from clover.data import default_model_dir, phrasing
+    from clover.data.tokenizer import CloverTokenizer
+
+    tok = CloverTokenizer.load(default_model_dir())
+    pieces = tok.word_pieces()
+    assert pieces and all(p.isalpha() and len(tok.encode(p)) == 1 for p in pieces)
+    assert not {tok.token_to_id(p) for p in pieces} & set(tok.tok.get_added_tokens_decoder())
+
+    def copied(use: tuple) -> set[int]:
+        rng, ids = random.Random(3), set()
+        for _ in range(1500):
+            for name in (phrasing.zone_name(rng, "train", use), phrasing.target_name(rng, "train", use)):
+                ids.update(tok.encode(" " + name))
+        return {i for i in ids if tok.decode([i]) in set(pieces)}
+
+    assert len(copied(pieces)) > 1.5 * len(copied(()))
+    rng = random.Random(4)
+    words = [phrasing.coined_word(rng, pieces) for _ in range(3000)]
+    assert not {w.lower() for w in words} & phrasing._pool_words()
+    assert sum(w in pieces for w in words) > 600  # one-piece words: exactly one token each
+    for split in ("validation", "test"):
+        a, b = random.Random(5), random.Random(5)
+        assert [phrasing.zone_name(a, split, pieces) for _ in range(50)] == [
+            phrasing.zone_name(b, split) for _ in range(50)
+        ]
+
+
 def _dialogue(e: dict) -> list[dict]:
     """The messages after a client-style system prompt, if the example has one."""
     return [m for m in e["messages"] if m["role"] != "system"]
