@@ -9,34 +9,15 @@ from pathlib import Path
 
 
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
-    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None)."""
-    import torch
+    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None); a
+    problem is a one-line ``clover: ...`` exit."""
+    from clover.engine.engine import load_checkpoint
 
-    if threads:
-        torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
-    if model_dir is None:
-        try:
-            from clover.data import default_model_dir
-        except ImportError:
-            raise SystemExit("clover: no bundled default model in this install; pass --model DIR") from None
-        try:
-            model_dir = default_model_dir()
-        except FileNotFoundError as e:
-            raise SystemExit(f"clover: {e}") from None
-    from clover.model.io import load_model, resolve_dir
-
-    path = resolve_dir(model_dir)
-    model = load_model(path)
-    tokenizer = None
-    if (path / "tokenizer.json").exists():
-        from clover.data.tokenizer import CloverTokenizer
-
-        try:
-            tokenizer = CloverTokenizer.load(path)
-        except ValueError as e:  # a corrupt tokenizer.json / tokenizer_config.json
-            raise SystemExit(f"clover: {e}") from None
-    return model, tokenizer
+    try:
+        return load_checkpoint(model_dir, threads)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"clover: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def int_at_least(minimum: int):

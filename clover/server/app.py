@@ -33,26 +33,12 @@ MAX_BODY_BYTES = 4 << 20
 def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
                 prefix_cache_mb: float = PREFIX_CACHE_MB) -> Engine:  # fmt: skip
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer."""
-    import torch
+    from clover.engine.engine import load_checkpoint
 
-    if threads:
-        torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)
-    if model_dir is None:
-        from clover.data import default_model_dir
-
-        model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
-    from clover.data.tokenizer import CloverTokenizer
-    from clover.model.io import load_model, resolve_dir
-
-    path = resolve_dir(model_dir)
-    if not path.is_dir():
-        what = "a file, not a checkpoint directory" if path.exists() else "no such directory"
-        raise FileNotFoundError(f"{path}: {what} (give a Clover checkpoint directory or a cached repo id)")
-    if not (path / "tokenizer.json").exists():
-        raise FileNotFoundError(f"{path}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
-    return Engine(load_model(path), CloverTokenizer.load(path), max_batch_size=max_batch_size,
-                  prefix_cache_mb=prefix_cache_mb)  # fmt: skip
+    model, tokenizer = load_checkpoint(model_dir, threads)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
+    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb)
 
 
 def create_app(

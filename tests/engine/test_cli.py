@@ -87,7 +87,7 @@ def test_missing_or_corrupt_checkpoint_is_a_message_not_a_traceback(checkpoint, 
 
     with pytest.raises(SystemExit) as e:
         clover_main(["generate", "hi", "--model", str(tmp_path / "nowhere")])
-    assert e.value.code == 2 and "no config.json" in capsys.readouterr().err
+    assert e.value.code == 2 and "nowhere: no such directory" in capsys.readouterr().err
     d, _ = checkpoint
     bad = tmp_path / "bad"
     bad.mkdir()
