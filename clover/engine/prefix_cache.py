@@ -76,11 +76,10 @@ class PrefixCache:
         if key in self._entries:
             self._entries.move_to_end(key)
             return
-        kept = _copy(cache)
-        size = _nbytes(kept)
+        size = _nbytes(cache)  # a batch of one: its copy holds as many bytes
         if size > self.max_bytes:
             return
-        self._entries[key] = (tuple(prompt[:n]), kept, size)
+        self._entries[key] = (tuple(prompt[:n]), _copy(cache), size)
         self._bytes += size
         while self._bytes > self.max_bytes:
             self._bytes -= self._entries.popitem(last=False)[1][2]
