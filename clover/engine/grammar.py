@@ -76,7 +76,31 @@ def _utf8_match(data: bytes, partial: bool, test) -> bool:
 
 def _value_may_end(f: tuple) -> bool:
     """A number or non-string literal on top may end before the next byte (it has no closing mark)."""
+    if f[0] == "inum":
+        return _int_reachable(f, whole=True)
     return f[0] == "num" and f[2] in _NUM_END or f[0] == "lits" and f[2] in f[1]
+
+
+def _int_reachable(f: tuple, whole: bool = False) -> bool:
+    """An ``inum`` frame ``("inum", lo, hi, typed)``: ``typed`` is the beginning of a JSON integer
+    within the bounds (``whole``: is one). Appending k digits to n reaches n·10^k ... n·10^k + 10^k - 1."""
+    _, lo, hi, typed = f
+    neg, digits = typed[:1] == b"-", typed.lstrip(b"-")
+    if len(digits) > MAX_NUMBER_DIGITS or digits[:1] == b"0" and len(digits) > 1:
+        return False
+    if not digits:  # a lone "-": where a negative integer may follow (not for "-0" alone)
+        return not whole and (lo is None or lo < 0)
+    n = int(digits)
+    spans = (
+        [(n, n)]
+        if whole or n == 0
+        else [(n * 10**k, (n + 1) * 10**k - 1) for k in range(MAX_NUMBER_DIGITS - len(digits) + 1)]
+    )
+    for a, b in spans:
+        a, b = (-b, -a) if neg else (a, b)
+        if (lo is None or b >= lo) and (hi is None or a <= hi):
+            return True
+    return False
 
 
 # -- the automaton ---------------------------------------------------------------------------------
@@ -92,7 +116,8 @@ def _value_may_end(f: tuple) -> bool:
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 #         ("re", index, typed)                 text that is still the beginning of a full match
-#         ("pstr", node, typed, esc)           inside a string whose schema has a pattern
+#         ("pstr", node, typed, esc)           inside a string whose schema has a pattern or length bounds
+#         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
         self.start_state = (start, 0)
@@ -150,6 +175,11 @@ class Grammar:
             return self._pattern_string(f, rest, b)
         if kind == "num":
             return self._number(f, rest, b)
+        if kind == "inum":
+            if ord("0") <= b <= ord("9"):
+                g = (*f[:3], f[3] + bytes([b]))
+                return (*rest, g) if _int_reachable(g) else None
+            return self._after_value(rest, b) if _value_may_end(f) else None
         if kind == "lits":
             typed = f[2] + bytes([b])
             if any(o.startswith(typed) for o in f[1]):
@@ -211,9 +241,12 @@ class Grammar:
         if b == ord("[") and "array" in kinds:
             return (*rest, ("arr", nid, "open", 0))
         if b == ord('"') and "string" in kinds:
-            if "pattern" in node and "str_enum" not in node:
+            if "str_enum" not in node and ("pattern" in node or "min_len" in node or "max_len" in node):
                 return (*rest, ("pstr", nid, b"", 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
+        if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
+            f = ("inum", node.get("int_lo"), node.get("int_hi"), bytes([b]))
+            return (*rest, f) if _int_reachable(f) else None
         if b in _NUM_START and kinds & {"number", "integer"}:
             integer = "number" not in kinds
             phase = "sign" if b == ord("-") else "zero" if b == ord("0") else "int"
@@ -267,7 +300,8 @@ class Grammar:
         return (*rest, ("key", f[1], f[2], typed, esc) if is_key else ("str", f[1], typed, esc))
 
     def _pattern_string(self, f, rest, b):
-        """Inside a string whose schema has a ``pattern``: its text so far must keep a match possible."""
+        """Inside a string whose schema has a ``pattern`` or length bounds: its text so far must keep
+        a match (within the bounds) possible."""
         _, nid, typed, esc = f
         if esc == 0 and b == ord('"'):
             return rest if self._pattern_ok(nid, typed, partial=False) else None
@@ -280,11 +314,19 @@ class Grammar:
         return (*rest, ("pstr", nid, typed, 0)) if self._pattern_ok(nid, typed, partial=True) else None
 
     def _pattern_ok(self, nid: int, body: bytes, partial: bool) -> bool:
-        """JSON Schema's ``pattern`` is a search (unanchored unless it anchors itself) over the
-        string's text, escapes decoded; ``partial``: the text may still grow into a match."""
-        rx = self.nodes[nid]["pattern"]
-        return _utf8_match(body, partial, lambda raw, p: rx.search(json.loads(f'"{raw}"'), partial=p,
-                                                                    timeout=REGEX_TIMEOUT_S))  # fmt: skip
+        """The string's text (escapes decoded) meets its schema's length bounds (counted in
+        characters) and ``pattern``: a search, unanchored unless it anchors itself, as JSON
+        Schema's. ``partial``: the text may still grow into one that does."""
+        node = self.nodes[nid]
+        rx, lo, hi = node.get("pattern"), node.get("min_len", 0), node.get("max_len")
+
+        def test(raw: str, p: bool):
+            text = json.loads(f'"{raw}"')
+            if hi is not None and len(text) > hi or not p and len(text) < lo:
+                return None
+            return True if rx is None else rx.search(text, partial=p, timeout=REGEX_TIMEOUT_S)
+
+        return _utf8_match(body, partial, test)
 
     def _number(self, f, rest, b):
         _, integer, phase, digits = f

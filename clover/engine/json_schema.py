@@ -7,14 +7,17 @@ only unless ``additionalProperties`` is true or a schema, as OpenAI's strict mod
 alternatives of different types are told apart by their first byte; several object alternatives
 become one object with the union of their properties and the intersection of their required
 ones), local ``$ref`` (``#/$defs/...``, recursion allowed), a string's ``pattern`` (a search, as
-JSON Schema's, in the ``regex`` module's syntax). Ignored (not enforced): ``format``, string and
-number bounds. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
+JSON Schema's, in the ``regex`` module's syntax), a string's ``minLength`` / ``maxLength`` (in
+characters, an escape counting as the one it stands for), an integer's ``minimum`` / ``maximum`` /
+``exclusiveMinimum`` / ``exclusiveMaximum``. Ignored (not enforced): ``format``, bounds on
+``number`` (a fraction or exponent can always still bring it in range), ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
 wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 import regex
 
@@ -151,6 +154,10 @@ class Schemas:
             except (regex.error, OverflowError, RecursionError) as e:
                 if not self.lenient:
                     raise GrammarError(f"pattern {s['pattern']!r} does not compile: {e}") from None
+        if "string" in kinds:
+            node.update(self._string_bounds(s))
+        if "integer" in kinds and "number" not in kinds:
+            node.update(self._integer_bounds(s))
         if "object" in kinds:
             props = s.get("properties") or {}
             if not isinstance(props, dict):
@@ -166,6 +173,41 @@ class Schemas:
             node["min_items"] = int(s.get("minItems", 0))
             node["max_items"] = s.get("maxItems")
         return node
+
+    def _integer_bounds(self, s: dict) -> dict:
+        """``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` (numbers, or draft
+        4's booleans) as whole-number bounds ``int_lo`` / ``int_hi`` (the tightest of each side)."""
+        lows, highs = [], []
+        for key, excl, up in (("minimum", "exclusiveMinimum", False), ("maximum", "exclusiveMaximum", True)):
+            v, x = s.get(key), s.get(excl)
+            given = [(v, x is True)] if v is not None else []
+            if x is not None and not isinstance(x, bool):  # draft 6+: the exclusive bound itself
+                given.append((x, True))
+            for v, exclusive in given:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    return self._loose(f"{key} must be a finite number, got {json.dumps(v)[:40]}")
+                if up:
+                    highs.append(math.ceil(v) - 1 if exclusive and v == math.ceil(v) else math.floor(v))
+                else:
+                    lows.append(math.floor(v) + 1 if exclusive and v == math.floor(v) else math.ceil(v))
+        lo, hi = max(lows, default=None), min(highs, default=None)
+        if lo is not None and hi is not None and lo > hi:
+            return self._loose(f"no integer lies within the bounds {lo}..{hi}")
+        return {k: v for k, v in (("int_lo", lo), ("int_hi", hi)) if v is not None}
+
+    def _string_bounds(self, s: dict) -> dict:
+        lo, hi = int(s.get("minLength", 0)), s.get("maxLength")
+        if hi is not None and lo > int(hi):
+            return self._loose(f"minLength {lo} is above maxLength {int(hi)}: no string has such a length")
+        return {
+            k: v for k, v in (("min_len", lo or None), ("max_len", None if hi is None else int(hi))) if v is not None
+        }
+
+    def _loose(self, problem: str) -> dict:
+        """A bound no value can meet, or not a number: an error, or (lenient) no bound at all."""
+        if not self.lenient:
+            raise GrammarError(problem)
+        return {}
 
     def _merge(self, s, alts: list, all_of: list) -> dict:
         """anyOf/oneOf (union) and allOf (intersection of objects, roughly): one node."""

@@ -364,3 +364,51 @@ def test_patterns_under_decoding_and_in_tool_schemas(bundled):
     lenient = tool_call_grammar({"f": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}},
                                 TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
     assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"a": "anything"}}' + TOOL_CLOSE)
+
+
+BOUNDED = {"type": "object", "properties": {
+    "wp": {"type": "integer", "minimum": 1, "maximum": 12}, "dive": {"type": "integer", "minimum": -500, "exclusiveMaximum": 0},
+    "code": {"type": "string", "minLength": 2, "maxLength": 4}, "id": {"type": "string", "maxLength": 5, "pattern": "^D-"}},
+    "required": ["wp"]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [('{"wp": 1}', True), ('{"wp": 12}', True), ('{"wp": 0}', False), ('{"wp": 13}', False), ('{"wp": 120}', False),
+     ('{"wp": -1}', False), ('{"wp": 01}', False), ('{"wp": 7, "dive": -500}', True), ('{"wp": 7, "dive": -1}', True),
+     ('{"wp": 7, "dive": 0}', False), ('{"wp": 7, "dive": -501}', False), ('{"wp": 7, "dive": -0}', False),
+     ('{"wp": 7, "code": "ab"}', True), ('{"wp": 7, "code": "a"}', False), ('{"wp": 7, "code": "abcd"}', True),
+     ('{"wp": 7, "code": "abcde"}', False), ('{"wp": 7, "code": "\\n\\"é"}', True),  # escapes and é: one character each
+     ('{"wp": 7, "id": "D-123"}', True), ('{"wp": 7, "id": "D-1234"}', False), ('{"wp": 7, "id": "X-1"}', False)],
+)  # fmt: skip
+def test_string_lengths_and_integer_bounds_are_enforced(text, ok):
+    assert json_grammar(BOUNDED).accepts(text) is ok
+
+
+def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled):
+    """A prefix is allowed only while a value within the bounds can still follow it (``"wp": 1``
+    may become 12, ``"wp": 2`` can only end), and the token-level sets equal the slow reference."""
+    g = json_grammar(BOUNDED)
+    assert g.advance(g.start_state, b'{"wp": 1') is not None and g.advance(g.start_state, b'{"wp": 13') is None
+    assert g.advance(g.start_state, b'{"wp": 2') is not None and g.advance(g.start_state, b'{"wp": 20') is None
+    assert g.advance(g.start_state, b'{"wp": 7, "dive": -') is not None
+    nonneg = json_grammar({"type": "integer", "minimum": 0})
+    assert nonneg.advance(nonneg.start_state, b"-") is None and nonneg.accepts("0") and not nonneg.accepts("-0")
+    _, tok = bundled
+    tg = TokenGrammar(g, TokenTable(tok), tok.eos_token_ids)
+    state = tg.start
+    for t in tok.encode('{"wp": 11, "code": "xy\\n"}'):
+        allowed = tg.allowed(state)
+        assert t in allowed and sorted(allowed) == sorted(
+            i for i in range(tok.vocab_size) if tg.step(state, i) is not None
+        )
+        state = tg.step(state, t)
+    assert tg.g.complete(state)
+    for bad, problem in (({"type": "integer", "minimum": 5, "maximum": 4}, "no integer"),
+                         ({"type": "string", "minLength": 3, "maxLength": 2}, "minLength 3 is above"),
+                         ({"type": "integer", "minimum": "one"}, "finite number")):  # fmt: skip
+        with pytest.raises(GrammarError, match=problem):
+            json_grammar(bad)
+    lenient = tool_call_grammar({"f": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}},
+                                TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
+    assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"n": 99}}' + TOOL_CLOSE)
