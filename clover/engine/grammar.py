@@ -116,7 +116,7 @@ def _int_reachable(f: tuple, whole: bool = False) -> bool:
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 #         ("re", index, typed)                 text that is still the beginning of a full match
-#         ("pstr", node, typed, esc)           inside a string whose schema has a pattern or length bounds
+#         ("pstr", node, typed, esc)           inside a string with a pattern, format or length bounds
 #         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
@@ -124,7 +124,7 @@ class Grammar:
         self.tables = list(tables)
         self.regexes = list(regexes)  # compiled ``regex`` patterns, by index
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
-        self.timed = bool(self.regexes) or any("pattern" in n for n in self.nodes)  # regex work: budgeted
+        self.timed = bool(self.regexes) or any("pattern" in n or "format" in n for n in self.nodes)  # budgeted
         self.advance = lru_cache(maxsize=65536)(self._advance)
         self.allowed_cache: dict = {}  # (token table, eos ids, state) -> allowed ids, shared by requests
 
@@ -241,7 +241,7 @@ class Grammar:
         if b == ord("[") and "array" in kinds:
             return (*rest, ("arr", nid, "open", 0))
         if b == ord('"') and "string" in kinds:
-            if "str_enum" not in node and ("pattern" in node or "min_len" in node or "max_len" in node):
+            if "str_enum" not in node and {"pattern", "format", "min_len", "max_len"} & node.keys():
                 return (*rest, ("pstr", nid, b"", 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
         if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
@@ -315,14 +315,16 @@ class Grammar:
 
     def _pattern_ok(self, nid: int, body: bytes, partial: bool) -> bool:
         """The string's text (escapes decoded) meets its schema's length bounds (counted in
-        characters) and ``pattern``: a search, unanchored unless it anchors itself, as JSON
-        Schema's. ``partial``: the text may still grow into one that does."""
+        characters), ``format`` (a full match) and ``pattern``: a search, unanchored unless it
+        anchors itself, as JSON Schema's. ``partial``: the text may still grow into one that does."""
         node = self.nodes[nid]
-        rx, lo, hi = node.get("pattern"), node.get("min_len", 0), node.get("max_len")
+        rx, fmt, lo, hi = node.get("pattern"), node.get("format"), node.get("min_len", 0), node.get("max_len")
 
         def test(raw: str, p: bool):
             text = json.loads(f'"{raw}"')
             if hi is not None and len(text) > hi or not p and len(text) < lo:
+                return None
+            if fmt is not None and fmt.fullmatch(text, partial=p, timeout=REGEX_TIMEOUT_S) is None:
                 return None
             return True if rx is None else rx.search(text, partial=p, timeout=REGEX_TIMEOUT_S)
 

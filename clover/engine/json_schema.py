@@ -9,8 +9,9 @@ become one object with the union of their properties and the intersection of the
 ones), local ``$ref`` (``#/$defs/...``, recursion allowed), a string's ``pattern`` (a search, as
 JSON Schema's, in the ``regex`` module's syntax), a string's ``minLength`` / ``maxLength`` (in
 characters, an escape counting as the one it stands for), an integer's ``minimum`` / ``maximum`` /
-``exclusiveMinimum`` / ``exclusiveMaximum``. Ignored (not enforced): ``format``, bounds on
-``number`` (a fraction or exponent can always still bring it in range), ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
+``exclusiveMinimum`` / ``exclusiveMaximum``, a string's ``format`` among date, time, date-time,
+uuid, email and ipv4 (``FORMATS``). Ignored (not enforced): other formats, bounds on ``number``
+(a fraction or exponent can always still bring it in range), ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
 wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
 
@@ -25,6 +26,19 @@ KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
 # type names of Python-flavoured tool schemas (BFCL and others write "dict", "float", "tuple", "any")
 ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "str": "string",
            "list": "array", "tuple": "array"}  # fmt: skip
+
+
+_D2 = r"(?:0[1-9]|[12]\d|3[01])"
+_TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d{1,9})?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+_DATE = r"\d{4}-(?:0[1-9]|1[0-2])-" + _D2
+# string formats enforced (a full match of the text), as RFC 3339 and JSON Schema's format list
+# read them; others ("uri", "hostname", ...) are not checked
+FORMATS = {name: regex.compile(rx, regex.ASCII) for name, rx in {
+    "date": _DATE, "time": _TIME, "date-time": _DATE + "[Tt ]" + _TIME,
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "email": r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
+    "ipv4": r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)",
+}.items()}  # fmt: skip
 
 
 class GrammarError(ValueError):
@@ -156,6 +170,8 @@ class Schemas:
                     raise GrammarError(f"pattern {s['pattern']!r} does not compile: {e}") from None
         if "string" in kinds:
             node.update(self._string_bounds(s))
+            if s.get("format") in FORMATS:
+                node["format"] = FORMATS[s["format"]]
         if "integer" in kinds and "number" not in kinds:
             node.update(self._integer_bounds(s))
         if "object" in kinds:

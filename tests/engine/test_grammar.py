@@ -412,3 +412,21 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled):
     lenient = tool_call_grammar({"f": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}},
                                 TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
     assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"n": 99}}' + TOOL_CLOSE)
+
+
+@pytest.mark.parametrize(
+    "fmt, value, ok",
+    [("date", "2026-12-04", True), ("date", "2026-13-04", False), ("date", "2026-12-4", False),
+     ("time", "16:20:00Z", True), ("time", "16:20", False), ("date-time", "2026-12-04T16:20:00.5+01:00", True),
+     ("date-time", "2026-12-04T16:20Z", False), ("uuid", "123e4567-e89b-12d3-a456-426614174000", True),
+     ("uuid", "123e4567", False), ("email", "ops@clover.dev", True), ("email", "ops@clover", False),
+     ("ipv4", "10.0.0.255", True), ("ipv4", "10.0.0.256", False), ("uri", "not checked", True)],
+)  # fmt: skip
+def test_string_formats_are_enforced(fmt, value, ok):
+    g = json_grammar({"type": "object", "properties": {"v": {"type": "string", "format": fmt, "maxLength": 40}}})
+    assert g.accepts(json.dumps({"v": value})) is ok
+    if ok and fmt == "date":  # a byte is allowed while the text can still become a date
+        assert (
+            g.advance(g.start_state, b'{"v": "2026-1') is not None
+            and g.advance(g.start_state, b'{"v": "2026-2') is None
+        )
