@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import json
 import time
+from fractions import Fraction
 from functools import lru_cache
 
 import regex
@@ -78,7 +79,44 @@ def _value_may_end(f: tuple) -> bool:
     """A number or non-string literal on top may end before the next byte (it has no closing mark)."""
     if f[0] == "inum":
         return _int_reachable(f, whole=True)
+    if f[0] == "fnum":
+        return _number_reachable(f, whole=True)
     return f[0] == "num" and f[2] in _NUM_END or f[0] == "lits" and f[2] in f[1]
+
+
+def _number_reachable(f: tuple, whole: bool = False) -> bool:
+    """An ``fnum`` frame ``("fnum", (lo, lo exclusive, hi, hi exclusive), typed)``: ``typed`` is
+    the beginning of a JSON number within the bounds (``whole``: is one). Written without an
+    exponent (any number in bounds can be). The values its completions reach form ``[a, b)``:
+    ``n`` followed by k more digits, ``[n·10^k, (n+1)·10^k)``; after the point, ``[n.f, n.f + 10^-|f|)``."""
+    (lo, lo_x, hi, hi_x), typed = f[1], f[2]
+    neg, body = typed[:1] == b"-", typed.lstrip(b"-").decode()
+    whole_part, dot, frac = body.partition(".")
+    if len(whole_part) > 1 and whole_part[0] == "0" or len(whole_part) + len(frac) > MAX_NUMBER_DIGITS:
+        return False
+    if dot and not whole_part or "." in frac:
+        return False
+    if neg:  # mirror: -x in [lo, hi] <=> x in [-hi, -lo]
+        lo, lo_x, hi, hi_x = (None if hi is None else -hi), hi_x, (None if lo is None else -lo), lo_x
+    if whole:
+        if not whole_part or dot and not frac:
+            return False
+        v = Fraction(body)
+        return (lo is None or v > lo or v == lo and not lo_x) and (hi is None or v < hi or v == hi and not hi_x)
+    if not whole_part:  # a lone "-": where a negative value is allowed
+        return hi is None or hi > 0
+    if dot:
+        start = Fraction(f"{whole_part}.{frac}" if frac else whole_part)
+        spans = [(start, start + Fraction(1, 10 ** len(frac)))]
+    elif whole_part == "0":
+        spans = [(Fraction(0), Fraction(1))]
+    else:
+        n = int(whole_part)
+        spans = [
+            (Fraction(n * 10**k), Fraction((n + 1) * 10**k)) for k in range(MAX_NUMBER_DIGITS - len(whole_part) + 1)
+        ]
+    # some x with a <= x < b within the bounds? (the bounds are never empty: checked at compile)
+    return any((lo is None or b > lo) and (hi is None or a < hi or a == hi and not hi_x) for a, b in spans)
 
 
 def _int_reachable(f: tuple, whole: bool = False) -> bool:
@@ -118,6 +156,7 @@ def _int_reachable(f: tuple, whole: bool = False) -> bool:
 #         ("re", index, typed)                 text that is still the beginning of a full match
 #         ("pstr", node, typed, esc)           inside a string with a pattern, format or length bounds
 #         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
+#         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
         self.start_state = (start, 0)
@@ -175,10 +214,10 @@ class Grammar:
             return self._pattern_string(f, rest, b)
         if kind == "num":
             return self._number(f, rest, b)
-        if kind == "inum":
-            if ord("0") <= b <= ord("9"):
-                g = (*f[:3], f[3] + bytes([b]))
-                return (*rest, g) if _int_reachable(g) else None
+        if kind in ("inum", "fnum"):
+            if ord("0") <= b <= ord("9") or kind == "fnum" and b == ord("."):
+                g = (*f[:-1], f[-1] + bytes([b]))
+                return (*rest, g) if (_int_reachable if kind == "inum" else _number_reachable)(g) else None
             return self._after_value(rest, b) if _value_may_end(f) else None
         if kind == "lits":
             typed = f[2] + bytes([b])
@@ -247,6 +286,9 @@ class Grammar:
         if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
             f = ("inum", node.get("int_lo"), node.get("int_hi"), bytes([b]))
             return (*rest, f) if _int_reachable(f) else None
+        if b in _NUM_START and "num_bounds" in node and "number" in kinds:
+            f = ("fnum", node["num_bounds"], bytes([b]))
+            return (*rest, f) if _number_reachable(f) else None
         if b in _NUM_START and kinds & {"number", "integer"}:
             integer = "number" not in kinds
             phase = "sign" if b == ord("-") else "zero" if b == ord("0") else "int"

@@ -8,10 +8,10 @@ alternatives of different types are told apart by their first byte; several obje
 become one object with the union of their properties and the intersection of their required
 ones), local ``$ref`` (``#/$defs/...``, recursion allowed), a string's ``pattern`` (a search, as
 JSON Schema's, in the ``regex`` module's syntax), a string's ``minLength`` / ``maxLength`` (in
-characters, an escape counting as the one it stands for), an integer's ``minimum`` / ``maximum`` /
-``exclusiveMinimum`` / ``exclusiveMaximum``, a string's ``format`` among date, time, date-time,
-uuid, email and ipv4 (``FORMATS``). Ignored (not enforced): other formats, bounds on ``number``
-(a fraction or exponent can always still bring it in range), ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
+characters, an escape counting as the one it stands for), ``minimum`` / ``maximum`` /
+``exclusiveMinimum`` / ``exclusiveMaximum`` on integers and numbers (bounded numbers are written
+without an exponent), a string's ``format`` among date, time, date-time, uuid, email and ipv4
+(``FORMATS``). Ignored (not enforced): other formats, ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
 wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import regex
 
@@ -172,8 +173,8 @@ class Schemas:
             node.update(self._string_bounds(s))
             if s.get("format") in FORMATS:
                 node["format"] = FORMATS[s["format"]]
-        if "integer" in kinds and "number" not in kinds:
-            node.update(self._integer_bounds(s))
+        if kinds & {"integer", "number"}:
+            node.update(self._number_bounds(s, integer="number" not in kinds))
         if "object" in kinds:
             props = s.get("properties") or {}
             if not isinstance(props, dict):
@@ -190,10 +191,11 @@ class Schemas:
             node["max_items"] = s.get("maxItems")
         return node
 
-    def _integer_bounds(self, s: dict) -> dict:
+    def _number_bounds(self, s: dict, integer: bool) -> dict:
         """``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` (numbers, or draft
-        4's booleans) as whole-number bounds ``int_lo`` / ``int_hi`` (the tightest of each side)."""
-        lows, highs = [], []
+        4's booleans), the tightest of each side: whole-number ``int_lo`` / ``int_hi`` for an
+        integer, else ``num_bounds`` = (lo, lo exclusive, hi, hi exclusive), exact fractions."""
+        sides: dict[bool, tuple] = {}  # up -> (bound, exclusive)
         for key, excl, up in (("minimum", "exclusiveMinimum", False), ("maximum", "exclusiveMaximum", True)):
             v, x = s.get(key), s.get(excl)
             given = [(v, x is True)] if v is not None else []
@@ -202,14 +204,21 @@ class Schemas:
             for v, exclusive in given:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                     return self._loose(f"{key} must be a finite number, got {json.dumps(v)[:40]}")
-                if up:
-                    highs.append(math.ceil(v) - 1 if exclusive and v == math.ceil(v) else math.floor(v))
-                else:
-                    lows.append(math.floor(v) + 1 if exclusive and v == math.floor(v) else math.ceil(v))
-        lo, hi = max(lows, default=None), min(highs, default=None)
-        if lo is not None and hi is not None and lo > hi:
-            return self._loose(f"no integer lies within the bounds {lo}..{hi}")
-        return {k: v for k, v in (("int_lo", lo), ("int_hi", hi)) if v is not None}
+                b = (Fraction(v), exclusive)
+                old = sides.get(up)
+                tighter = old is None or (b[0] < old[0] if up else b[0] > old[0]) or b[0] == old[0] and exclusive
+                sides[up] = b if tighter else old
+        lo, hi = sides.get(False), sides.get(True)
+        if integer:
+            lo, hi = _whole(lo, up=False), _whole(hi, up=True)
+            if lo is not None and hi is not None and lo > hi:
+                return self._loose(f"no integer lies within the bounds {lo}..{hi}")
+            return {k: v for k, v in (("int_lo", lo), ("int_hi", hi)) if v is not None}
+        if lo and hi and (lo[0] > hi[0] or lo[0] == hi[0] and (lo[1] or hi[1])):
+            return self._loose(f"no number lies within the bounds {float(lo[0])}..{float(hi[0])}")
+        if lo is None and hi is None:
+            return {}
+        return {"num_bounds": (*(lo or (None, False)), *(hi or (None, False)))}
 
     def _string_bounds(self, s: dict) -> dict:
         lo, hi = int(s.get("minLength", 0)), s.get("maxLength")
@@ -264,6 +273,16 @@ class Schemas:
         if out.pop("free_string", False):
             out.pop("str_enum", None)
         return out
+
+
+def _whole(side: tuple | None, up: bool) -> int | None:
+    """A (bound, exclusive) side as the nearest whole number inside it."""
+    if side is None:
+        return None
+    v, exclusive = side
+    if up:
+        return math.ceil(v) - 1 if exclusive and v == math.ceil(v) else math.floor(v)
+    return math.floor(v) + 1 if exclusive and v == math.floor(v) else math.ceil(v)
 
 
 def str_body(v: str) -> bytes:
