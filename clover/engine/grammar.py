@@ -119,6 +119,28 @@ def _number_reachable(f: tuple, whole: bool = False) -> bool:
     return any((lo is None or b > lo) and (hi is None or a < hi or a == hi and not hi_x) for a, b in spans)
 
 
+def _counted_string(f: tuple, rest: tuple, b: int):
+    """Inside a string with length bounds only: ``("lstr", lo, hi, count, esc)`` counts characters
+    (an escape is one, a UTF-8 continuation byte none), so states repeat across strings and their
+    allowed sets are cached (a pattern's text, by contrast, is kept whole)."""
+    _, lo, hi, count, esc = f
+    if esc == 0 and b == ord('"'):
+        return rest if count >= lo else None
+    if esc == 0:
+        if b < 0x20:
+            return None
+        esc, count = int(b == ord("\\")), count + (b & 0xC0 != 0x80)
+    elif esc == 1:
+        if b not in _ESC:
+            return None
+        esc = 2 if b == ord("u") else 0
+    else:
+        if b not in _HEX:
+            return None
+        esc = 0 if esc == 5 else esc + 1
+    return None if hi is not None and count > hi else (*rest, ("lstr", lo, hi, count, esc))
+
+
 def _int_reachable(f: tuple, whole: bool = False) -> bool:
     """An ``inum`` frame ``("inum", lo, hi, typed)``: ``typed`` is the beginning of a JSON integer
     within the bounds (``whole``: is one). Appending k digits to n reaches n·10^k ... n·10^k + 10^k - 1."""
@@ -154,7 +176,8 @@ def _int_reachable(f: tuple, whole: bool = False) -> bool:
 #         ("more", table, sep)                 optional: sep then another "alt" (parallel tool calls)
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 #         ("re", index, typed)                 text that is still the beginning of a full match
-#         ("pstr", node, typed, esc)           inside a string with a pattern, format or length bounds
+#         ("pstr", node, typed, esc)           inside a string with a pattern or format (and maybe length bounds)
+#         ("lstr", lo, hi, count, esc)         inside a string with length bounds only (count: characters)
 #         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
 #         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
 class Grammar:
@@ -212,6 +235,8 @@ class Grammar:
             return self._string(f, rest, b)
         if kind == "pstr":
             return self._pattern_string(f, rest, b)
+        if kind == "lstr":
+            return _counted_string(f, rest, b)
         if kind == "num":
             return self._number(f, rest, b)
         if kind in ("inum", "fnum"):
@@ -280,8 +305,10 @@ class Grammar:
         if b == ord("[") and "array" in kinds:
             return (*rest, ("arr", nid, "open", 0))
         if b == ord('"') and "string" in kinds:
-            if "str_enum" not in node and {"pattern", "format", "min_len", "max_len"} & node.keys():
+            if "str_enum" not in node and {"pattern", "format"} & node.keys():
                 return (*rest, ("pstr", nid, b"", 0))
+            if "str_enum" not in node and {"min_len", "max_len"} & node.keys():
+                return (*rest, ("lstr", node.get("min_len", 0), node.get("max_len"), 0, 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
         if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
             f = ("inum", node.get("int_lo"), node.get("int_hi"), bytes([b]))
