@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import regex
 
-from clover.engine.json_schema import GrammarError, Schemas, offset_nodes, str_body
+from clover.engine.json_schema import MAX_NUMBER_DIGITS, GrammarError, Schemas, offset_nodes, str_body
 
 __all__ = [
     "Grammar",
@@ -40,7 +40,6 @@ __all__ = [
 
 WS = frozenset(b" \t\n\r")
 MAX_WS = 8  # consecutive whitespace bytes between JSON tokens (a model could pad forever)
-MAX_NUMBER_DIGITS = 24
 _NUM_START = frozenset(b"-0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESC = frozenset(b'"\\/bfnrtu')

@@ -52,6 +52,7 @@ _LISTS = ("anyOf", "oneOf", "allOf")  # lists of schemas
 _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains")  # a schema
 _COUNTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
 _NULL_IS_A_VALUE = ("const", "default")
+MAX_NUMBER_DIGITS = 24  # digits of a number the grammar writes (a model could go on forever)
 MAX_SCHEMA_DEPTH = 128  # nested schemas; the compiler recurses once per level (deeper: RecursionError)
 
 
@@ -171,7 +172,7 @@ class Schemas:
                     raise GrammarError(f"pattern {s['pattern']!r} does not compile: {e}") from None
         if "string" in kinds:
             node.update(self._string_bounds(s))
-            if s.get("format") in FORMATS:
+            if isinstance(s.get("format"), str) and s["format"] in FORMATS:
                 node["format"] = FORMATS[s["format"]]
         if kinds & {"integer", "number"}:
             node.update(self._number_bounds(s, integer="number" not in kinds))
@@ -209,6 +210,9 @@ class Schemas:
                 tighter = old is None or (b[0] < old[0] if up else b[0] > old[0]) or b[0] == old[0] and exclusive
                 sides[up] = b if tighter else old
         lo, hi = sides.get(False), sides.get(True)
+        reach = Fraction(10**MAX_NUMBER_DIGITS)
+        if lo and lo[0] >= reach or hi and hi[0] <= -reach:
+            return self._loose(f"the bounds lie beyond what {MAX_NUMBER_DIGITS} digits without an exponent can write")
         if integer:
             lo, hi = _whole(lo, up=False), _whole(hi, up=True)
             if lo is not None and hi is not None and lo > hi:

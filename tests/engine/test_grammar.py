@@ -406,7 +406,8 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled):
     assert tg.g.complete(state)
     for bad, problem in (({"type": "integer", "minimum": 5, "maximum": 4}, "no integer"),
                          ({"type": "string", "minLength": 3, "maxLength": 2}, "minLength 3 is above"),
-                         ({"type": "integer", "minimum": "one"}, "finite number")):  # fmt: skip
+                         ({"type": "integer", "minimum": "one"}, "finite number"),
+                         ({"type": "number", "minimum": 1e30}, "beyond what 24 digits")):  # fmt: skip
         with pytest.raises(GrammarError, match=problem):
             json_grammar(bad)
     lenient = tool_call_grammar({"f": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}},
