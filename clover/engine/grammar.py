@@ -125,19 +125,19 @@ def _counted_string(f: tuple, rest: tuple, b: int):
     _, lo, hi, count, esc = f
     if esc == 0 and b == ord('"'):
         return rest if count >= lo else None
+    count += esc == 0 and b & 0xC0 != 0x80  # a character starts here (an escape's backslash counts for it)
+    esc = _escape_step(esc, b)
+    return None if esc is None or hi is not None and count > hi else (*rest, ("lstr", lo, hi, count, esc))
+
+
+def _escape_step(esc: int, b: int) -> int | None:
+    """A JSON string's escape state after byte ``b`` (0: plain text, 1: after a backslash, 2-5:
+    inside ``\\uXXXX``), or None where ``b`` cannot stand (a control character, a bad escape)."""
     if esc == 0:
-        if b < 0x20:
-            return None
-        esc, count = int(b == ord("\\")), count + (b & 0xC0 != 0x80)
-    elif esc == 1:
-        if b not in _ESC:
-            return None
-        esc = 2 if b == ord("u") else 0
-    else:
-        if b not in _HEX:
-            return None
-        esc = 0 if esc == 5 else esc + 1
-    return None if hi is not None and count > hi else (*rest, ("lstr", lo, hi, count, esc))
+        return None if b < 0x20 else int(b == ord("\\"))
+    if esc == 1:
+        return None if b not in _ESC else 2 if b == ord("u") else 0
+    return None if b not in _HEX else 0 if esc == 5 else esc + 1
 
 
 def _int_reachable(f: tuple, whole: bool = False) -> bool:
@@ -348,18 +348,9 @@ class Grammar:
                     return None  # a key appears once
                 return (*rest[:-1], ("obj", f[1], f[2] | {key}, "colon", key))
             return rest
-        if esc == 0:
-            if b < 0x20:
-                return None
-            esc = 1 if b == ord("\\") else 0
-        elif esc == 1:
-            if b not in _ESC:
-                return None
-            esc = 2 if b == ord("u") else 0
-        else:
-            if b not in _HEX:
-                return None
-            esc = 0 if esc == 5 else esc + 1
+        esc = _escape_step(esc, b)
+        if esc is None:
+            return None
         typed = typed + bytes([b])
         if options is not None and not any(o.startswith(typed) for o in options):
             return None
