@@ -392,6 +392,12 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled):
     assert g.advance(g.start_state, b'{"wp": 1') is not None and g.advance(g.start_state, b'{"wp": 13') is None
     assert g.advance(g.start_state, b'{"wp": 2') is not None and g.advance(g.start_state, b'{"wp": 20') is None
     assert g.advance(g.start_state, b'{"wp": 7, "dive": -') is not None
+    short = json_grammar({"type": "string", "maxLength": 3})  # UTF-8 checked: stray bytes cannot pile up uncounted
+    assert short.accepts('"é😀x"') and not short.accepts('"é😀xy"')
+    assert (
+        short.advance(short.start_state, b'"\x80') is None
+        and short.advance(short.start_state, b'"\xc3\xa9\xa9') is None
+    )
     nonneg = json_grammar({"type": "integer", "minimum": 0})
     assert nonneg.advance(nonneg.start_state, b"-") is None and nonneg.accepts("0") and not nonneg.accepts("-0")
     _, tok = bundled
