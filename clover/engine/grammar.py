@@ -119,29 +119,29 @@ def _number_reachable(f: tuple, whole: bool = False) -> bool:
 
 
 def _counted_string(f: tuple, rest: tuple, b: int):
-    """Inside a string with length bounds only: ``("lstr", lo, hi, count, esc, more)`` counts
-    characters (an escape is one), ``more``: continuation bytes the current UTF-8 character still
-    needs (so bytes cannot pile up uncounted). States repeat across strings and their allowed sets
-    are cached (a pattern's text, by contrast, is kept whole)."""
-    _, lo, hi, count, esc, more = f
-    if more:  # inside a multi-byte character: only its continuation bytes
-        return (*rest, ("lstr", lo, hi, count, 0, more - 1)) if b & 0xC0 == 0x80 else None
+    """Inside a string with length bounds only: ``("lstr", lo, hi, count, esc)`` counts characters
+    (an escape is one), so states repeat across strings and their allowed sets are cached (a
+    pattern's text, by contrast, is kept whole)."""
+    _, lo, hi, count, esc = f
     if esc == 0 and b == ord('"'):
         return rest if count >= lo else None
-    if esc == 0 and b >= 0x80:  # a UTF-8 lead byte starts a character
-        if not 0xC2 <= b <= 0xF4:
-            return None
-        more = 1 if b < 0xE0 else 2 if b < 0xF0 else 3
     count += esc == 0  # a character starts here (an escape's backslash counts for it)
-    esc = 0 if more else _escape_step(esc, b)
-    return None if esc is None or hi is not None and count > hi else (*rest, ("lstr", lo, hi, count, esc, more))
+    esc = _string_step(esc, b)
+    return None if esc is None or hi is not None and count > hi else (*rest, ("lstr", lo, hi, count, esc))
 
 
-def _escape_step(esc: int, b: int) -> int | None:
-    """A JSON string's escape state after byte ``b`` (0: plain text, 1: after a backslash, 2-5:
-    inside ``\\uXXXX``), or None where ``b`` cannot stand (a control character, a bad escape)."""
+def _string_step(esc: int, b: int) -> int | None:
+    """A JSON string's state after byte ``b`` (the closing quote aside): 0 plain text, 1 after a
+    backslash, 2-5 inside ``\\uXXXX``, -1..-3 continuation bytes a UTF-8 character still needs; None
+    where ``b`` cannot stand (a control character, a bad escape, a byte that is not UTF-8 there)."""
+    if esc < 0:
+        return esc + 1 if b & 0xC0 == 0x80 else None
     if esc == 0:
-        return None if b < 0x20 else int(b == ord("\\"))
+        if b < 0x20 or 0x80 <= b < 0xC2 or b > 0xF4:
+            return None
+        if b >= 0x80:  # a lead byte: 1-3 continuation bytes follow
+            return -1 if b < 0xE0 else -2 if b < 0xF0 else -3
+        return int(b == ord("\\"))
     if esc == 1:
         return None if b not in _ESC else 2 if b == ord("u") else 0
     return None if b not in _HEX else 0 if esc == 5 else esc + 1
@@ -183,7 +183,7 @@ def _int_reachable(f: tuple, whole: bool = False) -> bool:
 #         ("free", trigger, matched, head)     any text; once it spells trigger, head then an "alt" call
 #         ("re", index, typed)                 text that is still the beginning of a full match
 #         ("pstr", node, typed, esc)           inside a string with a pattern or format (and maybe length bounds)
-#         ("lstr", lo, hi, count, esc, more)   inside a string with length bounds only (count: characters)
+#         ("lstr", lo, hi, count, esc)         inside a string with length bounds only (count: characters)
 #         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
 #         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
 class Grammar:
@@ -314,7 +314,7 @@ class Grammar:
             if "str_enum" not in node and {"pattern", "format"} & node.keys():
                 return (*rest, ("pstr", nid, b"", 0))
             if "str_enum" not in node and {"min_len", "max_len"} & node.keys():
-                return (*rest, ("lstr", node.get("min_len", 0), node.get("max_len"), 0, 0, 0))
+                return (*rest, ("lstr", node.get("min_len", 0), node.get("max_len"), 0, 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
         if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
             f = ("inum", node.get("int_lo"), node.get("int_hi"), bytes([b]))
@@ -355,7 +355,7 @@ class Grammar:
                     return None  # a key appears once
                 return (*rest[:-1], ("obj", f[1], f[2] | {key}, "colon", key))
             return rest
-        esc = _escape_step(esc, b)
+        esc = _string_step(esc, b)
         if esc is None:
             return None
         typed = typed + bytes([b])

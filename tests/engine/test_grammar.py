@@ -472,3 +472,19 @@ def test_number_bounds_agree_with_a_brute_force_reference(schema):
         assert (g.advance(g.start_state, p.encode()) is not None) == (p in heads), p
     assert all(g.accepts(s) == (s in good) for s in grid[:: 7 if integer else 97])
     assert not g.accepts("1e1") and (schema["type"] == "integer" or not g.accepts("5.")), "no exponent, no bare point"
+
+
+def test_strings_are_valid_utf8():
+    """Byte-level tokens can spell any bytes: inside a JSON string a byte is allowed only where
+    UTF-8 allows it (a lead byte, then exactly its continuation bytes), so the output decodes."""
+    cases = [(json_grammar({"type": "object"}), b'{"a": "'), (json_grammar({"type": "string", "maxLength": 5}), b'"'),
+             (json_grammar(SCHEMA), b'{"drone_id": "')]  # fmt: skip
+    for g, head in cases:
+        for ok, body in (
+            (True, "é😀x".encode()),
+            (False, b"\x80"),
+            (False, b'\xc3"'),
+            (False, b"\xc0\xaf"),
+            (False, b"\xf8"),
+        ):
+            assert (g.advance(g.start_state, head + body) is not None) is ok, (head, body)
