@@ -276,7 +276,17 @@ class Schemas:
                 out.update(items=n["items"], min_items=n["min_items"], max_items=n["max_items"])
         if out.pop("free_string", False):
             out.pop("str_enum", None)
+        # a string's or a number's constraints survive when one alternative alone is that kind
+        # (pydantic's Optional[constr(max_length=8)]: anyOf [{string, maxLength}, {null}])
+        for kinds, keys in (({"string"}, _STRING_KEYS), ({"integer", "number"}, _NUMBER_KEYS)):
+            of_kind = [n for n in nodes if n["kinds"] & kinds]
+            if len(of_kind) == 1:
+                out.update({k: of_kind[0][k] for k in keys if k in of_kind[0]})
         return out
+
+
+_STRING_KEYS = ("pattern", "format", "min_len", "max_len")
+_NUMBER_KEYS = ("int_lo", "int_hi", "num_bounds")
 
 
 def _whole(side: tuple | None, up: bool) -> int | None:

@@ -488,3 +488,18 @@ def test_strings_are_valid_utf8():
             (False, b"\xf8"),
         ):
             assert (g.advance(g.start_state, head + body) is not None) is ok, (head, body)
+
+
+def test_optional_fields_keep_their_constraints():
+    """pydantic writes ``Optional[conint(ge=1, le=5)]`` as anyOf [{integer, bounds}, {null}]: the bounds
+    (and a string's length, pattern or format) hold in the union when one alternative alone is of
+    that kind; two numeric alternatives admit either's values (no bounds kept)."""
+    opt = lambda s: {"anyOf": [s, {"type": "null"}]}  # noqa: E731
+    g = json_grammar({"type": "object", "properties": {
+        "n": opt({"type": "integer", "minimum": 1, "maximum": 5}), "s": opt({"type": "string", "maxLength": 3}),
+        "d": opt({"type": "string", "format": "date"}),
+        "m": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "number", "maximum": 0}]}}})  # fmt: skip
+    for text, ok in (('{"n": 3}', True), ('{"n": 9}', False), ('{"n": null}', True), ('{"s": "abc"}', True),
+                     ('{"s": "abcd"}', False), ('{"d": "2026-12-04"}', True), ('{"d": "soon"}', False),
+                     ('{"d": null}', True), ('{"m": -5}', True), ('{"m": 7.5}', True)):  # fmt: skip
+        assert g.accepts(text) is ok, text
