@@ -76,18 +76,17 @@ def _utf8_match(data: bytes, partial: bool, test) -> bool:
 
 def _value_may_end(f: tuple) -> bool:
     """A number or non-string literal on top may end before the next byte (it has no closing mark)."""
-    if f[0] == "inum":
-        return _int_reachable(f, whole=True)
-    if f[0] == "fnum":
+    if f[0] in ("inum", "fnum"):
         return _number_reachable(f, whole=True)
     return f[0] == "num" and f[2] in _NUM_END or f[0] == "lits" and f[2] in f[1]
 
 
 def _number_reachable(f: tuple, whole: bool = False) -> bool:
-    """An ``fnum`` frame ``("fnum", (lo, lo exclusive, hi, hi exclusive), typed)``: ``typed`` is
-    the beginning of a JSON number within the bounds (``whole``: is one). Written without an
-    exponent (any number in bounds can be). The values its completions reach form ``[a, b)``:
-    ``n`` followed by k more digits, ``[n·10^k, (n+1)·10^k)``; after the point, ``[n.f, n.f + 10^-|f|)``."""
+    """An ``fnum`` / ``inum`` frame ``(kind, (lo, lo exclusive, hi, hi exclusive), typed)``:
+    ``typed`` is the beginning of a JSON number within the bounds (``whole``: is one). Written
+    without an exponent (any number in bounds can be; an ``inum`` never gets a point, and its
+    bounds are whole and inclusive). The values its completions reach form ``[a, b)``: ``n``
+    followed by k more digits, ``[n·10^k, (n+1)·10^k)``; after the point, ``[n.f, n.f + 10^-|f|)``."""
     (lo, lo_x, hi, hi_x), typed = f[1], f[2]
     neg, body = typed[:1] == b"-", typed.lstrip(b"-").decode()
     whole_part, dot, frac = body.partition(".")
@@ -108,12 +107,10 @@ def _number_reachable(f: tuple, whole: bool = False) -> bool:
         start = Fraction(f"{whole_part}.{frac}" if frac else whole_part)
         spans = [(start, start + Fraction(1, 10 ** len(frac)))]
     elif whole_part == "0":
-        spans = [(Fraction(0), Fraction(1))]
-    else:
+        spans = [(0, 1)]
+    else:  # plain ints: they compare exactly with the fractions of the bounds
         n = int(whole_part)
-        spans = [
-            (Fraction(n * 10**k), Fraction((n + 1) * 10**k)) for k in range(MAX_NUMBER_DIGITS - len(whole_part) + 1)
-        ]
+        spans = [(n * 10**k, (n + 1) * 10**k) for k in range(MAX_NUMBER_DIGITS - len(whole_part) + 1)]
     # some x with a <= x < b within the bounds? (the bounds are never empty: checked at compile)
     return any((lo is None or b > lo) and (hi is None or a < hi or a == hi and not hi_x) for a, b in spans)
 
@@ -147,28 +144,6 @@ def _string_step(esc: int, b: int) -> int | None:
     return None if b not in _HEX else 0 if esc == 5 else esc + 1
 
 
-def _int_reachable(f: tuple, whole: bool = False) -> bool:
-    """An ``inum`` frame ``("inum", lo, hi, typed)``: ``typed`` is the beginning of a JSON integer
-    within the bounds (``whole``: is one). Appending k digits to n reaches n·10^k ... n·10^k + 10^k - 1."""
-    _, lo, hi, typed = f
-    neg, digits = typed[:1] == b"-", typed.lstrip(b"-")
-    if len(digits) > MAX_NUMBER_DIGITS or digits[:1] == b"0" and len(digits) > 1:
-        return False
-    if not digits:  # a lone "-": where a negative integer may follow (not for "-0" alone)
-        return not whole and (lo is None or lo < 0)
-    n = int(digits)
-    spans = (
-        [(n, n)]
-        if whole or n == 0
-        else [(n * 10**k, (n + 1) * 10**k - 1) for k in range(MAX_NUMBER_DIGITS - len(digits) + 1)]
-    )
-    for a, b in spans:
-        a, b = (-b, -a) if neg else (a, b)
-        if (lo is None or b >= lo) and (hi is None or a <= hi):
-            return True
-    return False
-
-
 # -- the automaton ---------------------------------------------------------------------------------
 # frames: ("lit", bytes, i)                    the next bytes must be these
 #         ("val", node)                        a value of schema node is next
@@ -184,8 +159,8 @@ def _int_reachable(f: tuple, whole: bool = False) -> bool:
 #         ("re", index, typed)                 text that is still the beginning of a full match
 #         ("pstr", node, typed, esc)           inside a string with a pattern or format (and maybe length bounds)
 #         ("lstr", lo, hi, count, esc)         inside a string with length bounds only (count: characters)
-#         ("inum", lo, hi, typed)              inside an integer with bounds (lo / hi None: unbounded)
 #         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
+#         ("inum", bounds, typed)              the same for an integer (no point either)
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
         self.start_state = (start, 0)
@@ -247,8 +222,8 @@ class Grammar:
             return self._number(f, rest, b)
         if kind in ("inum", "fnum"):
             if ord("0") <= b <= ord("9") or kind == "fnum" and b == ord("."):
-                g = (*f[:-1], f[-1] + bytes([b]))
-                return (*rest, g) if (_int_reachable if kind == "inum" else _number_reachable)(g) else None
+                g = (kind, f[1], f[2] + bytes([b]))
+                return (*rest, g) if _number_reachable(g) else None
             return self._after_value(rest, b) if _value_may_end(f) else None
         if kind == "lits":
             typed = f[2] + bytes([b])
@@ -316,11 +291,8 @@ class Grammar:
             if "str_enum" not in node and {"min_len", "max_len"} & node.keys():
                 return (*rest, ("lstr", node.get("min_len", 0), node.get("max_len"), 0, 0))
             return (*rest, ("str", node.get("str_enum"), b"", 0))
-        if b in _NUM_START and ("int_lo" in node or "int_hi" in node):
-            f = ("inum", node.get("int_lo"), node.get("int_hi"), bytes([b]))
-            return (*rest, f) if _int_reachable(f) else None
-        if b in _NUM_START and "num_bounds" in node and "number" in kinds:
-            f = ("fnum", node["num_bounds"], bytes([b]))
+        if b in _NUM_START and "num_bounds" in node and kinds & {"number", "integer"}:
+            f = ("fnum" if "number" in kinds else "inum", node["num_bounds"], bytes([b]))
             return (*rest, f) if _number_reachable(f) else None
         if b in _NUM_START and kinds & {"number", "integer"}:
             integer = "number" not in kinds
@@ -366,8 +338,8 @@ class Grammar:
         return (*rest, ("key", f[1], f[2], typed, esc) if is_key else ("str", f[1], typed, esc))
 
     def _pattern_string(self, f, rest, b):
-        """Inside a string whose schema has a ``pattern`` or length bounds: its text so far must keep
-        a match (within the bounds) possible."""
+        """Inside a string whose schema has a ``pattern`` or ``format`` (and maybe length bounds):
+        its text so far must keep a match within the bounds possible."""
         _, nid, typed, esc = f
         if esc == 0 and b == ord('"'):
             return rest if self._pattern_ok(nid, typed, partial=False) else None

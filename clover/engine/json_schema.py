@@ -11,8 +11,9 @@ JSON Schema's, in the ``regex`` module's syntax), a string's ``minLength`` / ``m
 characters, an escape counting as the one it stands for), ``minimum`` / ``maximum`` /
 ``exclusiveMinimum`` / ``exclusiveMaximum`` on integers and numbers (bounded numbers are written
 without an exponent), a string's ``format`` among date, time, date-time, uuid, email and ipv4
-(``FORMATS``). Ignored (not enforced): other formats, ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in the
-wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
+(``FORMATS``). Ignored (not enforced): other formats, ``multipleOf``. ``lenient``: a part that
+cannot be compiled admits any value (tool schemas in the wild; a pattern that does not compile is
+then ignored) instead of raising ``GrammarError``.
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ class Schemas:
 
     def _number_bounds(self, s: dict, integer: bool) -> dict:
         """``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum`` (numbers, or draft
-        4's booleans), the tightest of each side: whole-number ``int_lo`` / ``int_hi`` for an
-        integer, else ``num_bounds`` = (lo, lo exclusive, hi, hi exclusive), exact fractions."""
+        4's booleans), the tightest of each side, as ``num_bounds`` = (lo, lo exclusive, hi, hi
+        exclusive), exact fractions; an integer's made whole and inclusive."""
         sides: dict[bool, tuple] = {}  # up -> (bound, exclusive)
         for key, excl, up in (("minimum", "exclusiveMinimum", False), ("maximum", "exclusiveMaximum", True)):
             v, x = s.get(key), s.get(excl)
@@ -213,11 +214,10 @@ class Schemas:
         reach = Fraction(10**MAX_NUMBER_DIGITS)
         if lo and lo[0] >= reach or hi and hi[0] <= -reach:
             return self._loose(f"the bounds lie beyond what {MAX_NUMBER_DIGITS} digits without an exponent can write")
-        if integer:
+        if integer:  # whole, inclusive bounds
             lo, hi = _whole(lo, up=False), _whole(hi, up=True)
-            if lo is not None and hi is not None and lo > hi:
-                return self._loose(f"no integer lies within the bounds {lo}..{hi}")
-            return {k: v for k, v in (("int_lo", lo), ("int_hi", hi)) if v is not None}
+            if lo is not None and hi is not None and lo[0] > hi[0]:
+                return self._loose(f"no integer lies within the bounds {lo[0]}..{hi[0]}")
         if lo and hi and (lo[0] > hi[0] or lo[0] == hi[0] and (lo[1] or hi[1])):
             return self._loose(f"no number lies within the bounds {float(lo[0])}..{float(hi[0])}")
         if lo is None and hi is None:
@@ -286,17 +286,17 @@ class Schemas:
 
 
 _STRING_KEYS = ("pattern", "format", "min_len", "max_len")
-_NUMBER_KEYS = ("int_lo", "int_hi", "num_bounds")
+_NUMBER_KEYS = ("num_bounds",)
 
 
-def _whole(side: tuple | None, up: bool) -> int | None:
-    """A (bound, exclusive) side as the nearest whole number inside it."""
+def _whole(side: tuple | None, up: bool) -> tuple | None:
+    """A (bound, exclusive) side as the nearest whole number inside it, inclusive."""
     if side is None:
         return None
     v, exclusive = side
     if up:
-        return math.ceil(v) - 1 if exclusive and v == math.ceil(v) else math.floor(v)
-    return math.floor(v) + 1 if exclusive and v == math.floor(v) else math.ceil(v)
+        return Fraction(math.ceil(v) - 1 if exclusive and v == math.ceil(v) else math.floor(v)), False
+    return Fraction(math.floor(v) + 1 if exclusive and v == math.floor(v) else math.ceil(v)), False
 
 
 def str_body(v: str) -> bytes:
