@@ -43,6 +43,23 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.startswith("clover ")
 
 
+def test_the_command_line_does_not_import_the_web_stack():
+    """Training needs no FastAPI: a GPU box with torch and tokenizers alone runs ``clover train``
+    (the server's names are imported on first use)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, clover.cli; clover.cli.build_parser(); import clover.train.cli, clover.server; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'pydantic', 'uvicorn', 'starlette')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    from clover.server import create_app  # still importable by name
+
+    assert callable(create_app)
+
+
 def test_info_with_an_unknown_preset_or_a_missing_model(tmp_path, capsys):
     assert "unknown preset 'nope'" in _fails(["info", "--preset", "nope"], capsys)[1]
     assert "no config.json" in _fails(["info", "--model", str(tmp_path / "nowhere")], capsys)[1]

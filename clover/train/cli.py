@@ -193,6 +193,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"clover train: --device: {e}") from None
     rank, world = setup_distributed(device)
+    if device.type == "cuda":  # TF32 tensor cores for fp32 matmuls (10-bit mantissa inputs, fp32 sums)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if args.workers < 0:
+        raise SystemExit(f"clover train: --workers must be >= 0, got {args.workers}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise SystemExit(f"clover train: --time-budget must be > 0 minutes, got {args.time_budget}")
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
@@ -336,7 +343,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0 and counts:
         print(f"model: {counts['total_params']:,} parameters ({counts['active_params']:,} active); run dir {run}")
     model.train()
-    trainer.fit(progress=not args.no_progress)
+    budget = args.time_budget * 60 if args.time_budget is not None else None
+    trainer.fit(progress=not args.no_progress, workers=args.workers, time_budget=budget)
     return 0
 
 
@@ -375,5 +383,18 @@ def register(sub) -> None:
     p.add_argument("--val-data", help="validation chats (same format; default: the last 5 %% of --data)")
     p.add_argument("--export", help="also write the model + tokenizer here at every evaluation")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="processes that build the coming batches ahead (same batches; for a GPU that outpaces one CPU core)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="MINUTES",
+        help="fit the run to this wall time: the schedule's length becomes the steps that fit (at most --steps), "
+        "then the run ends with its final evaluation and checkpoint",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)

@@ -150,12 +150,13 @@ class Trainer:
         self.step = state["step"]
         return True
 
-    def train_step(self, step: int) -> dict:
-        """One optimiser step on the global batch of ``step``; returns its figures."""
+    def train_step(self, step: int, data: dict[str, torch.Tensor] | None = None) -> dict:
+        """One optimiser step on the global batch of ``step`` (``data``: that batch, already built
+        by a prefetch worker); returns its figures."""
         cfg, model = self.cfg, self.model
         for g in self.opt.param_groups:
             g["lr"] = cfg.lr_at(step)
-        data = self.source(step)
+        data = self.source(step) if data is None else data
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
         batch = build_batch(
             data["x0"], data["target"], data["valid"], model.config.mask_token_id, cfg.block_size, cfg.masking, gen
@@ -197,8 +198,17 @@ class Trainer:
             "masked": int(batch["mask"].sum()),
         }
 
-    def fit(self, progress: bool = True, until: int | None = None) -> list[dict]:
-        """Train to ``cfg.steps`` (or stop early at step ``until``, as if interrupted)."""
+    def fit(
+        self, progress: bool = True, until: int | None = None, workers: int = 0, time_budget: float | None = None
+    ) -> list[dict]:
+        """Train to ``cfg.steps`` (or stop early at step ``until``, as if interrupted).
+
+        ``workers``: processes that build the coming steps' batches ahead (the source is a pure
+        function of the step, so the batches, and the losses, are the same as without them).
+        ``time_budget`` (seconds): fit the run to the time. After a few steps the schedule's
+        length (``cfg.steps``, which the cosine decay reads) becomes the steps that fit in what
+        is left (never more than asked); past the budget the run ends at once, with the final
+        evaluation and checkpoint. All ranks take rank 0's decision."""
         from tqdm import tqdm
 
         cfg = self.cfg
@@ -208,15 +218,19 @@ class Trainer:
             total=cfg.steps, initial=self.step, disable=not progress or self.rank != 0, desc="train", dynamic_ncols=True
         )
         log = open(self.run_dir / "train_log.jsonl", "a") if self.run_dir and self.rank == 0 else None
-        t0, tok = time.perf_counter(), 0
+        batches = _prefetch(self.source, self.step, cfg.steps, workers) if workers > 0 else None
+        t0, tok, start = time.perf_counter(), 0, self.step
+        t_fit = None  # when the steps used to fit the schedule began
         try:
             while self.step < min(cfg.steps, until or cfg.steps):
-                figs = self.train_step(self.step)
+                figs = self.train_step(self.step, next(batches) if batches is not None else None)
                 self.step += 1
                 tok += figs["tokens"]
                 figs["tokens_per_s"] = tok / max(1e-9, time.perf_counter() - t0)
                 self.history.append(figs)
                 bar.update(1)
+                if time_budget is not None:
+                    t_fit = self._fit_to_time(time_budget, t0, start, t_fit, bar, log)
                 if self.step % cfg.log_every == 0 or self.step == cfg.steps:
                     bar.set_postfix(loss=f"{figs['loss']:.3f}", tok_s=f"{figs['tokens_per_s']:.0f}")
                     if log:
@@ -236,6 +250,51 @@ class Trainer:
             if log:
                 log.close()
         return self.history
+
+    def _fit_to_time(self, budget: float, t0: float, start: int, t_fit, bar, log):
+        """``fit``'s time budget, checked after each step: sets ``cfg.steps``."""
+        cfg, now = self.cfg, time.perf_counter()
+        done = self.step - start
+        if done == 3:  # the first steps pay for warm-up (allocator, kernels): timed from here
+            return now
+        want = cfg.steps
+        if now - t0 >= budget:
+            want = self.step
+        elif done == 23 and t_fit is not None:
+            per_step = (now - t_fit) / 20
+            want = min(cfg.steps, self.step + int(0.95 * (budget - (now - t0)) / per_step))
+        if self.world > 1:  # every rank stops at the same step
+            w = torch.tensor([want], device=self.device if self.device.type == "cuda" else "cpu")
+            dist.broadcast(w, 0)
+            want = int(w)
+        if want != cfg.steps:
+            cfg.steps = max(want, self.step)
+            bar.total = cfg.steps
+            if log:
+                log.write(json.dumps({"step": self.step, "steps": cfg.steps, "time_budget": budget}) + "\n")
+        return t_fit
+
+
+class _Steps(torch.utils.data.Dataset):
+    """The source's batches for steps ``start..end-1``, for a DataLoader's workers."""
+
+    def __init__(self, source: Source, start: int, end: int):
+        self.source, self.start, self.end = source, start, end
+
+    def __len__(self) -> int:
+        return max(0, self.end - self.start)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.source(self.start + i)
+
+
+def _prefetch(source: Source, start: int, end: int, workers: int):
+    """An iterator over the batches of steps ``start..end-1``, built ahead by ``workers``
+    processes, in step order."""
+    loader = torch.utils.data.DataLoader(
+        _Steps(source, start, end), batch_size=None, num_workers=workers, prefetch_factor=4
+    )
+    return iter(loader)
 
 
 def _figures(res: dict) -> str:

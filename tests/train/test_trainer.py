@@ -86,6 +86,30 @@ def test_resume_is_bit_exact(tmp_path):
     assert [h["loss"] for h in full[6:]] == [h["loss"] for h in rest]
 
 
+def test_prefetch_workers_give_the_same_losses():
+    """Batches built ahead by worker processes are the source's own: the same losses, bit for bit."""
+    cfg = TrainConfig(steps=6, lr=3e-3, warmup=2, block_size=4, log_every=1000, eval_every=10**9)
+    plain = Trainer(_model(), copy_source(), cfg, None).fit(progress=False)
+    ahead = Trainer(_model(), copy_source(), cfg, None).fit(progress=False, workers=2)
+    assert [h["loss"] for h in plain] == [h["loss"] for h in ahead]
+
+
+def test_time_budget_fits_the_schedule_and_ends_with_a_checkpoint(tmp_path, monkeypatch):
+    """--time-budget: after the timed steps the schedule's length becomes what fits in the time
+    left (at most the steps asked for); past the budget the run ends at once, with its checkpoint."""
+    import clover.train.trainer as trainer_mod
+
+    clock = iter(range(0, 10**6, 10))  # every reading of the clock: 10 s later
+    monkeypatch.setattr(trainer_mod.time, "perf_counter", lambda: next(clock))
+    cfg = TrainConfig(steps=10**6, lr=3e-3, warmup=2, block_size=4, log_every=1000, eval_every=10**9)
+    hist = Trainer(_model(), copy_source(), cfg, tmp_path).fit(progress=False, time_budget=600)
+    assert cfg.steps == len(hist) < 60  # 10 s per step: far fewer than asked
+    assert (tmp_path / "latest").read_text().endswith(f"{cfg.steps:08d}")
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [r["steps"] for r in log if "time_budget" in r][-1] == cfg.steps
+    assert cfg.lr_at(cfg.steps - 1) < 0.2 * cfg.lr  # the cosine decayed within the budget
+
+
 def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
     cfg = TrainConfig(steps=2, warmup=1, block_size=4, ckpt_every=2, log_every=1000, eval_every=10**9)
     Trainer(_model(), copy_source(), cfg, tmp_path).fit(progress=False)
