@@ -102,6 +102,17 @@ def test_threads_must_be_positive(command, capsys):
         assert code == 2 and "--threads: must be a positive integer" in err
 
 
+def test_train_refuses_bad_workers_and_time_budgets(tmp_path):
+    for flags, said in (
+        (["--workers", "-1"], "--workers must be >= 0"),
+        (["--time-budget", "0"], "--time-budget must be > 0 minutes"),
+        (["--time-budget", "nan"], "--time-budget must be > 0 minutes"),
+    ):
+        with pytest.raises(SystemExit, match=said):
+            main(["train", "--out", str(tmp_path / "run"), *flags])
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
 def test_json_schema_names_a_missing_file():
     for spec, what in (("schema.json", "no such file"), (str(BUNDLED), "a directory")):
         with pytest.raises(SystemExit, match=f"--json-schema: .*{what}"):
