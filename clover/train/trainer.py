@@ -23,6 +23,9 @@ from clover.model.layers import balance_loss
 from clover.train.checkpoint import gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
 
+# --time-budget: steps left untimed (warm-up), then steps timed to fit the schedule to the time
+_UNTIMED, _TIMED = 3, 20
+
 # A data source: step -> {"x0": [B, T] long, "target": [B, T] bool, "valid": [B, T] bool}
 Source = Callable[[int], dict[str, torch.Tensor]]
 
@@ -255,13 +258,13 @@ class Trainer:
         """``fit``'s time budget, checked after each step: sets ``cfg.steps``."""
         cfg, now = self.cfg, time.perf_counter()
         done = self.step - start
-        if done == 3:  # the first steps pay for warm-up (allocator, kernels): timed from here
+        if done == _UNTIMED:  # the first steps pay for warm-up (allocator, kernels): timed from here
             return now
         want = cfg.steps
         if now - t0 >= budget:
             want = self.step
-        elif done == 23 and t_fit is not None:
-            per_step = (now - t_fit) / 20
+        elif done == _UNTIMED + _TIMED and t_fit is not None:
+            per_step = (now - t_fit) / _TIMED
             want = min(cfg.steps, self.step + int(0.95 * (budget - (now - t0)) / per_step))
         if self.world > 1:  # every rank stops at the same step
             w = torch.tensor([want], device=self.device if self.device.type == "cuda" else "cpu")
