@@ -186,6 +186,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.threads < 1:
         raise SystemExit(f"clover train: --threads must be >= 1, got {args.threads}")
+    if args.workers < 0:
+        raise SystemExit(f"clover train: --workers must be >= 0, got {args.workers}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise SystemExit(f"clover train: --time-budget must be > 0 minutes, got {args.time_budget}")
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
     try:
@@ -196,10 +200,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if device.type == "cuda":  # TF32 tensor cores for fp32 matmuls (10-bit mantissa inputs, fp32 sums)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    if args.workers < 0:
-        raise SystemExit(f"clover train: --workers must be >= 0, got {args.workers}")
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise SystemExit(f"clover train: --time-budget must be > 0 minutes, got {args.time_budget}")
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
