@@ -64,10 +64,15 @@ def evaluate_airspace(
     errors: list | None = None,
     cases: list[dict] | None = None,
     grammar: bool = False,
+    n_text: int = 0,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
     ``corpus.field_scores``). Failed tool-call turns are appended to ``errors`` when given.
+
+    ``n_text``: also that many of the split's turns answered in words (a chat without the
+    needed tool or argument, small talk, out of scope) and as many chats that offer no tools at
+    all (a plain OpenAI request): right when the reply has no call and is the gold text.
 
     ``grammar``: the tool-call turns decode under the tool-call grammar of their tools, as the
     server decodes a chat with ``tools`` (``tool_choice: auto``: free text, and a call the model
@@ -75,7 +80,15 @@ def evaluate_airspace(
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
-    from clover.data.corpus import field_scores, gold_calls, load_split, needs_unit_arithmetic, score_tool_calls
+    from clover.data.corpus import (
+        TEXT_KINDS,
+        field_scores,
+        gold_calls,
+        load_split,
+        needs_unit_arithmetic,
+        score_tool_calls,
+        toolless_set,
+    )
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
     from clover.engine.cli import tools_grammar
@@ -87,13 +100,19 @@ def evaluate_airspace(
         exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
     else:  # hand-written messages (load_cases) instead of the split's tool-call turns
         exs = cases
+    texts = []
+    if n_text and cases is None:
+        said = [e for e in load_split(split, max(n * 2, 50, n_text * 8)) if e["kind"] in TEXT_KINDS][:n_text]
+        texts = said + toolless_set(split, n_text)
     groups = load_groups(split, n_groups)
-    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs]
+    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs + texts]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
     plist = [params] * len(prompts)
     if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
         grammars: dict[str, object] = {}
-        for i, e in enumerate(exs):
+        for i, e in enumerate(exs + texts):
+            if not e["tools"]:
+                continue
             key = json.dumps(e["tools"], sort_keys=True)
             if key not in grammars:
                 grammars[key] = tools_grammar(e["tools"])
@@ -122,9 +141,14 @@ def evaluate_airspace(
         if errors is not None and not ok[-1]:
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
+    t_ok: dict[str, list[int]] = {}
+    for o, e in zip(outs[len(exs) :], texts):
+        content, calls = parse_assistant(o.text or "")
+        gold = next(m["content"] for m in e["messages"] if m["role"] == "assistant")
+        t_ok.setdefault(e["kind"], []).append(not calls and content.strip() == gold.strip())
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-        for o, g in zip(outs[len(exs) :], groups)
+        for o, g in zip(outs[len(exs) + len(texts) :], groups)
     ]
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
@@ -136,6 +160,9 @@ def evaluate_airspace(
         "exact_match": sum(ok) / max(1, len(ok)),
         "decision_groups": len(groups),
         "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
+        "text_turns": len(texts),  # replies in words (n_text); their exact-text accuracy, overall and per kind
+        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
+        "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),
         "wall_s": wall,
@@ -161,8 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"clover eval: {e}") from None
     cases = load_cases(args.cases) if args.cases else None
-    if cases is None and args.n == 0 and args.groups == 0:
-        raise SystemExit("clover eval: nothing to evaluate (--n 0 and --groups 0)")
+    if cases is None and args.n == 0 and args.groups == 0 and args.text == 0:
+        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0 and --text 0)")
     if args.errors:  # fail now, not after the whole run, when the file cannot be written
         try:
             open(args.errors, "a", encoding="utf-8").close()
@@ -192,6 +219,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             errors=errors,
             cases=cases,
             grammar=g,
+            n_text=args.text,
         )  # fmt: skip
         for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
         for p in policies
@@ -210,7 +238,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             t.add_column(r["policy"], justify="right")
         for k in results[0]:
-            if k not in ("policy", "by_kind", "by_system_prompt", "fields"):
+            if k not in ("policy", "by_kind", "by_system_prompt", "by_unit_arithmetic", "fields", "text_by_kind"):
                 t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
         Console().print(t)
         w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
@@ -218,7 +246,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             w.add_column(r["policy"], justify="right")
         label = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
-                 "fields": "field"}  # fmt: skip
+                 "fields": "field", "text_by_kind": "text reply"}  # fmt: skip
         for group in label:
             for k in results[0][group]:
                 w.add_row(f"{label[group]}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
@@ -244,6 +272,9 @@ def register(sub) -> None:
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--n", type=_count, default=200, help="tool-call turns")
     p.add_argument("--groups", type=_count, default=50, help="decision groups")
+    p.add_argument(
+        "--text", type=_count, default=50, help="turns answered in words, and as many chats offering no tools"
+    )
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument(
         "--grammar",

@@ -133,7 +133,7 @@ def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
         assert msg in _fails(run + extra, capsys)[1], extra
     code, err = _fails(["eval", "airspace", "--n", "-3", "--threads", "1"], capsys)  # was a slice: [:-3]
     assert code == 2 and "--n: must be >= 0" in err
-    assert "nothing to evaluate" in _fails(["eval", "airspace", "--n", "0", "--groups", "0"], capsys)[1]
+    assert "nothing to evaluate" in _fails(["eval", "airspace", "--n", "0", "--groups", "0", "--text", "0"], capsys)[1]
 
 
 def _train(tmp_path, *args):

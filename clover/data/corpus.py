@@ -65,7 +65,9 @@ from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus 
 from clover.data.tools import AIRSPACE_TOOLS, MISSION_TYPES
 
 SPLITS = ("train", "validation", "test")
-KINDS = ("tool_call", "compound", "tool_result", "no_tool", "missing_tool", "clarify")
+KINDS = ("tool_call", "compound", "tool_result", "no_tool", "missing_tool", "clarify", "no_tools")
+# "no_tools" (a chat that offers no tools at all, as a plain OpenAI request does) is drawn only
+# when a recipe asks for it (``AirspaceRecipe.toolless_frac``): MIX, and so the splits, leave it out
 MIX = {"tool_call": 0.32, "compound": 0.30, "tool_result": 0.14, "no_tool": 0.08, "missing_tool": 0.08, "clarify": 0.08}
 # curriculum presets: stage -> (kind weights, max calls per message)
 STAGES = {
@@ -404,6 +406,16 @@ def example(
         rng.shuffle(tools)
         answer = f"Sorry, I can't {_CAPABILITY[name]}: no tool for that is available."
         ex = _chat("missing_tool", tools or None, user(_style(rng, pieces)), said(answer))
+    elif kind == "no_tools":  # nothing offered: chit-chat as usual, an action is declined
+        if rng.random() < 0.5:
+            text, answer = no_tool_message(ctx)
+        else:
+            pieces, calls = rng.choice(ACTIONS)(ctx)
+            text, answer = (
+                _style(rng, pieces),
+                f"Sorry, I can't {_CAPABILITY[calls[0][0]]}: no tool for that is available.",
+            )
+        ex = _chat("no_tools", None, user(text), said(answer))
     elif kind == "no_tool":
         text, answer = no_tool_message(ctx)
         ex = _chat("no_tool", AIRSPACE_TOOLS, user(text), said(answer))
@@ -437,6 +449,18 @@ def generate(split: str, n: int, seed: int = 0, max_actions: int = 5, stage: int
 def load_split(split: str, n: int = 500) -> list[dict]:
     """The fixed evaluation set of a split (deterministic; no training seed reaches it)."""
     return generate(split, n, seed=1_000_003 + _SPLIT_SEED[split])
+
+
+def toolless_set(split: str, n: int = 100) -> list[dict]:
+    """A split's fixed chats that offer no tools at all (kind "no_tools", outside MIX: drawn here
+    and by recipes that ask for them, so ``load_split`` stays as it was)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    rng = random.Random(f"clover-toolless-{split}")
+    return [example(rng, split, mix={"no_tools": 1.0}) for _ in range(n)]
+
+
+TEXT_KINDS = ("no_tool", "missing_tool", "clarify", "no_tools")  # answered in words, no call
 
 
 def test_set(n: int = 500) -> list[dict]:

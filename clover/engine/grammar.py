@@ -40,6 +40,10 @@ __all__ = [
 
 WS = frozenset(b" \t\n\r")
 MAX_WS = 8  # consecutive whitespace bytes between JSON tokens (a model could pad forever)
+# tool calls: at most one space between JSON tokens (json.dumps' ", " and ": ", or none). A
+# model out of its depth (a tool it was never trained on) otherwise fills the call with
+# newlines until max_tokens, the padding Outlines' and xgrammar's compact modes also refuse
+CALL_WS, CALL_MAX_WS = frozenset(b" "), 1
 _NUM_START = frozenset(b"-0123456789")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESC = frozenset(b'"\\/bfnrtu')
@@ -162,8 +166,10 @@ def _string_step(esc: int, b: int) -> int | None:
 #         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
 #         ("inum", bounds, typed)              the same for an integer (no point either)
 class Grammar:
-    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = ()):
+    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = (),
+                 ws: frozenset = WS, max_ws: int = MAX_WS):  # fmt: skip
         self.start_state = (start, 0)
+        self.ws, self.max_ws = ws, max_ws  # the whitespace allowed between JSON tokens, and how much
         self.tables = list(tables)
         self.regexes = list(regexes)  # compiled ``regex`` patterns, by index
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
@@ -199,7 +205,7 @@ class Grammar:
         top, rest = stack[-1], stack[:-1]
         if b in WS and top[0] in ("val", "obj", "arr"):  # between JSON tokens (not before a top-level value)
             nested = top[0] != "val" or any(f[0] in ("obj", "arr") for f in rest)
-            return (stack, ws + 1) if nested and ws < MAX_WS else None
+            return (stack, ws + 1) if nested and ws < self.max_ws and b in self.ws else None
         out = self._frame(top, rest, b)
         return None if out is None else (out, 0)
 
@@ -455,7 +461,9 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
         lit = (json.dumps(name)[1:] + ', "arguments": ').encode()
         table.append((lit, (("val", sc.start), ("lit", ("}" + close).encode(), 0))))
     if auto:
-        return Grammar((("free", open_.encode(), 0, head.encode()),), schemas, [tuple(table)])
+        return Grammar(
+            (("free", open_.encode(), 0, head.encode()),), schemas, [tuple(table)], ws=CALL_WS, max_ws=CALL_MAX_WS
+        )
     call = (open_ + head).encode()
     frames: list[tuple] = [("more", 0, (sep + open_ + head).encode())] if parallel else []
     done = started.encode()
@@ -470,7 +478,7 @@ def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, hea
         if not done.startswith(call) or not any(lit.startswith(typed) for lit, _ in table):
             raise GrammarError(f"the prefill {started!r} does not start a call of one of {sorted(tools)}")
         frames.append(("alt", 0, typed))
-    return Grammar(tuple(frames), schemas, [tuple(table)])
+    return Grammar(tuple(frames), schemas, [tuple(table)], ws=CALL_WS, max_ws=CALL_MAX_WS)
 
 
 def choice_grammar(parts: list[tuple[str, list[str]]]) -> Grammar:

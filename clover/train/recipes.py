@@ -66,6 +66,9 @@ class AirspaceRecipe:
     batch_size: int = 16
     max_len: int = 512
     decision_frac: float = 0.2
+    # chats that offer no tools at all (kind "no_tools"), as a plain OpenAI request without
+    # ``tools`` is: without them the model has never seen such a prompt (stage 16 onwards)
+    toolless_frac: float = 0.0
     curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
     # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
@@ -140,6 +143,8 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
         for _ in range(recipe.batch_size):
             if rng.random() < recipe.decision_frac:
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
+            elif recipe.toolless_frac and rng.random() < recipe.toolless_frac:  # no draw when 0: older runs replay
+                ex = example(rng, split, max_actions, mix={"no_tools": 1.0}, pieces=pieces)
             else:
                 ex = example(rng, split, max_actions, pieces=pieces)
             rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))

@@ -167,7 +167,7 @@ def test_gold_arguments_are_copied_from_the_message(by_split):
 def test_kinds_tools_and_curriculum(by_split):
     exs = by_split["train"]
     kinds = {k: [e for e in exs if e["kind"] == k] for k in corpus.KINDS}
-    assert all(kinds.values())
+    assert all(kinds[k] for k in corpus.MIX) and not kinds["no_tools"]  # drawn only on request
     assert all(len(corpus.gold_calls(e)) == 1 for e in kinds["tool_call"])
     assert {len(corpus.gold_calls(e)) for e in kinds["compound"]} == {2, 3, 4, 5}
     for e in kinds["missing_tool"]:
@@ -186,6 +186,24 @@ def test_kinds_tools_and_curriculum(by_split):
     assert max(len(corpus.gold_calls(e)) for e in corpus.generate("train", 300, max_actions=1)) == 1
     with pytest.raises(ValueError):
         corpus.generate("dev", 1)
+
+
+def test_toolless_chats_offer_no_tools_and_decline_actions():
+    """A chat with no ``tools`` (a plain OpenAI request): small talk answered as usual, an action
+    declined in words. The fixed sets are deterministic and the splits' own draws never hold one."""
+    exs = corpus.toolless_set("validation", 60)
+    assert exs == corpus.toolless_set("validation", 60) and exs != corpus.toolless_set("test", 60)
+    declined = 0
+    for e in exs:
+        assert e["kind"] == "no_tools" and e["tools"] is None
+        answer = e["messages"][-1]
+        assert answer["role"] == "assistant" and answer["content"] and not answer.get("tool_calls")
+        assert "<tools>" not in render(e["messages"][:-1], e["tools"], add_generation_prompt=True)
+        declined += answer["content"].endswith("no tool for that is available.")
+    assert 15 < declined < 45  # about half are actions, declined; the rest small talk or out of scope
+    assert {e["kind"] for e in corpus.load_split("test", 300)} <= set(corpus.MIX)
+    with pytest.raises(ValueError):
+        corpus.toolless_set("dev")
 
 
 def test_score_tool_calls():

@@ -88,6 +88,16 @@ def test_tool_call_grammar_prefills_and_parallel_calls():
     assert one.accepts(call[len('<tool_call>{"name": "recall') :]) and not one.accepts(call[30:] + "\n" + call)
     with pytest.raises(GrammarError):
         tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE, started='<tool_call>{"name": "launch')
+    # at most one space between a call's JSON tokens: compact and json.dumps' spacing pass,
+    # the newline padding a model emits for a tool it does not know cannot start
+    assert g.accepts(call.replace('{"drone_id": ', '{ "drone_id":'))
+    assert g.accepts(call.replace('{"drone_id": ', '{"drone_id":'))
+    for padded in ('{\n"drone_id": ', '{"drone_id":  ', '{"drone_id":\t'):
+        assert not g.accepts(call.replace('{"drone_id": ', padded))
+    assert not tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE, auto=True).accepts(
+        "Sure. " + call.replace(": {", ": {\n")
+    )
+    assert json_grammar(None).accepts('{\n  "a": [\n    1\n  ]\n}')  # response_format JSON may be pretty-printed
 
 
 @pytest.fixture(scope="module")

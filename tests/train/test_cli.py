@@ -129,6 +129,31 @@ def test_chat_source_is_a_pure_function_of_the_step():
     assert all(torch.equal(a[k], b[k]) for k in a) and a["target"].any()
 
 
+def test_toolless_frac_mixes_in_chats_without_tools_and_zero_keeps_the_old_batches():
+    import dataclasses
+    import random
+
+    import torch
+
+    from clover.data.corpus import example
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.train.recipes import AirspaceRecipe, airspace_source, collate, encode_example
+
+    tok = CloverTokenizer.load(BUNDLED)
+    base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0)
+    off, on = airspace_source(tok, base)(5), airspace_source(tok, dataclasses.replace(base, toolless_frac=0.5))(5)
+    tools_in = [tok.decode(row.tolist()).count("<tools>") for row in on["x0"]]
+    assert all(tok.decode(row.tolist()).count("<tools>") == 1 for row in off["x0"])  # every corpus chat offers tools
+    assert 4 < tools_in.count(0) < 20  # about half drop them
+    # 0 draws nothing: the batches of every run before the field existed replay bit for bit
+    rng, rows = random.Random("airspace-train-0-5"), []
+    for _ in range(base.batch_size):
+        rng.random()  # the decision-group draw, as before
+        ex = example(rng, "train", 5, pieces=tok.word_pieces())
+        rows.append(encode_example(tok, ex, base.max_len, base.train.block_size, rng))
+    assert all(torch.equal(off[k], v) for k, v in collate(rows, tok.pad_token_id).items())
+
+
 def test_device_cuda_without_a_gpu_is_refused_before_anything_is_written(tmp_path):
     import torch
 
