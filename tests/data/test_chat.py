@@ -62,7 +62,7 @@ def test_parallel_tool_responses_share_one_user_turn():
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_render_parse_round_trip_for_every_kind(split):
     kinds = set()
-    for ex in corpus.generate(split, 400, seed=2):
+    for ex in corpus.generate(split, 400, seed=2) + corpus.toolless_set(split, 20):
         kinds.add(ex["kind"])
         turns = [m for m in ex["messages"] if m["role"] == "assistant"]
         for i, (_, body) in enumerate(chat.assistant_turns(ex["messages"], ex["tools"])):

@@ -121,6 +121,17 @@ def test_the_bundled_model_calls_tools_in_process():
     assert r["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def test_the_bundled_model_answers_a_plain_chat_without_tools():
+    """What a new OpenAI user sends first (no tools, no system message): a greeting back, and an
+    action declined in words, not a call nor garbled text (stage 16 trained on chats like this)."""
+    llm = LLM()
+    hello = llm.chat([{"role": "user", "content": "hello"}])["choices"][0]
+    assert hello["message"]["content"].startswith("Hello! I can create and lift no-fly zones")
+    assert hello["finish_reason"] == "stop" and not hello["message"].get("tool_calls")
+    act = llm.chat([{"role": "user", "content": "recall drone 17"}])["choices"][0]
+    assert act["message"]["content"] == "Sorry, I can't recall drones: no tool for that is available."
+
+
 def test_a_list_of_conversations_is_answered_as_a_batch(llm):
     convs = [MESSAGES, [{"role": "user", "content": "status of drone 4"}], MESSAGES]
     kw = {"tools": AIRSPACE_TOOLS, "max_tokens": 24}
