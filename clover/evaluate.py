@@ -96,14 +96,14 @@ def evaluate_airspace(
     label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    if cases is None:
-        exs = [e for e in load_split(split, max(n * 2, 50)) if e["kind"] in ("tool_call", "compound")][:n]
+    texts = []
+    if cases is None:  # one draw of the split serves both (a longer draw starts with the shorter one)
+        pool = load_split(split, max(n * 2, 50, n_text * 8))
+        exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
+        if n_text:
+            texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text)
     else:  # hand-written messages (load_cases) instead of the split's tool-call turns
         exs = cases
-    texts = []
-    if n_text and cases is None:
-        said = [e for e in load_split(split, max(n * 2, 50, n_text * 8)) if e["kind"] in TEXT_KINDS][:n_text]
-        texts = said + toolless_set(split, n_text)
     groups = load_groups(split, n_groups)
     prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs + texts]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
@@ -111,8 +111,6 @@ def evaluate_airspace(
     if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
         grammars: dict[str, object] = {}
         for i, e in enumerate(exs + texts):
-            if not e["tools"]:
-                continue
             key = json.dumps(e["tools"], sort_keys=True)
             if key not in grammars:
                 grammars[key] = tools_grammar(e["tools"])

@@ -339,6 +339,11 @@ _CAPABILITY = {
 }
 
 
+def declined(tool: str) -> str:
+    """The answer to a request whose tool is not offered."""
+    return f"Sorry, I can't {_CAPABILITY[tool]}: no tool for that is available."
+
+
 def _chat(kind: str, tools: list[dict] | None, *messages: dict) -> dict:
     return {"kind": kind, "tools": tools, "messages": list(messages)}
 
@@ -404,17 +409,14 @@ def example(
         name = calls[0][0]
         tools = [t for t in AIRSPACE_TOOLS if t["function"]["name"] != name and rng.random() < 0.6]
         rng.shuffle(tools)
-        answer = f"Sorry, I can't {_CAPABILITY[name]}: no tool for that is available."
+        answer = declined(name)
         ex = _chat("missing_tool", tools or None, user(_style(rng, pieces)), said(answer))
     elif kind == "no_tools":  # nothing offered: chit-chat as usual, an action is declined
         if rng.random() < 0.5:
             text, answer = no_tool_message(ctx)
         else:
             pieces, calls = rng.choice(ACTIONS)(ctx)
-            text, answer = (
-                _style(rng, pieces),
-                f"Sorry, I can't {_CAPABILITY[calls[0][0]]}: no tool for that is available.",
-            )
+            text, answer = _style(rng, pieces), declined(calls[0][0])
         ex = _chat("no_tools", None, user(text), said(answer))
     elif kind == "no_tool":
         text, answer = no_tool_message(ctx)
