@@ -9,10 +9,11 @@ import time
 
 
 def prompt_of(ex: dict) -> list[dict]:
-    """The messages before the first assistant turn."""
+    """The messages before the first assistant turn to answer (earlier ones, ``weight: 0``, are
+    a conversation's history)."""
     out = []
     for m in ex["messages"]:
-        if m["role"] == "assistant":
+        if m["role"] == "assistant" and m.get("weight", 1) != 0:
             break
         out.append(m)
     return out
@@ -65,6 +66,7 @@ def evaluate_airspace(
     cases: list[dict] | None = None,
     grammar: bool = False,
     n_text: int = 0,
+    n_multi: int = 0,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
@@ -76,15 +78,21 @@ def evaluate_airspace(
 
     ``grammar``: the tool-call turns decode under the tool-call grammar of their tools, as the
     server decodes a chat with ``tools`` (``tool_choice: auto``: free text, and a call the model
-    opens held to the offered names and their parameter schemas)."""
+    opens held to the offered names and their parameter schemas).
+
+    ``n_multi``: also that many conversations with earlier turns (``corpus.multiturn_set``: an
+    agent loop's or a chat client's later request), right when the last turn's answer is (the
+    calls by exact match, a reply in words by its text)."""
     from tqdm import tqdm
 
     from clover.data.chat import parse_assistant, render
     from clover.data.corpus import (
         TEXT_KINDS,
+        answers,
         field_scores,
         gold_calls,
         load_split,
+        multiturn_set,
         needs_unit_arithmetic,
         score_tool_calls,
         toolless_set,
@@ -102,6 +110,7 @@ def evaluate_airspace(
         exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
         if n_text:
             texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text)
+        texts += multiturn_set(split, n_multi) if n_multi else []
     else:  # hand-written messages (load_cases) instead of the split's tool-call turns
         exs = cases
     groups = load_groups(split, n_groups)
@@ -140,10 +149,16 @@ def evaluate_airspace(
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
     t_ok: dict[str, list[int]] = {}
+    m_ok: dict[str, list[int]] = {}  # multi-turn conversations, by the last turn's kind
     for o, e in zip(outs[len(exs) :], texts):
         content, calls = parse_assistant(o.text or "")
-        gold = next(m["content"] for m in e["messages"] if m["role"] == "assistant")
-        t_ok.setdefault(e["kind"], []).append(not calls and content.strip() == gold.strip())
+        if e["kind"] == "multi_turn" and e["final_kind"] in ("tool_call", "compound"):
+            right = score_tool_calls(calls, gold_calls(e))
+        else:
+            right = not calls and content.strip() == (answers(e)[0].get("content") or "").strip()
+        table = m_ok if e["kind"] == "multi_turn" else t_ok
+        table.setdefault(e.get("final_kind", e["kind"]), []).append(right)
+    n_multi = sum(map(len, m_ok.values()))
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
         for o, g in zip(outs[len(exs) + len(texts) :], groups)
@@ -158,9 +173,12 @@ def evaluate_airspace(
         "exact_match": sum(ok) / max(1, len(ok)),
         "decision_groups": len(groups),
         "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
-        "text_turns": len(texts),  # replies in words (n_text); their exact-text accuracy, overall and per kind
-        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
+        "text_turns": len(texts) - n_multi,  # replies in words (n_text); exact-text accuracy, overall and per kind
+        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts) - n_multi),
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
+        "multiturn_n": n_multi,  # conversations with earlier turns (n_multi): the last turn right
+        "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, n_multi),
+        "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),
         "wall_s": wall,
@@ -186,8 +204,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"clover eval: {e}") from None
     cases = load_cases(args.cases) if args.cases else None
-    if cases is None and args.n == 0 and args.groups == 0 and args.text == 0:
-        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0 and --text 0)")
+    if cases is None and args.n == 0 and args.groups == 0 and args.text == 0 and args.multiturn == 0:
+        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0 and --multiturn 0)")
     if args.errors:  # fail now, not after the whole run, when the file cannot be written
         try:
             open(args.errors, "a", encoding="utf-8").close()
@@ -218,6 +236,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             cases=cases,
             grammar=g,
             n_text=args.text,
+            n_multi=args.multiturn,
         )  # fmt: skip
         for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
         for p in policies
@@ -236,7 +255,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             t.add_column(r["policy"], justify="right")
         for k in results[0]:
-            if k not in ("policy", "by_kind", "by_system_prompt", "by_unit_arithmetic", "fields", "text_by_kind"):
+            if k not in (
+                "policy",
+                "by_kind",
+                "by_system_prompt",
+                "by_unit_arithmetic",
+                "fields",
+                "text_by_kind",
+                "multiturn_by_kind",
+            ):
                 t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
         Console().print(t)
         w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
@@ -244,7 +271,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for r in results:
             w.add_column(r["policy"], justify="right")
         label = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
-                 "fields": "field", "text_by_kind": "text reply"}  # fmt: skip
+                 "fields": "field", "text_by_kind": "text reply", "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
         for group in label:
             for k in results[0][group]:
                 w.add_row(f"{label[group]}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
@@ -272,6 +299,9 @@ def register(sub) -> None:
     p.add_argument("--groups", type=_count, default=50, help="decision groups")
     p.add_argument(
         "--text", type=_count, default=50, help="turns answered in words, and as many chats offering no tools"
+    )
+    p.add_argument(
+        "--multiturn", type=_count, default=50, help="conversations with earlier turns (the last turn is scored)"
     )
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument(

@@ -121,7 +121,21 @@ def test_json_schema_names_a_missing_file():
 
 
 def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
-    run = ["eval", "airspace", "--n", "1", "--groups", "0", "--threads", "1", "--json"]
+    run = [
+        "eval",
+        "airspace",
+        "--n",
+        "1",
+        "--groups",
+        "0",
+        "--text",
+        "0",
+        "--multiturn",
+        "0",
+        "--threads",
+        "1",
+        "--json",
+    ]
     for extra, msg in (
         (["--threshold", "2"], "threshold must lie in (0, 1]"),
         (["--block-size", "0"], "block_size must be a positive integer"),
@@ -133,7 +147,10 @@ def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
         assert msg in _fails(run + extra, capsys)[1], extra
     code, err = _fails(["eval", "airspace", "--n", "-3", "--threads", "1"], capsys)  # was a slice: [:-3]
     assert code == 2 and "--n: must be >= 0" in err
-    assert "nothing to evaluate" in _fails(["eval", "airspace", "--n", "0", "--groups", "0", "--text", "0"], capsys)[1]
+    assert (
+        "nothing to evaluate"
+        in _fails(["eval", "airspace", "--n", "0", "--groups", "0", "--text", "0", "--multiturn", "0"], capsys)[1]
+    )
 
 
 def _train(tmp_path, *args):

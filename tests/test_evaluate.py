@@ -7,7 +7,8 @@ from pathlib import Path
 
 
 def _eval(*args):
-    cmd = [sys.executable, "-m", "clover", "eval", "airspace", "--n", "3", "--groups", "1", "--json", *map(str, args)]
+    cmd = [sys.executable, "-m", "clover", "eval", "airspace", "--n", "3", "--groups", "1", "--text", "0", "--multiturn", "0",
+           "--json", *map(str, args)]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -34,6 +35,16 @@ def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
     lines = [json.loads(x) for x in errors.read_text().splitlines()]
     assert len(lines) == round(4 * (1 - res["exact_match"]))
     assert all({"message", "gold", "predicted", "text"} <= set(x) for x in lines)
+
+
+def test_eval_scores_replies_in_words_and_conversations_with_earlier_turns():
+    r = _eval("--policy", "ar", "--n", "0", "--groups", "0", "--text", "3", "--multiturn", "5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["n"] == 0 and res["text_turns"] == 6 and res["multiturn_n"] == 5  # 3 turns + 3 chats without tools
+    assert 0 <= res["text_acc"] <= 1 and 0 <= res["multiturn_acc"] <= 1
+    assert set(res["text_by_kind"]) <= {"no_tool", "missing_tool", "clarify", "no_tools"}
+    assert set(res["multiturn_by_kind"]) <= {"tool_call", "compound", "no_tool", "missing_tool", "clarify", "no_tools"}
 
 
 def test_eval_refuses_an_unknown_policy():

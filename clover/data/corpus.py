@@ -65,7 +65,7 @@ from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus 
 from clover.data.tools import AIRSPACE_TOOLS, MISSION_TYPES
 
 SPLITS = ("train", "validation", "test")
-KINDS = ("tool_call", "compound", "tool_result", "no_tool", "missing_tool", "clarify", "no_tools")
+KINDS = ("tool_call", "compound", "tool_result", "no_tool", "missing_tool", "clarify", "no_tools", "multi_turn")
 # "no_tools" (a chat that offers no tools at all, as a plain OpenAI request does) is drawn only
 # when a recipe asks for it (``AirspaceRecipe.toolless_frac``): MIX, and so the splits, leave it out
 MIX = {"tool_call": 0.32, "compound": 0.30, "tool_result": 0.14, "no_tool": 0.08, "missing_tool": 0.08, "clarify": 0.08}
@@ -433,6 +433,36 @@ def example(
     return ex
 
 
+# the earlier exchanges of a "multi_turn" conversation: a request with its calls, their results
+# and the summary, or small talk (a chat without tools: its own kind of exchange)
+_HISTORY_MIX = {"tool_result": 0.6, "no_tool": 0.4}
+_FINAL_MIX = MIX | {"no_tools": 0.1}
+
+
+def multi_turn(
+    rng: random.Random, split: str, max_actions: int = 5, mix: dict[str, float] | None = None,
+    pieces: tuple[str, ...] = (),
+) -> dict:  # fmt: skip
+    """A conversation of 2-4 user turns: 1-3 earlier exchanges, then the turn to answer (an
+    ``example`` of ``mix``, default :data:`MIX` and a tenth of chats without tools), as an agent loop or a chat client sends it.
+    The earlier assistant turns carry OpenAI's ``weight: 0`` (context, never a training target);
+    the conversation offers the last turn's tools, and an earlier exchange that called a tool
+    not offered is left out. ``kind`` is "multi_turn", ``final_kind`` the last turn's kind."""
+    final = example(rng, split, max_actions, mix=mix or _FINAL_MIX, pieces=pieces)
+    offered = {t["function"]["name"] for t in final["tools"] or []}
+    history: list[dict] = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        h = example(rng, split, 2, mix=_HISTORY_MIX if offered else {"no_tools": 1.0}, pieces=pieces)
+        if any(c["function"]["name"] not in offered for m in h["messages"] for c in m.get("tool_calls") or []):
+            continue
+        history += [
+            dict(m, weight=0) if m["role"] == "assistant" else m for m in h["messages"] if m["role"] != "system"
+        ]
+    msgs = final["messages"]
+    head = msgs[:1] if msgs[0]["role"] == "system" else []
+    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :])
+
+
 def stream(split: str, seed: int = 0, max_actions: int = 5, stage: int | None = None) -> Iterator[dict]:
     """An endless, seeded stream of examples of one split."""
     rng = random.Random(f"clover-corpus-{split}-{seed}")
@@ -463,6 +493,17 @@ def toolless_set(split: str, n: int = 100) -> list[dict]:
 
 
 TEXT_KINDS = ("no_tool", "missing_tool", "clarify", "no_tools")  # answered in words, no call
+# the last turns of the fixed multi-turn sets: a call or a reply in words, not a summary
+MULTITURN_MIX = {k: v for k, v in MIX.items() if k != "tool_result"} | {"no_tools": 0.1}
+
+
+def multiturn_set(split: str, n: int = 100) -> list[dict]:
+    """A split's fixed conversations with earlier turns (``multi_turn``), the last turn a call
+    or a reply in words (outside MIX, like ``toolless_set``: ``load_split`` stays as it was)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    rng = random.Random(f"clover-multiturn-{split}")
+    return [multi_turn(rng, split, mix=MULTITURN_MIX) for _ in range(n)]
 
 
 def test_set(n: int = 500) -> list[dict]:
@@ -486,9 +527,14 @@ def plain_call(call: dict) -> dict:
     return {"name": fn.get("name"), "arguments": args if args is not None else {}}
 
 
+def answers(ex: dict) -> list[dict]:
+    """The assistant turns to answer (not the ``weight: 0`` ones: a conversation's history)."""
+    return [m for m in ex["messages"] if m["role"] == "assistant" and m.get("weight", 1) != 0]
+
+
 def gold_calls(ex: dict, turn: int = 0) -> list[dict]:
-    """Assistant turn ``turn``'s calls as ``[{"name", "arguments": dict}]`` ([] for a text turn)."""
-    turns = [m for m in ex["messages"] if m["role"] == "assistant"]
+    """Answer ``turn``'s calls as ``[{"name", "arguments": dict}]`` ([] for a text turn)."""
+    turns = answers(ex)
     return [plain_call(c) for c in turns[turn].get("tool_calls") or []] if turn < len(turns) else []
 
 

@@ -35,7 +35,13 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompts", help="JSONL file of {prompt_ids | prompt, gold_calls?} instead of the airspace test split"
     )
-    p.add_argument("--n", type=int, default=16, help="prompts (tool-call turns of the test split)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=64,
+        help="prompts (tool-call turns of the test split); at the largest batch size they pass through its "
+        "slots (continuous batching), and exact match is scored on all of them",
+    )
     p.add_argument("--max-tokens", type=int, help="default 160 (64 with --random, which never stops early)")
     p.add_argument("--block-size", type=int, help="default: the model's")
     p.add_argument("--thresholds", default="0.7,0.8,0.9", help="threshold sweep; the last is the headline")
@@ -263,6 +269,8 @@ def run_decode(args: argparse.Namespace) -> int:
     notes = [
         f"headline (JSON top level): batch {sizes[0]}, {head} vs ar; exact match and TPF from the batch-{big} run "
         "(decoding is batch-invariant)",
+        f"batch {big}: the {len(cases)} prompts through {big} slots (continuous batching: a finished request's "
+        f"slot takes the next prompt); hf runs them as static batches of {big} (generate() has no refill)",
         "hf = transformers Qwen3_5MoeForCausalLM of the same shape, random weights, greedy generate(), "
         "as many new tokens per prompt as Clover's ar run; a batch runs to its longest row, each row's "
         "own length counts (as for Clover)",

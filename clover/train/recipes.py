@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from clover.data.chat import content_text, render_segments
-from clover.data.corpus import example
+from clover.data.corpus import example, multi_turn
 from clover.data.decisions import decision_examples
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
@@ -69,6 +69,9 @@ class AirspaceRecipe:
     # chats that offer no tools at all (kind "no_tools"), as a plain OpenAI request without
     # ``tools`` is: without them the model has never seen such a prompt (stage 16 onwards)
     toolless_frac: float = 0.0
+    # conversations with earlier turns (kind "multi_turn": an agent loop's or a chat client's
+    # second request); without them every training chat had one user turn (stage 17 onwards)
+    multiturn_frac: float = 0.0
     curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
     # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
@@ -145,6 +148,8 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
             elif recipe.toolless_frac and rng.random() < recipe.toolless_frac:  # no draw when 0: older runs replay
                 ex = example(rng, split, max_actions, mix={"no_tools": 1.0}, pieces=pieces)
+            elif recipe.multiturn_frac and rng.random() < recipe.multiturn_frac:  # (no draw when 0)
+                ex = multi_turn(rng, split, max_actions, pieces=pieces)
             else:
                 ex = example(rng, split, max_actions, pieces=pieces)
             rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))

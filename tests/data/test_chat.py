@@ -62,13 +62,14 @@ def test_parallel_tool_responses_share_one_user_turn():
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_render_parse_round_trip_for_every_kind(split):
     kinds = set()
-    for ex in corpus.generate(split, 400, seed=2) + corpus.toolless_set(split, 20):
+    for ex in corpus.generate(split, 400, seed=2) + corpus.toolless_set(split, 20) + corpus.multiturn_set(split, 20):
         kinds.add(ex["kind"])
-        turns = [m for m in ex["messages"] if m["role"] == "assistant"]
+        turns = [m for m in ex["messages"] if m["role"] == "assistant"]  # history (weight 0) too
         for i, (_, body) in enumerate(chat.assistant_turns(ex["messages"], ex["tools"])):
             content, calls = chat.parse_assistant(body + "<|im_end|>")
-            assert corpus.score_tool_calls(calls, corpus.gold_calls(ex, i))
-            assert [c["arguments"] for c in calls] == [c["arguments"] for c in corpus.gold_calls(ex, i)]
+            gold = [corpus.plain_call(c) for c in turns[i].get("tool_calls") or []]
+            assert corpus.score_tool_calls(calls, gold)
+            assert [c["arguments"] for c in calls] == [c["arguments"] for c in gold]
             assert content == (turns[i].get("content") or "")
     assert kinds == set(corpus.KINDS)
 

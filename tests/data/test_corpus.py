@@ -206,6 +206,38 @@ def test_toolless_chats_offer_no_tools_and_decline_actions():
         corpus.toolless_set("dev")
 
 
+def test_multi_turn_conversations_answer_the_last_turn_with_history_as_context():
+    """Earlier exchanges carry ``weight: 0`` and only call tools the conversation offers; the
+    answer (what eval scores and training learns) is the last turn's; the sets are fixed."""
+    from clover.data import default_model_dir
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.train.recipes import encode_example
+
+    exs = corpus.multiturn_set("validation", 80)
+    assert exs == corpus.multiturn_set("validation", 80) and exs != corpus.multiturn_set("test", 80)
+    assert {e["final_kind"] for e in exs} == set(corpus.MULTITURN_MIX)
+    tok = CloverTokenizer.load(default_model_dir())
+    for e in exs:
+        msgs = _dialogue(e)
+        assert e["kind"] == "multi_turn" and msgs[0]["role"] == "user"
+        answers = [m for m in msgs if m["role"] == "assistant" and m.get("weight", 1) != 0]
+        assert answers == corpus.answers(e) and len(answers) == 1 and msgs[-1] is answers[0]
+        offered = {t["function"]["name"] for t in e["tools"] or []}
+        assert {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []} <= offered
+        if e["final_kind"] in ("tool_call", "compound"):
+            assert corpus.gold_calls(e) == [corpus.plain_call(c) for c in answers[0]["tool_calls"]]
+        # training learns the last turn only: its text (and the block's EOS fill), not the history's
+        ids, target = encode_example(tok, e, 4096, 32, random.Random(0))
+        learnt = tok.decode([t for t, y in zip(ids, target) if y and t != tok.pad_token_id])
+        answer = answers[0]["content"] or answers[0]["tool_calls"][0]["function"]["name"]
+        assert answer in learnt
+        for m in msgs[: msgs.index(answers[0])]:
+            if m["role"] == "assistant" and m["content"] and m["content"] not in answer:
+                assert m["content"] not in learnt
+    assert sum(sum(m["role"] == "user" for m in e["messages"]) >= 2 for e in exs) > 70  # nearly all have history
+    assert {e["kind"] for e in corpus.load_split("test", 300)} <= set(corpus.MIX)  # the split draws none
+
+
 def test_score_tool_calls():
     a = [{"name": "f", "arguments": {"x": 1, "y": "a"}}, {"name": "g", "arguments": {}}]
     b = [{"name": "g", "arguments": {}}, {"name": "f", "arguments": {"y": "a", "x": 1.0}}]

@@ -154,6 +154,21 @@ def test_toolless_frac_mixes_in_chats_without_tools_and_zero_keeps_the_old_batch
     assert all(torch.equal(off[k], v) for k, v in collate(rows, tok.pad_token_id).items())
 
 
+def test_multiturn_frac_mixes_in_conversations_with_earlier_turns():
+    import dataclasses
+
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.train.recipes import AirspaceRecipe, airspace_source
+
+    tok = CloverTokenizer.load(BUNDLED)
+    base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0, max_len=2048)
+    users = lambda batch: [tok.decode(r.tolist()).count("<|im_start|>user") for r in batch["x0"]]  # noqa: E731
+    assert set(users(airspace_source(tok, base)(5))) == {1}  # (the toolless test: 0 replays the old batches)
+    on = airspace_source(tok, dataclasses.replace(base, multiturn_frac=0.5))(5)
+    assert 4 < sum(n >= 2 for n in users(on)) < 20  # about half hold earlier turns
+    assert all(on["target"][i].any() for i in range(len(on["x0"])))  # each row has an answer to learn
+
+
 def test_device_cuda_without_a_gpu_is_refused_before_anything_is_written(tmp_path):
     import torch
 
