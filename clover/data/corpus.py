@@ -434,8 +434,9 @@ def example(
 
 
 # the earlier exchanges of a "multi_turn" conversation: a request with its calls, their results
-# and the summary, or small talk (a chat without tools: its own kind of exchange)
-_HISTORY_MIX = {"tool_result": 0.6, "no_tool": 0.4}
+# and the summary (an agent loop), calls left without results (a chat UI that runs no tools),
+# or small talk (a chat without tools: its own kind of exchange)
+_HISTORY_MIX = {"tool_result": 0.5, "tool_call": 0.2, "no_tool": 0.3}
 _FINAL_MIX = MIX | {"no_tools": 0.1}
 
 
