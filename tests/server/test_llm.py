@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -130,6 +131,34 @@ def test_the_bundled_model_answers_a_plain_chat_without_tools():
     assert hello["finish_reason"] == "stop" and not hello["message"].get("tool_calls")
     act = llm.chat([{"role": "user", "content": "recall drone 17"}])["choices"][0]
     assert act["message"]["content"] == "Sorry, I can't recall drones: no tool for that is available."
+
+
+def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
+    """An agent loop's second request (history: a call, its result, the summary) and a chat
+    client's after small talk: the new turn's call, not the history's (stage 17 trained on
+    conversations; before it every training chat had one user turn and these came out garbled)."""
+    call = lambda name, args: {"id": "call_0", "type": "function",  # noqa: E731
+                               "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+    history = [
+        {"role": "user", "content": "recall drone 17"},
+        {"role": "assistant", "content": None, "tool_calls": [call("recall_drone", {"drone_id": "D-17"})]},
+        {"role": "tool", "tool_call_id": "call_0", "content": '{"drone_id": "D-17", "status": "returning"}'},
+        {"role": "assistant", "content": "D-17 is returning to base."},
+    ]
+    llm = LLM()
+    hello = [{"role": "user", "content": "hello"}]  # then the model's own reply, as a chat client sends it back
+    hello.append(llm.chat(hello, tools=AIRSPACE_TOOLS)["choices"][0]["message"])
+    for convo, name, args in (
+        (history + [{"role": "user", "content": "now check the status of drone 42"}], "get_drone_status", {"drone_id": "D-42"}),
+        (hello + [{"role": "user", "content": "recall drone 17"}], "recall_drone", {"drone_id": "D-17"}),
+    ):  # fmt: skip
+        for policy in ("ar", "threshold"):
+            msg = llm.chat(convo, tools=AIRSPACE_TOOLS, policy=policy)["choices"][0]["message"]
+            got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls") or []]
+            assert got == [(name, args)], (policy, convo[-1], msg)
+    thanks = history + [{"role": "user", "content": "thanks"}]
+    reply = llm.chat(thanks, tools=AIRSPACE_TOOLS, policy="ar")["choices"][0]["message"]
+    assert reply["content"].startswith("You're welcome") and not reply.get("tool_calls")
 
 
 def test_a_list_of_conversations_is_answered_as_a_batch(llm):
