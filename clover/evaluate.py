@@ -11,9 +11,11 @@ import time
 def prompt_of(ex: dict) -> list[dict]:
     """The messages before the first assistant turn to answer (earlier ones, ``weight: 0``, are
     a conversation's history)."""
+    from clover.data.chat import is_answer
+
     out = []
     for m in ex["messages"]:
-        if m["role"] == "assistant" and m.get("weight", 1) != 0:
+        if is_answer(m):
             break
         out.append(m)
     return out
@@ -104,22 +106,23 @@ def evaluate_airspace(
     label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    texts = []
+    texts, convs = [], []  # replies in words; conversations with earlier turns
     if cases is None:  # one draw of the split serves both (a longer draw starts with the shorter one)
         pool = load_split(split, max(n * 2, 50, n_text * 8))
         exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
         if n_text:
             texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text)
-        texts += multiturn_set(split, n_multi) if n_multi else []
+        convs = multiturn_set(split, n_multi) if n_multi else []
     else:  # hand-written messages (load_cases) instead of the split's tool-call turns
         exs = cases
+    chats = exs + texts + convs
     groups = load_groups(split, n_groups)
-    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in exs + texts]
+    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in chats]
     prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
     plist = [params] * len(prompts)
     if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
         grammars: dict[str, object] = {}
-        for i, e in enumerate(exs + texts):
+        for i, e in enumerate(chats):
             key = json.dumps(e["tools"], sort_keys=True)
             if key not in grammars:
                 grammars[key] = tools_grammar(e["tools"])
@@ -148,20 +151,22 @@ def evaluate_airspace(
         if errors is not None and not ok[-1]:
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
-    t_ok: dict[str, list[int]] = {}
-    m_ok: dict[str, list[int]] = {}  # multi-turn conversations, by the last turn's kind
-    for o, e in zip(outs[len(exs) :], texts):
+
+    def right(o, e) -> bool:  # the gold calls by exact match; a reply in words: no call, the gold text
         content, calls = parse_assistant(o.text or "")
-        if e["kind"] == "multi_turn" and e["final_kind"] in ("tool_call", "compound"):
-            right = score_tool_calls(calls, gold_calls(e))
-        else:
-            right = not calls and content.strip() == (answers(e)[0].get("content") or "").strip()
-        table = m_ok if e["kind"] == "multi_turn" else t_ok
-        table.setdefault(e.get("final_kind", e["kind"]), []).append(right)
-    n_multi = sum(map(len, m_ok.values()))
+        if gold := gold_calls(e):
+            return score_tool_calls(calls, gold)
+        return not calls and content.strip() == (answers(e)[0].get("content") or "").strip()
+
+    t_ok: dict[str, list[bool]] = {}  # by kind
+    for o, e in zip(outs[len(exs) :], texts):
+        t_ok.setdefault(e["kind"], []).append(right(o, e))
+    m_ok: dict[str, list[bool]] = {}  # by the last turn's kind
+    for o, e in zip(outs[len(exs) + len(texts) :], convs):
+        m_ok.setdefault(e["final_kind"], []).append(right(o, e))
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-        for o, g in zip(outs[len(exs) + len(texts) :], groups)
+        for o, g in zip(outs[len(chats) :], groups)
     ]
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
@@ -173,11 +178,11 @@ def evaluate_airspace(
         "exact_match": sum(ok) / max(1, len(ok)),
         "decision_groups": len(groups),
         "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
-        "text_turns": len(texts) - n_multi,  # replies in words (n_text); exact-text accuracy, overall and per kind
-        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts) - n_multi),
+        "text_turns": len(texts),  # replies in words (n_text); exact-text accuracy, overall and per kind
+        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
-        "multiturn_n": n_multi,  # conversations with earlier turns (n_multi): the last turn right
-        "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, n_multi),
+        "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
+        "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
         "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),

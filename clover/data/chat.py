@@ -125,6 +125,12 @@ def assistant_text(m: dict) -> str:
     return "\n".join(parts)
 
 
+def is_answer(m: dict) -> bool:
+    """An assistant message to answer (train on, score): OpenAI's per-message ``weight`` 0 marks
+    one that is context only, a conversation's history."""
+    return m.get("role") == "assistant" and m.get("weight", 1) != 0
+
+
 def render_segments(
     messages: list[dict],
     tools: list[dict] | None = None,

@@ -27,6 +27,7 @@ import random
 import re
 from collections.abc import Iterator
 
+from clover.data.chat import is_answer
 from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus API names them
     _ALT,
     _MISSION_WORDS,
@@ -344,6 +345,11 @@ def declined(tool: str) -> str:
     return f"Sorry, I can't {_CAPABILITY[tool]}: no tool for that is available."
 
 
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+
+
 def _chat(kind: str, tools: list[dict] | None, *messages: dict) -> dict:
     return {"kind": kind, "tools": tools, "messages": list(messages)}
 
@@ -363,8 +369,7 @@ def example(
     3: everything, ≤ 5 calls) and overrides ``max_actions``; ``mix`` overrides the kind weights.
     ``pieces``: the training tokenizer's word pieces, for train names (``phrasing.coined_word``).
     """
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    _check_split(split)
     if stage is not None:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose from {sorted(STAGES)}")
@@ -445,8 +450,8 @@ def multi_turn(
     pieces: tuple[str, ...] = (),
 ) -> dict:  # fmt: skip
     """A conversation of 2-4 user turns: 1-3 earlier exchanges, then the turn to answer (an
-    ``example`` of ``mix``, default :data:`MIX` and a tenth of chats without tools), as an agent loop or a chat client sends it.
-    The earlier assistant turns carry OpenAI's ``weight: 0`` (context, never a training target);
+    ``example`` of ``mix``, default :data:`MIX` and a tenth of chats without tools), as an agent
+    loop or a chat client sends it. The earlier assistant turns carry OpenAI's ``weight: 0`` (context, never a training target);
     the conversation offers the last turn's tools, and an earlier exchange that called a tool
     not offered is left out. ``kind`` is "multi_turn", ``final_kind`` the last turn's kind."""
     final = example(rng, split, max_actions, mix=mix or _FINAL_MIX, pieces=pieces)
@@ -473,8 +478,7 @@ def stream(split: str, seed: int = 0, max_actions: int = 5, stage: int | None = 
 
 def generate(split: str, n: int, seed: int = 0, max_actions: int = 5, stage: int | None = None) -> list[dict]:
     """``n`` examples of ``split``; the same arguments always give the same list."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    _check_split(split)
     it = stream(split, seed, max_actions, stage)
     return [next(it) for _ in range(n)]
 
@@ -487,22 +491,20 @@ def load_split(split: str, n: int = 500) -> list[dict]:
 def toolless_set(split: str, n: int = 100) -> list[dict]:
     """A split's fixed chats that offer no tools at all (kind "no_tools", outside MIX: drawn here
     and by recipes that ask for them, so ``load_split`` stays as it was)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    _check_split(split)
     rng = random.Random(f"clover-toolless-{split}")
     return [example(rng, split, mix={"no_tools": 1.0}) for _ in range(n)]
 
 
 TEXT_KINDS = ("no_tool", "missing_tool", "clarify", "no_tools")  # answered in words, no call
 # the last turns of the fixed multi-turn sets: a call or a reply in words, not a summary
-MULTITURN_MIX = {k: v for k, v in MIX.items() if k != "tool_result"} | {"no_tools": 0.1}
+MULTITURN_MIX = {k: v for k, v in _FINAL_MIX.items() if k != "tool_result"}
 
 
 def multiturn_set(split: str, n: int = 100) -> list[dict]:
     """A split's fixed conversations with earlier turns (``multi_turn``), the last turn a call
     or a reply in words (outside MIX, like ``toolless_set``: ``load_split`` stays as it was)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    _check_split(split)
     rng = random.Random(f"clover-multiturn-{split}")
     return [multi_turn(rng, split, mix=MULTITURN_MIX) for _ in range(n)]
 
@@ -530,7 +532,7 @@ def plain_call(call: dict) -> dict:
 
 def answers(ex: dict) -> list[dict]:
     """The assistant turns to answer (not the ``weight: 0`` ones: a conversation's history)."""
-    return [m for m in ex["messages"] if m["role"] == "assistant" and m.get("weight", 1) != 0]
+    return [m for m in ex["messages"] if is_answer(m)]
 
 
 def gold_calls(ex: dict, turn: int = 0) -> list[dict]:

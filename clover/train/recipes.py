@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from clover.data.chat import content_text, render_segments
+from clover.data.chat import content_text, is_answer, render_segments
 from clover.data.corpus import example, multi_turn
 from clover.data.decisions import decision_examples
 from clover.data.tokenizer import CloverTokenizer
@@ -109,7 +109,7 @@ def encode_example(
     conversation's future.
     """
     msgs = ex["messages"]
-    turns = [i for i, m in enumerate(msgs) if _learn(m)]  # OpenAI's weight 0: context, never a target
+    turns = [i for i, m in enumerate(msgs) if is_answer(m)]  # OpenAI's weight 0: context, never a target
     if turns:
         msgs = msgs[: (rng.choice(turns) if rng else turns[-1]) + 1]
     segs = render_segments(msgs, ex.get("tools"))
@@ -161,11 +161,6 @@ def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _TEXT_PARTS = (None, "text", "input_text", "output_text")  # content parts that are text (chat, Responses API)
 _CHAT_SHAPE = '{"messages": [{"role": ..., "content": ...}, ...], "tools": [...]}'
-
-
-def _learn(m: dict) -> bool:
-    """An assistant message that is a training target (OpenAI's per-message ``weight``: 0 = context only)."""
-    return m.get("role") == "assistant" and m.get("weight", 1) != 0
 
 
 def _function(f, what: str) -> dict:
@@ -269,7 +264,7 @@ def _chat_example(ex) -> dict:
             if w and not calls and not content_text(m):
                 raise ValueError(f"{what}: an assistant message to learn has no content and no tool_calls")
         out.append(m)
-    if not any(_learn(m) for m in out):
+    if not any(is_answer(m) for m in out):
         weighted = any(m["role"] == "assistant" for m in out)
         raise ValueError("no assistant message" + (" with weight 1" if weighted else "") + " (nothing to learn)")
     try:  # a lone UTF-16 surrogate escape ("\ud800") parses, but no tokenizer can encode it
@@ -328,11 +323,11 @@ def answer_spans(tok: CloverTokenizer, ex: dict) -> list[tuple[int, int, int]]:
     msgs = ex["messages"]
     assistants = iter(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
     pos, spans = 0, []
-    for text, is_answer in render_segments(msgs, ex.get("tools")):
+    for text, assistant in render_segments(msgs, ex.get("tools")):
         n = len(tok.encode(text))
-        if is_answer:
+        if assistant:
             i = next(assistants)
-            if _learn(msgs[i]):
+            if is_answer(msgs[i]):
                 spans.append((i, pos, pos + n))
         pos += n
     return spans
