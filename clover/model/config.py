@@ -13,6 +13,7 @@ from pathlib import Path
 
 GDN = "linear_attention"
 ATTN = "full_attention"
+GDN_BLOCK_MIXINGS = ("bidirectional", "causal")  # see ``CloverConfig.gdn_block_mixing``
 
 
 class ConfigError(ValueError):
@@ -57,6 +58,10 @@ class CloverConfig:
     shift_logits: bool = True  # logit i-1 predicts token i (as the AR base); False: i predicts i
     block_size: int = 32  # default decoding block size
     max_block_size: int = 128  # largest block the model accepts
+    # GDN ablations (clover/model/gdn.py); the defaults are the Clover design
+    gdn_block_mixing: str = "bidirectional"  # "causal": the block runs Qwen3.5's causal delta rule
+    gdn_right_conv: bool = True  # False: no right-context conv branch (block features = causal)
+    gdn_block_calibration: bool = True  # False: no γ_h·ln n term in the memory logit
     model_type: str = "clover"
     extra: dict = field(default_factory=dict)  # free-form provenance (conversion source, recipe)
 
@@ -93,6 +98,11 @@ class CloverConfig:
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.gdn_block_mixing not in GDN_BLOCK_MIXINGS:
+            problems.append(f"gdn_block_mixing must be one of {list(GDN_BLOCK_MIXINGS)}, got {self.gdn_block_mixing!r}")
+        for name in ("gdn_right_conv", "gdn_block_calibration"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not problems:
             if self.num_attention_heads % self.num_key_value_heads:
                 problems.append("num_attention_heads must be a multiple of num_key_value_heads")

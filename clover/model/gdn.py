@@ -5,6 +5,11 @@
 * Current block: one softmax over the block's own tokens plus one memory slot whose value is
   the readout ``r_i = ρ_h · S[b-1]ᵀ q̂_i`` and whose logit is ``q̂·u_h + c_h + γ_h·ln n``.
 * A zero-initialised right-context conv branch adds in-block lookahead to the block features.
+
+Ablations (``CloverConfig.gdn_*``, routed in ``_block``): ``gdn_block_mixing="causal"`` runs the
+block through the causal delta rule from ``S[b-1]`` instead (Qwen3.5's GDN output, no softmax,
+memory slot or right branch); ``gdn_right_conv=False`` drops the right branch;
+``gdn_block_calibration=False`` drops ``γ_h·ln n``. History and caches are the same in every variant.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from clover.model.cache import GDNCache
 from clover.model.config import CloverConfig
 from clover.model.layers import GatedRMSNorm
 from clover.ops.conv import causal_conv, conv_tail, right_conv
-from clover.ops.delta_rule import delta_rule
+from clover.ops.delta_rule import CHUNK, delta_rule, delta_rule_chunked
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -52,7 +57,13 @@ class GatedDeltaNetMixer(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(self.Hv).uniform_(1, 16)))
         self.norm = GatedRMSNorm(self.dv, config.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, H, bias=False)
-        # Clover's own parameters (design §2.2, §2.5 rule 6), per value head
+        self.block_mixing = config.gdn_block_mixing
+        self.use_right_conv = config.gdn_right_conv
+        self.use_calibration = config.gdn_block_calibration
+        # Clover's own parameters (design §2.2, §2.5 rule 6), per value head. All exist in every
+        # variant (same state dict, conversion and loading); those a variant does not use
+        # (all of them for causal mixing, conv_right / mem_gamma when switched off) never reach
+        # its outputs and get no gradient.
         self.conv_right = nn.Parameter(torch.zeros(self.conv_dim, self.K - 1))  # taps i+1..i+K-1
         self.attn_scale = nn.Parameter(torch.full((self.Hv,), math.sqrt(self.dk)))  # s_h
         self.mem_key = nn.Parameter(torch.zeros(self.Hv, self.dk))  # u_h
@@ -85,6 +96,40 @@ class GatedDeltaNetMixer(nn.Module):
         _, states = delta_rule(q, k, v.to(q.dtype), g, beta, initial_state=S0, boundaries=boundaries, output=False)
         return states
 
+    def _block(self, x, u, cc, S_prev, valid, block_size):
+        """The current blocks' mixing: the one place where the variants are routed.
+
+        x ``[B, T, H]`` layer input, u ``[B, T, conv_dim]`` conv input, cc ``[B, T, conv_dim]`` its
+        causal conv (before the activation), T starting on a block boundary; S_prev
+        ``[B, nb, Hv, dk, dv]`` state before each block, valid ``[B, T]`` bool.
+        Returns ``[B, T, Hv, dv]``.
+        """
+        if self.block_mixing == "causal":
+            return self._causal(x, F.silu(cc), S_prev, block_size)
+        if self.use_right_conv:
+            cc = cc + right_conv(u, self.conv_right, block_size, valid)
+        return self._mix(F.silu(cc), S_prev, valid, block_size)
+
+    def _causal(self, x, feat, S_prev, block_size):
+        """Causal gated delta rule inside each block, from the state before it: position i reads
+        ``S_iᵀ q̂_i / √dk``, S_i = S[b-1] updated by the block's tokens up to i (Qwen3.5's GDN).
+
+        x ``[B, T, H]``, feat ``[B, T, conv_dim]`` (causal features), S_prev ``[B, nb, Hv, dk, dv]``.
+        Returns ``[B, T, Hv, dv]``. A token after the block's real ones changes no real output.
+        """
+        B, T, _ = feat.shape
+        nb = S_prev.shape[1]
+        Bs = block_size if nb > 1 else T
+        pad = nb * Bs - T
+        q, k, v = self._heads(feat)
+        g, beta = self._gates(x)
+        # every block is its own sequence [B·nb, Bs, ...] (padding: g = β = 0 leave S unchanged)
+        q, k, v = (F.pad(t, (0, 0, 0, 0, 0, pad)).reshape(B * nb, Bs, self.Hv, -1) for t in (q, k, v))
+        g, beta = (F.pad(t, (0, 0, 0, pad)).reshape(B * nb, Bs, self.Hv) for t in (g, beta))
+        S0 = S_prev.reshape(B * nb, self.Hv, self.dk, self.dv)
+        o, _ = delta_rule_chunked(q, k, v.to(q.dtype), g, beta, initial_state=S0, chunk_size=min(CHUNK, Bs))
+        return o.reshape(B, nb * Bs, self.Hv, self.dv)[:, :T]
+
     def _mix(self, feat, S_prev, valid, block_size):
         """In-block softmax with the memory slot.
 
@@ -105,11 +150,9 @@ class GatedDeltaNetMixer(nn.Module):
         att = torch.einsum("bnihd,bnjhd->bnhij", q, k) * self.attn_scale.to(acc)[:, None, None]
         att = att.masked_fill(~vmask[:, :, None, None, :], -float("inf"))
         # memory slot: logit q̂·u + c + γ ln n, value ρ · S[b-1]ᵀ q̂ (no 1/√dk, rule 6)
-        mem_logit = (
-            torch.einsum("bnihd,hd->bnhi", q, self.mem_key.to(acc))
-            + self.mem_bias.to(acc)[:, None]
-            + self.mem_gamma.to(acc)[:, None] * n.log()[:, :, None, None]
-        )
+        mem_logit = torch.einsum("bnihd,hd->bnhi", q, self.mem_key.to(acc)) + self.mem_bias.to(acc)[:, None]
+        if self.use_calibration:
+            mem_logit = mem_logit + self.mem_gamma.to(acc)[:, None] * n.log()[:, :, None, None]
         r = torch.einsum("bnhkv,bnihk->bnihv", S_prev.to(acc), q) * self.mem_scale.to(acc)[:, None]
         w = torch.cat([att, mem_logit[..., None]], -1).softmax(-1)
         o = torch.einsum("bnhij,bnjhv->bnihv", w[..., :Bs], v.to(acc)) + w[..., Bs].transpose(2, 3)[..., None] * r
@@ -142,8 +185,7 @@ class GatedDeltaNetMixer(nn.Module):
         bounds = [(b + 1) * block_size - 1 for b in range(nb - 1)]
         states = self._history(xc, hist, S0, bounds)
         S_prev = torch.cat([S0[:, None].to(states.dtype), states], 1)  # block 0 starts empty (rule 5)
-        fc = F.silu(cc + right_conv(uc, self.conv_right, block_size, valid))
-        yc = self._out(self._mix(fc, S_prev, valid, block_size), xc)
+        yc = self._out(self._block(xc, uc, cc, S_prev, valid, block_size), xc)
         if noisy is None:
             return yc, None
         xn, valid_n, rows, blks = noisy
@@ -153,8 +195,7 @@ class GatedDeltaNetMixer(nn.Module):
         idx = blks[:, None] * block_size + torch.arange(self.K - 1, device=xc.device)
         tail = padded[rows[:, None], idx]  # [N, K-1, C]
         cn = causal_conv(un, self.w_causal, tail)
-        fn = F.silu(cn + right_conv(un, self.conv_right, block_size, valid_n))
-        yn = self._out(self._mix(fn, S_prev[rows, blks][:, None], valid_n, block_size), xn)
+        yn = self._out(self._block(xn, un, cn, S_prev[rows, blks][:, None], valid_n, block_size), xn)
         return yc, yn
 
     def forward_step(self, x, cache: GDNCache, n_commit: int, block_size: int):
@@ -170,8 +211,7 @@ class GatedDeltaNetMixer(nn.Module):
             states = self._history(x[:, :n_commit], F.silu(cc[:, :n_commit]), cache.S, bounds)
             S_prev = torch.cat([S_prev, states], 1)[:, :nb]
         valid = torch.ones(B, T, dtype=torch.bool, device=x.device)
-        f = F.silu(cc + right_conv(u, self.conv_right, block_size))
-        out = self._out(self._mix(f, S_prev, valid, block_size), x)
+        out = self._out(self._block(x, u, cc, S_prev, valid, block_size), x)
         if n_commit:
             cache.S = states[:, -1]
             cache.tail = conv_tail(u[:, :n_commit], cache.tail, self.K)

@@ -46,6 +46,9 @@ class AirspaceRecipe:
             shift_logits=False,
             block_size=32,
             max_block_size=64,
+            gdn_block_mixing="bidirectional",
+            gdn_right_conv=True,
+            gdn_block_calibration=True,
         )
     )
     train: TrainConfig = field(

@@ -20,11 +20,7 @@ def _max_err(model, L=37, P=5, B=3, seed=0):
     return err, ref.abs().max().item()
 
 
-@pytest.mark.parametrize("shift", [True, False])
-@pytest.mark.parametrize("bs", [1, 2, 4, 8, 32])
-@pytest.mark.parametrize("all_attention", [False, True])
-def test_training_forward_equals_cached_decoding(shift, bs, all_attention):
-    m = make_model(shift=shift, block_size=bs, all_attention=all_attention)
+def _assert_invariant(m):
     # P=5 ends mid-block for bs>1; L=37 gives a ragged last block for most sizes
     for L, P in ((37, 5), (40, 8), (12, 3)):
         err, scale = _max_err(m, L=L, P=P)
@@ -32,8 +28,32 @@ def test_training_forward_equals_cached_decoding(shift, bs, all_attention):
         assert err < 1e-10, (L, P, err)
 
 
-def test_fused_commit_and_denoise_equals_two_passes():
-    m = make_model(block_size=4)
+@pytest.mark.parametrize("shift", [True, False])
+@pytest.mark.parametrize("bs", [1, 2, 4, 8, 32])
+@pytest.mark.parametrize("all_attention", [False, True])
+def test_training_forward_equals_cached_decoding(shift, bs, all_attention):
+    _assert_invariant(make_model(shift=shift, block_size=bs, all_attention=all_attention))
+
+
+# the GDN ablations of CloverConfig (clover/model/gdn.py)
+VARIANTS = {
+    "causal": dict(gdn_block_mixing="causal"),
+    "no_right_conv": dict(gdn_right_conv=False),
+    "no_calibration": dict(gdn_block_calibration=False),
+    "neither": dict(gdn_right_conv=False, gdn_block_calibration=False),
+}
+
+
+@pytest.mark.parametrize("shift", [True, False])
+@pytest.mark.parametrize("bs", [1, 4, 8])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ablation_variants_keep_the_invariant(variant, bs, shift):
+    _assert_invariant(make_model(shift=shift, block_size=bs, **VARIANTS[variant]))
+
+
+@pytest.mark.parametrize("variant", ["default", "causal"])
+def test_fused_commit_and_denoise_equals_two_passes(variant):
+    m = make_model(block_size=4, **VARIANTS.get(variant, {}))
     x = torch.randint(0, 96, (2, 12))
     c1 = m.new_cache(2)
     m.step(c1, commit=x[:, :4], block_size=4)
@@ -51,8 +71,9 @@ def test_fused_commit_and_denoise_equals_two_passes():
             )
 
 
-def test_denoise_reads_but_never_writes_the_cache():
-    m = make_model(block_size=4)
+@pytest.mark.parametrize("variant", ["default", "causal"])
+def test_denoise_reads_but_never_writes_the_cache(variant):
+    m = make_model(block_size=4, **VARIANTS.get(variant, {}))
     x = torch.randint(0, 96, (1, 8))
     c = m.new_cache(1)
     m.step(c, commit=x[:, :4], block_size=4)
