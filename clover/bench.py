@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-MODULES = ("clover.engine.bench", "clover.server.bench", "clover.train.bench", "clover.convert.bench")
+MODULES = ("clover.engine.bench", "clover.server.bench", "clover.bench_twin")
 
 
 def _discover() -> None:

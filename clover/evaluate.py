@@ -53,6 +53,35 @@ def load_cases(path: str) -> list[dict]:
     return out
 
 
+def eval_chats(
+    split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """The chats an evaluation answers: ``n`` tool-call turns of ``split`` (or the hand-written
+    ``cases``), ``n_text`` turns answered in words plus as many chats offering no tools, and
+    ``n_multi`` conversations with earlier turns. One draw of the split serves the first two (a
+    longer draw starts with the shorter one)."""
+    from clover.data.corpus import TEXT_KINDS, load_split, multiturn_set, toolless_set
+
+    if cases is not None:  # hand-written messages (load_cases) instead of the split's tool-call turns
+        return cases, [], []
+    pool = load_split(split, max(n * 2, 50, n_text * 8))
+    exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
+    texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text) if n_text else []
+    convs = multiturn_set(split, n_multi) if n_multi else []
+    return exs, texts, convs
+
+
+def reply_right(text: str | None, ex: dict) -> bool:
+    """One answer scored: the gold calls by exact match; a reply in words, no call and the gold text."""
+    from clover.data.chat import parse_assistant
+    from clover.data.corpus import answers, gold_calls, score_tool_calls
+
+    content, calls = parse_assistant(text or "")
+    if gold := gold_calls(ex):
+        return score_tool_calls(calls, gold)
+    return not calls and content.strip() == (answers(ex)[0].get("content") or "").strip()
+
+
 def evaluate_airspace(
     model,
     tok,
@@ -87,18 +116,8 @@ def evaluate_airspace(
     calls by exact match, a reply in words by its text)."""
     from tqdm import tqdm
 
-    from clover.data.chat import parse_assistant, render
-    from clover.data.corpus import (
-        TEXT_KINDS,
-        answers,
-        field_scores,
-        gold_calls,
-        load_split,
-        multiturn_set,
-        needs_unit_arithmetic,
-        score_tool_calls,
-        toolless_set,
-    )
+    from clover.data.chat import parse_assistant, render_chat
+    from clover.data.corpus import field_scores, gold_calls, needs_unit_arithmetic, score_tool_calls
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
     from clover.engine.cli import tools_grammar
@@ -106,19 +125,12 @@ def evaluate_airspace(
     label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    texts, convs = [], []  # replies in words; conversations with earlier turns
-    if cases is None:  # one draw of the split serves both (a longer draw starts with the shorter one)
-        pool = load_split(split, max(n * 2, 50, n_text * 8))
-        exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
-        if n_text:
-            texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text)
-        convs = multiturn_set(split, n_multi) if n_multi else []
-    else:  # hand-written messages (load_cases) instead of the split's tool-call turns
-        exs = cases
+    exs, texts, convs = eval_chats(split, n, n_text, n_multi, cases)
     chats = exs + texts + convs
     groups = load_groups(split, n_groups)
-    prompts = [tok.encode(render(prompt_of(e), e["tools"], add_generation_prompt=True)) for e in chats]
-    prompts += [tok.encode(render(decision_messages(g, "joint")[:1], None, add_generation_prompt=True)) for g in groups]
+    template = getattr(tok, "chat_template", None)
+    prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
+    prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
     plist = [params] * len(prompts)
     if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
         grammars: dict[str, object] = {}
@@ -152,18 +164,12 @@ def evaluate_airspace(
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
 
-    def right(o, e) -> bool:  # the gold calls by exact match; a reply in words: no call, the gold text
-        content, calls = parse_assistant(o.text or "")
-        if gold := gold_calls(e):
-            return score_tool_calls(calls, gold)
-        return not calls and content.strip() == (answers(e)[0].get("content") or "").strip()
-
     t_ok: dict[str, list[bool]] = {}  # by kind
     for o, e in zip(outs[len(exs) :], texts):
-        t_ok.setdefault(e["kind"], []).append(right(o, e))
+        t_ok.setdefault(e["kind"], []).append(reply_right(o.text, e))
     m_ok: dict[str, list[bool]] = {}  # by the last turn's kind
     for o, e in zip(outs[len(exs) + len(texts) :], convs):
-        m_ok.setdefault(e["final_kind"], []).append(right(o, e))
+        m_ok.setdefault(e["final_kind"], []).append(reply_right(o.text, e))
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
         for o, g in zip(outs[len(chats) :], groups)

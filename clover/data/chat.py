@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
+from functools import lru_cache
+from pathlib import Path
 
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -187,6 +189,51 @@ def render(
     return "".join(t for t, _ in render_segments(messages, tools, add_generation_prompt, tool_descriptions))
 
 
+CLOVER_TEMPLATE = Path(__file__).with_name("chat_template.jinja")  # ``render`` as a Hugging Face chat template
+
+
+def render_chat(
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = False,
+    template: str | None = None,
+) -> str:
+    """The prompt text for a model whose tokenizer carries ``template`` (a Hugging Face chat
+    template, e.g. a converted checkpoint's ``chat_template.jinja``): rendered by it, as
+    transformers' ``apply_chat_template`` does. Without one, or with Clover's own, ``render``."""
+    if template is None or template == _clover_template():
+        return render(messages, tools, add_generation_prompt)
+    return _compiled(template).render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt)
+
+
+@lru_cache(maxsize=1)
+def _clover_template() -> str:
+    return CLOVER_TEMPLATE.read_text()
+
+
+@lru_cache(maxsize=8)
+def _compiled(template: str):
+    """A chat template compiled in a sandbox (templates come with checkpoints: untrusted), with the
+    ``tojson`` filter and the ``raise_exception`` / ``strftime_now`` globals that Hugging Face
+    templates use."""
+    from datetime import datetime
+
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)
+
+
 def tokenize_segments(
     encode: Callable[[str], list[int]] | object, segments: list[tuple[str, bool]]
 ) -> tuple[list[int], list[bool]]:
@@ -227,8 +274,29 @@ def assistant_turns(messages: list[dict], tools: list[dict] | None = None) -> li
 _DECODER = json.JSONDecoder()
 
 
+_XML_FUNCTION = re.compile(r"^<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
+_XML_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.S)
+
+
+def _parse_xml_call(body: str) -> dict | None:
+    """Qwen3.5's own call format: ``<function=NAME><parameter=KEY>VALUE</parameter>…</function>``;
+    a value that reads as JSON (a number, a list) is that value, else the text."""
+    m = _XML_FUNCTION.match(body)
+    if m is None or not m.group(1).strip():
+        return None
+    args = {}
+    for key, raw in _XML_PARAM.findall(m.group(2)):
+        try:
+            args[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            args[key.strip()] = raw
+    return {"name": m.group(1).strip(), "arguments": args}
+
+
 def _parse_call(body: str) -> dict | None:
     body = body.strip()
+    if body.startswith("<function="):
+        return _parse_xml_call(body)
     try:
         obj, _ = _DECODER.raw_decode(body)  # raw_decode: trailing junk after the object is tolerated
     except json.JSONDecodeError:

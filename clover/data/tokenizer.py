@@ -150,6 +150,7 @@ class CloverTokenizer:
         self, tok: Tokenizer, mask_token: str | None = None, eos_token: str | None = None, pad_token: str | None = None
     ):
         self.tok = tok
+        self.chat_template: str | None = None  # a Hugging Face chat template (see ``render_chat``)
         self.mask_token_id = self._first(mask_token, *MASK_NAMES)
         self.eos_token_id = self._first("<|im_end|>", eos_token, "<|endoftext|>", "</s>", "<eos>")
         self.eos_token_ids = sorted(
@@ -254,6 +255,17 @@ class CloverTokenizer:
             "clean_up_tokenization_spaces": False,
         }
         (d / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in cfg.items() if v}, indent=1) + "\n")
+        if self.chat_template:
+            (d / "chat_template.jinja").write_text(self.chat_template, encoding="utf-8")
+
+    def render_chat(
+        self, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False
+    ) -> str:
+        """The chat as prompt text: by this tokenizer's own chat template when it has one (a
+        converted checkpoint's), else by Clover's ``render``."""
+        from clover.data.chat import render_chat
+
+        return render_chat(messages, tools, add_generation_prompt, self.chat_template)
 
     @classmethod
     def load(cls, directory: str | Path, mask_token: str | None = None) -> CloverTokenizer:
@@ -274,12 +286,17 @@ class CloverTokenizer:
             tokenizer = Tokenizer.from_file(str(d / "tokenizer.json"))
         except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
             raise ValueError(f"{d / 'tokenizer.json'}: not a valid tokenizer file ({e})") from None
-        return cls(
+        tok = cls(
             tokenizer,
             mask_token=mask_token or _token_str(cfg.get("mask_token")),
             eos_token=_token_str(cfg.get("eos_token")),
             pad_token=_token_str(cfg.get("pad_token")),
         )
+        template = cfg.get("chat_template")  # older checkpoints keep it in tokenizer_config.json
+        if (d / "chat_template.jinja").exists():
+            template = (d / "chat_template.jinja").read_text(encoding="utf-8")
+        tok.chat_template = template if isinstance(template, str) and template.strip() else None
+        return tok
 
     from_pretrained = load
 

@@ -68,7 +68,7 @@ def _random_model_and_tokenizer():
 
 
 def _airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | None]]:
-    from clover.data.chat import render
+    from clover.data.chat import render_chat
     from clover.data.corpus import gold_calls, load_split
 
     cases = []
@@ -77,7 +77,7 @@ def _airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | Non
         if not gold:
             continue  # exact match is scored on tool-call turns
         i = next(i for i, m in enumerate(ex["messages"]) if m["role"] == "assistant")
-        prompt = render(ex["messages"][:i], ex["tools"], add_generation_prompt=True)
+        prompt = render_chat(ex["messages"][:i], ex["tools"], True, getattr(tokenizer, "chat_template", None))
         cases.append((tokenizer.encode(prompt), gold))
         if len(cases) == n:
             break

@@ -54,7 +54,7 @@ class BlockView:
 
 
 def run_chat(model, tokenizer, params: SamplingParams, tools=None, system=None, console=None) -> int:
-    from clover.data.chat import parse_assistant, render
+    from clover.data.chat import parse_assistant, render_chat
 
     console = console or Console()
     engine = Engine(model, tokenizer)
@@ -76,7 +76,7 @@ def run_chat(model, tokenizer, params: SamplingParams, tools=None, system=None, 
         if not user:
             continue
         messages.append({"role": "user", "content": user})
-        prompt = tokenizer.encode(render(messages, tools=tools, add_generation_prompt=True))
+        prompt = tokenizer.encode(render_chat(messages, tools, True, getattr(tokenizer, "chat_template", None)))
         view = BlockView(tokenizer, len(prompt), bs)
         try:
             with Live(view.render(), console=console, refresh_per_second=30) as live:

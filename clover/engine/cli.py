@@ -125,12 +125,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             text = text[:-1]
     params, model, tokenizer = _setup(args)
     if args.chat:
-        from clover.data.chat import render
+        from clover.data.chat import render_chat
 
         system = [{"role": "system", "content": args.system}] if args.system else []
-        text = render(
-            system + [{"role": "user", "content": text}], tools=_tools(args, model), add_generation_prompt=True
-        )
+        messages = system + [{"role": "user", "content": text}]
+        text = render_chat(messages, _tools(args, model), True, getattr(tokenizer, "chat_template", None))
     elif args.system:
         raise SystemExit("clover: --system needs --chat (a plain completion has no system turn)")
     if args.json_schema is not None:

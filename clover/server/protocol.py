@@ -24,7 +24,15 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from clover.data.chat import IM_END, TOOL_CLOSE, TOOL_OPEN, content_prefix, openai_tool_calls, parse_assistant, render
+from clover.data.chat import (
+    IM_END,
+    TOOL_CLOSE,
+    TOOL_OPEN,
+    content_prefix,
+    openai_tool_calls,
+    parse_assistant,
+    render_chat,
+)
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
 from clover.server.errors import APIError, bad_request, from_validation, too_large
@@ -113,11 +121,11 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
             grammar = None
     if choice == "none":
         tools = None
-    text = _render_chat(req, tools, prefill)
+    text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
 
-def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str) -> str:
+def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str, template: str | None = None) -> str:
     """The prompt text: the conversation and the assistant's header (then a tool-call prefill), or
     with vLLM's ``continue_final_message`` the last assistant message left open to be continued
     (the answer is the continuation only)."""
@@ -128,14 +136,14 @@ def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str) -> st
                           "continue_final_message")  # fmt: skip
     if not cont:
         gen = req.add_generation_prompt is not False
-        return render(messages, tools, add_generation_prompt=gen) + prefill
+        return render_chat(messages, tools, gen, template) + prefill
     if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
         raise bad_request("continue_final_message needs the last message to be an assistant message with text "
                           "(the beginning of the answer)", "continue_final_message")  # fmt: skip
     if prefill:
         raise bad_request("continue_final_message cannot be combined with tool_choice required or named",
                           "continue_final_message")  # fmt: skip
-    text = render(messages, tools)
+    text = render_chat(messages, tools, False, template)
     return text[: -len(IM_END + "\n")]  # the final turn stays open
 
 
@@ -172,7 +180,8 @@ def tokenize_request(req: TokenizeRequest, tokenizer, limits: Limits, model_name
     tools = [t.model_dump(exclude_none=True) for t in chat.tools] if chat.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
-    return tokenizer.encode(render(chat_messages(chat), tools, add_generation_prompt=req.add_generation_prompt))
+    template = getattr(tokenizer, "chat_template", None)
+    return tokenizer.encode(render_chat(chat_messages(chat), tools, bool(req.add_generation_prompt), template))
 
 
 def chat_stop_ids(tokenizer) -> list[int] | None:

@@ -1,4 +1,5 @@
-"""Atomic training checkpoints: model (Clover format), optimizer (safetensors), trainer state (JSON).
+"""Atomic training checkpoints: model (Clover format, or Hugging Face format for the AR base),
+optimizer (safetensors), trainer state (JSON).
 
 Layout: ``run/step-00001000/{config.json, model.safetensors, optimizer.safetensors, state.json}``
 and ``run/latest`` naming the newest complete one. A step directory is written under a temporary
@@ -60,9 +61,14 @@ def save_checkpoint(
     tmp = run / f".step-{step:08d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     msd, osd = gathered if gathered is not None else gather_state(model, opt)
-    save_model(model, tmp, state=msd)
-    if tokenizer is not None:
-        tokenizer.save(tmp)
+    if _is_hf(model):
+        from clover.train.ar import save_hf
+
+        save_hf(model, tokenizer, tmp, state=msd)
+    else:
+        save_model(model, tmp, state=msd)
+        if tokenizer is not None:
+            tokenizer.save(tmp)
     tensors, scalars = {}, {}
     for name, st in osd.items():
         for k, v in st.items():
@@ -82,6 +88,11 @@ def save_checkpoint(
     return final
 
 
+def _is_hf(model) -> bool:
+    """A transformers model (the AR base), saved in its own format."""
+    return hasattr(model, "save_pretrained")
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     run = Path(run_dir)
     f = run / "latest"
@@ -98,10 +109,16 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     state. Works on a plain or an FSDP2-sharded model (every rank reads the files)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
 
-    src = load_model(path)
-    if src.config.to_dict() != model.config.to_dict():
-        diff = sorted(k for k, v in model.config.to_dict().items() if src.config.to_dict().get(k) != v)
-        raise CheckpointError(f"{path}: checkpoint config differs from the run's config in {diff}")
+    if _is_hf(model):
+        from clover.train.ar import load_hf_state
+
+        weights = load_hf_state(path, model)
+    else:
+        src = load_model(path)
+        if src.config.to_dict() != model.config.to_dict():
+            diff = sorted(k for k, v in model.config.to_dict().items() if src.config.to_dict().get(k) != v)
+            raise CheckpointError(f"{path}: checkpoint config differs from the run's config in {diff}")
+        weights = src.state_dict()
     try:
         tensors = load_file(str(path / "optimizer.safetensors"))
         state = json.loads((path / "state.json").read_text())
@@ -116,7 +133,7 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     set_state_dict(
         model,
         opt,
-        model_state_dict=src.state_dict(),
+        model_state_dict=weights,
         optim_state_dict={"state": per_param, "param_groups": groups},
         options=opts,
     )

@@ -173,16 +173,85 @@ def _fit_data(tok, examples: list[dict], path: str, max_len: int, rank: int) -> 
     return kept
 
 
+def _train_ar(args, recipe, tok, run: Path, device, rank: int, world: int, data, val_data, init_dir) -> int:
+    """``clover train --recipe airspace-ar``: the autoregressive base, a Hugging Face
+    ``Qwen3_5MoeForCausalLM`` trained with a next-token loss; checkpoints and ``--export`` are
+    Hugging Face directories (``from_pretrained`` loads them; ``clover convert`` takes them)."""
+    from clover.model.io import CheckpointError
+    from clover.train.ar import ArTrainer, build_model, evaluate_ar, load_hf_state, save_hf
+    from clover.train.checkpoint import gather_model_state
+    from clover.train.recipes import airspace_source, chat_source
+    from clover.train.trainer import shard_model
+
+    if args.grow:
+        raise SystemExit("clover train: --grow is for Clover models, not the autoregressive recipe")
+    cfg = recipe.train
+    try:
+        config = recipe.hf_config(tok)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"clover train: {e}") from None
+    model = build_model(config)
+    if init_dir:  # continue an AR base (same shape), with a fresh optimizer and schedule
+        try:
+            model.load_state_dict(load_hf_state(init_dir, model))
+        except CheckpointError as e:
+            raise SystemExit(f"clover train: --init-from: {e}") from None
+    total = sum(p.numel() for p in model.parameters())
+    model.to(device)
+    if world > 1:
+        model = shard_model(model)
+    if data is not None:
+        val_batches = [chat_source(tok, val_data, recipe, seed=99)(i) for i in range(4)]
+        train_source = chat_source(tok, data, recipe, cfg.seed)
+    else:
+        val_source = airspace_source(tok, recipe, "validation", seed=99)
+        val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]
+        train_source = airspace_source(tok, recipe, "train", seed=cfg.seed)
+
+    def evaluate(m, step):
+        res = evaluate_ar(m, val_batches, tok)
+        if args.export:
+            state = gather_model_state(m)
+            if rank == 0:
+                out = save_hf(m, tok, args.export, state=state)
+                record = {"recipe": f"chat data {args.data}" if data is not None else args.recipe, "step": step,
+                          **res, "total_params": total, "train": asdict(cfg), "data": recipe.data_fields()}  # fmt: skip
+                if init_dir:
+                    record["init_from"] = str(args.init_from)
+                (out / "training.json").write_text(json.dumps(record, indent=1))
+        return res
+
+    trainer = ArTrainer(model, train_source, cfg, run, evaluate, tokenizer=tok)
+    if args.resume and trainer.resume() and rank == 0:
+        print(f"resumed from step {trainer.step}")
+    if trainer.step >= cfg.steps and args.export:
+        res = evaluate(model, trainer.step)
+        if rank == 0:
+            print(
+                f"run already at step {trainer.step} of {cfg.steps}; exported to {args.export}: val_loss={res['val_loss']:.4g}"
+            )
+        return 0
+    if rank == 0:
+        print(f"model: {total:,} parameters (Qwen3.5-MoE, autoregressive); run dir {run}")
+    model.train()
+    budget = args.time_budget * 60 if args.time_budget is not None else None
+    trainer.fit(progress=not args.no_progress, workers=args.workers, time_budget=budget)
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.data.chat import render
     from clover.data.tokenizer import CloverTokenizer, build_default_tokenizer, default_added_tokens, train_tokenizer
     from clover.model import CloverConfig, CloverForBlockDiffusion
     from clover.model.config import ConfigError
     from clover.model.io import CheckpointError, load_config, resolve_dir
+    from clover.train.ar import AirspaceArRecipe
     from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
     from clover.train.trainer import Trainer, setup_distributed, shard_model, train_device
+
+    RECIPES = {**RECIPES, "airspace-ar": AirspaceArRecipe}
 
     if args.threads < 1:
         raise SystemExit(f"clover train: --threads must be >= 1, got {args.threads}")
@@ -229,7 +298,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit("clover train: --grow needs --init-from")
     init_dir = resolve_dir(args.init_from) if args.init_from else None
     try:  # the source's config, read (and checked) once, before anything is written
-        init_config = load_config(init_dir) if init_dir else None
+        init_config = load_config(init_dir) if init_dir and not isinstance(recipe, AirspaceArRecipe) else None
     except CheckpointError as e:
         raise SystemExit(f"clover train: --init-from {args.init_from}: {e}") from None
     for flag, d in (("--out", args.out), ("--export", args.export)):
@@ -258,6 +327,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0 and not (run / "tokenizer.json").exists():
         tok.save(run)
     torch.manual_seed(recipe.train.seed)
+    if isinstance(recipe, AirspaceArRecipe):
+        return _train_ar(args, recipe, tok, run, device, rank, world, data, val_data, init_dir)
     ck = latest_checkpoint(run) if args.resume else None
     try:
         if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
@@ -350,7 +421,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a model with a recipe (one process, or torchrun + FSDP2)")
-    p.add_argument("--recipe", default="airspace", help="recipe name (airspace)")
+    p.add_argument(
+        "--recipe",
+        default="airspace",
+        help="airspace: the block-diffusion model; airspace-ar: its autoregressive base (a Hugging Face "
+        "Qwen3.5-MoE causal LM, next-token loss; checkpoints in Hugging Face format)",
+    )
     p.add_argument(
         "--device",
         default="auto",
