@@ -68,7 +68,8 @@ def coined_word(rng: random.Random, pieces: tuple[str, ...] = ()) -> str:
     A byte-pair tokenizer keeps word pieces ("Qu", "dock", "house") that it seldom emits, because
     longer merges win in the words it learnt them from; names made of them put every piece where
     the model must copy it, so a held-out name is made of pieces it has copied before. (Without
-    ``pieces`` the words, and the rng's draws, are those of the corpus before stage 12.)"""
+    ``pieces`` every word is syllables and no rng draw is spent choosing the kind: the words of
+    a recipe without ``name_pieces`` depend on its seed alone.)"""
     while True:
         k, shortest = (rng.random() if pieces else 0.7), 3
         if k < 0.6:  # one piece alone is that very token; two or three may merge anew

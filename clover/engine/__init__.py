@@ -1,4 +1,4 @@
-"""The block-diffusion inference engine (design §4, API in docs/engine-api.md).
+"""The block-diffusion inference engine (docs/architecture.md, The engine contract; API in docs/engine-api.md).
 
 Names are imported on first use, so ``clover --help`` does not pay for importing torch.
 """

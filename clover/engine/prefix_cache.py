@@ -1,6 +1,6 @@
 """Prefix caching across requests (vLLM's automatic prefix caching, at block granularity).
 
-A prompt's complete blocks are committed into a ``ModelCache`` at prefill (design §2.5 rule 1).
+A prompt's complete blocks are committed into a ``ModelCache`` at prefill (docs/architecture.md, Rule 1).
 With GDN layers the cache after those blocks is a recurrent state, not a list of per-token
 entries, so it can only be reused whole, at the block boundary it was taken at. Each prefill
 keeps the cache at its prompt's last block boundary here, keyed by the exact tokens before

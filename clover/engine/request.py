@@ -30,7 +30,7 @@ class Request:
             self.generator = torch.Generator(device=device or "cpu")
             self.generator.manual_seed(params.seed) if params.seed is not None else self.generator.seed()
         self.allowed = {i: torch.tensor(ids, device=device) for i, ids in (params.allowed or {}).items()}
-        # active block: it starts at the last block boundary of the prompt (rule 1), so the
+        # active block: it starts at the last block boundary of the prompt (docs/architecture.md, Rule 1), so the
         # prompt's tail sits clean at its start
         self.block_start = len(prompt) // block_size * block_size
         self.gen_lo = len(prompt) - self.block_start  # first generated position inside the block

@@ -1,4 +1,4 @@
-"""Depthwise convolutions of the Clover GDN mixer (design §2.2, §2.5 rules 2-3).
+"""Depthwise convolutions of the Clover GDN mixer (docs/architecture.md, The Clover mixer; Rules 2 and 3).
 
 All tensors are channels-last: ``x [B, T, C]``; weights ``[C, K]`` (causal, tap K-1 is the
 current position, as in ``nn.Conv1d(groups=C).weight[:, 0]``) and ``[C, K-1]`` (right branch,

@@ -1,6 +1,6 @@
 """Gated delta rule: a naive recurrent reference and a chunked version.
 
-Per value head, with state ``S`` of shape ``[dk, dv]`` (design §2.2):
+Per value head, with state ``S`` of shape ``[dk, dv]`` (docs/architecture.md, The Clover mixer):
 
     S_t = exp(g_t) S_{t-1} + k_t δ_tᵀ,   δ_t = β_t (v_t - exp(g_t) S_{t-1}ᵀ k_t)
     o_t = S_tᵀ q_t · scale
@@ -10,7 +10,7 @@ Both functions take ``q, k [B, T, H, dk]``, ``v [B, T, H, dv]``, ``g, beta [B, T
 ``initial_state [B, H, dk, dv]`` and a list of positions ``boundaries`` (0-based, the last
 position *included* in each state). They return ``(o [B, T, H, dv] | None, states
 [B, len(boundaries), H, dk, dv])``. States are what Clover uses: the state after every
-committed block (design §2.5 rule 8) comes out of fixed-size chunks, whatever the block size.
+committed block (docs/architecture.md, Rule 8) comes out of fixed-size chunks, whatever the block size.
 """
 
 from __future__ import annotations

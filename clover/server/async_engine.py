@@ -1,4 +1,4 @@
-"""The engine in its own thread, and the asyncio side that talks to it (STYLE rule 9).
+"""The engine in its own thread, and the asyncio side that talks to it (docs/architecture.md, Serving).
 
 The event loop only parses, renders, tokenises and formats. Every model call happens in one
 background thread that owns the ``Engine``: commands (add, abort, call) reach it through a

@@ -1,4 +1,5 @@
-"""Joint decisions (design §4): up to 8 questions about one context, answered in one block.
+"""Joint decisions (docs/architecture.md, Joint decisions): up to 8 questions about one context,
+answered in one block.
 
 ``joint``: one request. The prompt is the decision-group chat (``clover.data.decisions``: all
 questions in one user turn) ending with the first answer prefix ``1: ``; the generated region
@@ -47,10 +48,8 @@ from clover.server.protocol import as_api_error
 MAX_QUESTIONS = 8
 # how answer slots commit unless the request says: "prefix" (left to right in runs: the leftmost
 # open slot, then each next position while p >= τ), so a later answer sees the earlier ones, as
-# the questions come in dependency order. Chosen on the 100 validation groups: with the stage-8
-# model prefix τ 0.9 (all-correct 0.26 vs independent 0.21, 4.0 passes per group) over τ 0.99 (0.26,
-# 4.5 passes), τ 0.7 (0.24) and threshold τ 0.7 (0.20); with stage 11 (bundled) prefix τ 0.7 0.25 vs
-# 0.20 in 3.1 passes (2.09x) over τ 0.9 0.24 in 3.9 (1.84x), τ 0.5 0.20 in 1.5, threshold τ 0.7 0.22
+# the questions come in dependency order. τ 0.7: on the validation decision groups as accurate as
+# τ 0.9 in fewer passes per group (docs/benchmarks.md, Joint decisions)
 DEFAULT_POLICY = "prefix"
 DEFAULT_THRESHOLD = 0.7
 DEFAULT_KNOBS = {"policy": DEFAULT_POLICY, "threshold": DEFAULT_THRESHOLD}
