@@ -115,7 +115,7 @@ def run_twin(args: argparse.Namespace) -> int:
     template = getattr(tok, "chat_template", None)
     c_prompts = [tok.encode(render_chat(prompt_of(e), e.get("tools"), True, template)) for e in chats]
     t_prompts = [twin_prompt(twin_tok, e) for e in chats]
-    base = SamplingParams(max_tokens=MAX_TOKENS, policy="ar")
+    base = SamplingParams(max_tokens=args.max_tokens, policy="ar")
     policies = {
         "ar": base,
         f"threshold@{args.threshold:g}": dataclasses.replace(base, policy="threshold", threshold=args.threshold),
@@ -123,15 +123,16 @@ def run_twin(args: argparse.Namespace) -> int:
     }
     head = f"threshold@{args.threshold:g}"
     big, k = args.batch, min(args.speed_prompts, len(chats))
+    mt = args.max_tokens
     generate_twin(twin, twin_tok, t_prompts[:1], 1, 4)  # warm-up
     _clover(model, tok, c_prompts[:1], dataclasses.replace(base, max_tokens=4), 1)
     by_batch: dict[int, dict] = {big: {}, 1: {}}
-    r = generate_twin(twin, twin_tok, t_prompts, big)  # quality + batch-16 speed
+    r = generate_twin(twin, twin_tok, t_prompts, big, mt)  # quality + batch-16 speed
     by_batch[big]["twin"] = {**_scores(r["texts"], exs, words, convs), **_drop(r)}
     for name, p in policies.items():
         r = _clover(model, tok, c_prompts, p, big)
         by_batch[big][name] = {**_scores(r["texts"], exs, words, convs), **_drop(r)}
-    r = generate_twin(twin, twin_tok, t_prompts[:k], 1)  # batch 1: the first k chats, one at a time
+    r = generate_twin(twin, twin_tok, t_prompts[:k], 1, mt)  # batch 1: the first k chats, one at a time
     by_batch[1]["twin"] = _drop(r)
     for name in ("ar", head):
         by_batch[1][name] = _drop(_clover(model, tok, c_prompts[:k], policies[name], 1))
@@ -187,6 +188,7 @@ def add_twin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=0.9, help="threshold/prefix confidence (default 0.9)")
     p.add_argument("--batch", type=int, default=16, help="the larger batch size (default 16)")
     p.add_argument("--speed-prompts", type=int, default=16, help="chats run one at a time for batch 1 (default 16)")
+    p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"per answer (default {MAX_TOKENS})")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 

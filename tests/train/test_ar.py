@@ -154,3 +154,18 @@ def test_train_ar_then_convert_then_adapt_with_init_from(tmp_path):
     log = [json.loads(x) for x in (tmp_path / "adapt" / "train_log.jsonl").read_text().splitlines()]
     assert all(torch.isfinite(torch.tensor(x["loss"])) for x in log if "loss" in x)
     assert (tmp_path / "clover" / "chat_template.jinja").exists()  # the template travels with the model
+
+
+def test_bench_twin_measures_clover_against_its_ar_twin(tmp_path):
+    tok = _tok()
+    torch.manual_seed(0)
+    save_hf(build_model(_recipe().hf_config(tok)), tok, tmp_path / "twin")  # random weights: speeds only
+    r = _clover("bench", "twin", "--twin", tmp_path / "twin", "--n", 2, "--text", 0, "--multiturn", 0,
+                "--speed-prompts", 1, "--batch", 2, "--max-tokens", 8, "--json", tmp_path / "t.json")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    f = json.loads((tmp_path / "t.json").read_text())
+    for k in ("twin_exact_match", "clover_ar_exact_match", "clover_threshold_exact_match", "clover_threshold_tpf",
+              "twin_tokens_per_s", "clover_threshold_tokens_per_s", "speedup_vs_twin"):  # fmt: skip
+        assert f[k] is not None and f[k] >= 0, k
+    assert set(f["by_batch"]) == {"1", "2"} and f["n"] == 2
+    assert f["speedup_vs_twin"] == f["clover_threshold_tokens_per_s"] / f["twin_tokens_per_s"]
