@@ -331,10 +331,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train_ar(args, recipe, tok, run, device, rank, world, data, val_data, init_dir)
     ck = latest_checkpoint(run) if args.resume else None
     try:
-        if ck is not None and not over.get("model"):  # a resumed run keeps its checkpoint's shape
-            config = CloverConfig.load(ck / "config.json")
-        elif init_dir and (data is not None or not over.get("model")):  # a warm start keeps the model's own shape
-            config = init_config
+        # a resumed run keeps its checkpoint's shape, a warm start its model's own; --config's
+        # "model" fields apply on top (an ablation switch, more layers with --grow)
+        base = CloverConfig.load(ck / "config.json") if ck is not None else init_config
+        if base is not None:
+            config = CloverConfig.from_dict({**base.to_dict(), **over.get("model", {})})
         else:
             config = recipe.model_config(tok)
     except (ConfigError, TypeError) as e:  # e.g. a --config model field of the wrong type

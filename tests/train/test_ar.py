@@ -154,6 +154,13 @@ def test_train_ar_then_convert_then_adapt_with_init_from(tmp_path):
     log = [json.loads(x) for x in (tmp_path / "adapt" / "train_log.jsonl").read_text().splitlines()]
     assert all(torch.isfinite(torch.tensor(x["loss"])) for x in log if "loss" in x)
     assert (tmp_path / "clover" / "chat_template.jinja").exists()  # the template travels with the model
+    ablation = tmp_path / "causal.json"  # an ablation switch on top of the converted model's own shape
+    ablation.write_text(json.dumps({"model": {"gdn_block_mixing": "causal"}}))
+    r = _clover("train", "--init-from", tmp_path / "c", "--config", ablation, "--out", tmp_path / "abl", "--steps", 1,
+                "--export", tmp_path / "abl_out", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    config = json.loads((tmp_path / "abl_out" / "config.json").read_text())
+    assert config["gdn_block_mixing"] == "causal" and config["hidden_size"] == TINY["hidden_size"]
 
 
 def test_bench_twin_measures_clover_against_its_ar_twin(tmp_path):
