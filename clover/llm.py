@@ -70,7 +70,7 @@ class LLM:
         max_batch_size: int = 16,
         model_name: str = "clover",
     ):
-        from clover.server.app import load_engine
+        from clover.loading import load_engine
 
         self.engine: Engine = model if isinstance(model, Engine) else load_engine(model, max_batch_size, threads)
         if self.engine.tokenizer is None:

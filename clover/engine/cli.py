@@ -11,7 +11,7 @@ from pathlib import Path
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
     """A checkpoint directory (default: the bundled model) → (model, tokenizer or None); a
     problem is a one-line ``clover: ...`` exit."""
-    from clover.engine.engine import load_checkpoint
+    from clover.loading import load_checkpoint
 
     try:
         return load_checkpoint(model_dir, threads)

@@ -28,32 +28,6 @@ from clover.engine.text import tokenizer_eos_ids
 from clover.model import CloverForBlockDiffusion
 
 
-def load_checkpoint(model_dir=None, threads: int | None = None):
-    """A checkpoint directory or cached repo id (default: the bundled model) → (model, tokenizer
-    or None when the directory has no ``tokenizer.json``). A missing directory is a
-    FileNotFoundError, a corrupt tokenizer file a ValueError, a bad checkpoint a CheckpointError,
-    each naming the path."""
-    if threads:
-        torch.set_num_threads(threads)
-    torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
-    if model_dir is None:
-        from clover.data import default_model_dir
-
-        model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
-    from clover.model.io import load_model, resolve_dir
-
-    path = resolve_dir(model_dir)
-    if not path.is_dir():
-        what = "a file, not a checkpoint directory" if path.exists() else "no such directory"
-        raise FileNotFoundError(f"{path}: {what} (give a Clover checkpoint directory or a cached repo id)")
-    model = load_model(path)
-    if not (path / "tokenizer.json").exists():
-        return model, None
-    from clover.data.tokenizer import CloverTokenizer
-
-    return model, CloverTokenizer.load(path)  # a corrupt tokenizer file: ValueError naming it
-
-
 class Engine:
     def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True,
                  prefix_cache_mb: float = 0):  # fmt: skip

@@ -18,8 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clover.engine import Engine
+from clover.loading import PREFIX_CACHE_MB, load_engine
 from clover.server.async_engine import AsyncEngine
-from clover.server.cli import PREFIX_CACHE_MB
 from clover.server.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.server.metrics import Metrics
 from clover.server.protocol import model_limits
@@ -28,17 +28,6 @@ from clover.server.state import ServerState
 
 log = logging.getLogger("clover.server")
 MAX_BODY_BYTES = 4 << 20
-
-
-def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
-                prefix_cache_mb: float = PREFIX_CACHE_MB) -> Engine:  # fmt: skip
-    """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer."""
-    from clover.engine.engine import load_checkpoint
-
-    model, tokenizer = load_checkpoint(model_dir, threads)
-    if tokenizer is None:
-        raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
-    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb)
 
 
 def create_app(

@@ -100,7 +100,7 @@ def _expressible(engine, tok, groups) -> list:
 
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.data.decisions import load_groups
-    from clover.server.app import load_engine
+    from clover.loading import load_engine
     from clover.server.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     set_threads(args.threads)

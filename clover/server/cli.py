@@ -6,9 +6,7 @@ import argparse
 import os
 import sys
 
-# the server keeps prompts' committed blocks for prompts that start with them (an agent's next
-# turn; clover.engine.prefix_cache), up to this many megabytes; here so that `clover --help` stays light
-PREFIX_CACHE_MB = 256
+from clover.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
