@@ -9,8 +9,8 @@ request handling, without HTTP) and ask joint decisions.
     r["choices"][0]["message"]["tool_calls"]     # the OpenAI chat.completion object, as the server answers
     llm.decide(context, [{"question": "...", "options": ["yes", "no"]}, ...])   # /v1/decisions' body
 
-Every request goes through the code the server runs (``clover.server.protocol``,
-``clover.server.decisions``), so a request the server refuses with a 400 raises ``RequestError``
+Every request goes through the code the server runs (``clover.api.protocol``,
+``clover.api.decisions``), so a request the server refuses with a 400 raises ``RequestError``
 here with the same message. Calls run in the calling thread, one at a time (an ``LLM`` is not
 meant to be shared between threads; the server is the concurrent way in).
 """
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from clover.api import decisions as dec
+from clover.api.errors import APIError, from_validation
+from clover.api.protocol import as_api_error, chat_response, chat_stop_ids, choice_params, model_limits, new_id
+from clover.api.protocol import prepare_chat as _prepare_chat
+from clover.api.schemas import ChatRequest, DecisionRequest
 from clover.engine import Engine, RequestOutput, SamplingParams
-from clover.server import decisions as dec
-from clover.server.errors import APIError, from_validation
-from clover.server.protocol import as_api_error, chat_response, chat_stop_ids, choice_params, model_limits, new_id
-from clover.server.protocol import prepare_chat as _prepare_chat
-from clover.server.schemas import ChatRequest, DecisionRequest
 
 
 class RequestError(ValueError):

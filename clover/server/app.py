@@ -15,14 +15,15 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clover.api.errors import APIError, from_validation, server_error, too_large, unauthorized
+from clover.api.protocol import model_limits
 from clover.engine import Engine
 from clover.loading import PREFIX_CACHE_MB, load_engine
 from clover.server.async_engine import AsyncEngine
-from clover.server.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.server.metrics import Metrics
-from clover.server.protocol import model_limits
 from clover.server.routes import router
 from clover.server.state import ServerState
 
@@ -72,20 +73,25 @@ def create_app(
     return app
 
 
+def error_response(e: APIError) -> JSONResponse:
+    """An ``APIError`` as the HTTP response: its status, headers and OpenAI's error body."""
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
 def _error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, e: APIError):
-        return e.response()
+        return error_response(e)
 
     async def http_error(request: Request, e: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code)
-        return APIError(e.status_code, str(e.detail), code=code, headers=getattr(e, "headers", None)).response()
+        return error_response(APIError(e.status_code, str(e.detail), code=code, headers=getattr(e, "headers", None)))
 
     async def validation_error(request: Request, e: RequestValidationError):
-        return from_validation(list(e.errors())).response()
+        return error_response(from_validation(list(e.errors())))
 
     async def anything(request: Request, e: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return server_error(f"internal server error ({type(e).__name__})").response()
+        return error_response(server_error(f"internal server error ({type(e).__name__})"))
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
@@ -113,7 +119,7 @@ class Guard:
         try:
             err = self._refuse(scope)
             if err is not None:
-                await err.response()(scope, receive, send_status)
+                await error_response(err)(scope, receive, send_status)
                 return
             await self.app(scope, self._limited(receive), send_status)
         finally:

@@ -36,7 +36,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
         "--threshold",
         type=float,
         default=None,
-        help="answer slots' commit threshold (default: /v1/decisions' own, clover.server.decisions.DEFAULT_THRESHOLD)",
+        help="answer slots' commit threshold (default: /v1/decisions' own, clover.api.decisions.DEFAULT_THRESHOLD)",
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     p.add_argument("--threads", type=int, default=1)
@@ -51,8 +51,8 @@ def _client_group(g):
 
 
 def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) -> dict:
+    from clover.api.decisions import decide_sync
     from clover.data.decisions import single_question
-    from clover.server.decisions import decide_sync
 
     knobs = {"policy": args.policy, "threshold": args.threshold}  # threshold resolved in run_decisions
     right_groups = right_q = n_q = 0
@@ -86,7 +86,7 @@ def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) ->
 def _expressible(engine, tok, groups) -> list:
     """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
     the layout cannot hold, such as one with a line break, is refused)."""
-    from clover.server.decisions import DecisionError, plan_joint
+    from clover.api.decisions import DecisionError, plan_joint
 
     ok = []
     for g in groups:
@@ -99,9 +99,9 @@ def _expressible(engine, tok, groups) -> list:
 
 
 def run_decisions(args: argparse.Namespace) -> int:
+    from clover.api.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.data.decisions import load_groups
     from clover.loading import load_engine
-    from clover.server.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     set_threads(args.threads)
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold

@@ -11,11 +11,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from clover.engine import Finished, StepEvent, TextDelta
-from clover.server import decisions as dec
-from clover.server.async_engine import EngineFailure
-from clover.server.errors import APIError, bad_request
-from clover.server.protocol import (
+from clover.api import decisions as dec
+from clover.api.errors import APIError, bad_request
+from clover.api.protocol import (
     AssistantStream,
     Prepared,
     as_api_error,
@@ -34,10 +32,12 @@ from clover.server.protocol import (
     tokenize_request,
     usage,
 )
-from clover.server.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
-from clover.server.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
+from clover.api.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
+from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
+from clover.api.structured import legacy_delta
+from clover.engine import Finished, StepEvent, TextDelta
+from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
-from clover.server.structured import legacy_delta
 
 STATIC = Path(__file__).parent / "static"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -242,7 +242,7 @@ async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: b
             h.abort()  # a no-op once finished; a client that went away frees its slot here
 
 
-# -- the Responses API: a translation over the chat path (clover.server.responses) ------------------
+# -- the Responses API: a translation over the chat path (clover.api.responses) ------------------
 @router.post("/v1/responses")
 async def responses(request: Request):
     s = _state(request)

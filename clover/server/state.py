@@ -9,11 +9,11 @@ import time
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
+from clover.api.errors import APIError, bad_request, from_validation, queue_full
+from clover.api.protocol import Limits, as_api_error, chat_stop_ids
 from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
-from clover.server.errors import APIError, bad_request, from_validation, queue_full
 from clover.server.metrics import Metrics
-from clover.server.protocol import Limits, as_api_error, chat_stop_ids
 
 
 class ClientGone(Exception):

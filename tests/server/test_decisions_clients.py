@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from clover.api.decisions import plan_joint
 from clover.data.decisions import DecisionGroup, Question
-from clover.server.decisions import plan_joint
 from tests.server.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

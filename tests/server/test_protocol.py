@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from clover.api.protocol import AssistantStream, Limits, chat_prompt
+from clover.api.schemas import ChatRequest
 from clover.data.chat import parse_assistant
-from clover.server.protocol import AssistantStream, Limits, chat_prompt
-from clover.server.schemas import ChatRequest
 
 A = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'
 B = '<tool_call>{"name": "lift_no_fly_zone", "arguments": {"zone_name": "Harbor"}}</tool_call>'

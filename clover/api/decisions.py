@@ -31,6 +31,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from clover.api.errors import bad_request, too_large
+from clover.api.protocol import as_api_error
 from clover.data.chat import render
 from clover.data.decisions import (
     DecisionGroup,
@@ -42,8 +44,6 @@ from clover.data.decisions import (
 )
 from clover.engine import SamplingParams
 from clover.engine.grammar import choice_grammar
-from clover.server.errors import bad_request, too_large
-from clover.server.protocol import as_api_error
 
 MAX_QUESTIONS = 8
 # how answer slots commit unless the request says: "prefix" (left to right in runs: the leftmost

@@ -88,7 +88,7 @@ class Sampling(_Open):
     threshold: float | None = Field(None, gt=0, le=1)
     policy: str | None = None
     steps_per_block: int | None = Field(None, ge=1)
-    # structured output (clover.server.structured.request_grammar): OpenAI's response_format, or the
+    # structured output (clover.api.structured.request_grammar): OpenAI's response_format, or the
     # extras vLLM (guided_*, structured_outputs) and SGLang (regex, json_schema, ebnf) clients send
     response_format: dict | None = None  # text, json_object or json_schema
     guided_json: dict | bool | str | None = None
@@ -169,7 +169,7 @@ class DecisionQuestion(_Open):
 class DecisionRequest(_Open):
     model: str | None = None
     context: str = Field(max_length=20000)
-    questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.server.decisions
+    questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.api.decisions
     mode: Literal["joint", "independent"] = "joint"
     block_size: int | None = Field(None, ge=1)
     threshold: float | None = Field(None, gt=0, le=1)

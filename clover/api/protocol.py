@@ -24,6 +24,9 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
+from clover.api.errors import APIError, bad_request, from_validation, too_large
+from clover.api.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
+from clover.api.structured import NAME_OPEN, clean_schema, modern_message, request_grammar, tool_grammar
 from clover.data.chat import (
     IM_END,
     TOOL_CLOSE,
@@ -35,9 +38,6 @@ from clover.data.chat import (
 )
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar, GrammarError
-from clover.server.errors import APIError, bad_request, from_validation, too_large
-from clover.server.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
-from clover.server.structured import NAME_OPEN, clean_schema, modern_message, request_grammar, tool_grammar
 
 
 @dataclass

@@ -1,11 +1,10 @@
 """Errors in the OpenAI shape: ``{"error": {"message", "type", "param", "code"}}``.
 
-Handlers raise ``APIError``; the app turns it (and anything else, as a 500) into that body.
+Handlers raise ``APIError``; the server's app turns it (and anything else, as a 500) into an HTTP
+response with that body, ``clover.LLM`` into a ``RequestError``.
 """
 
 from __future__ import annotations
-
-from fastapi.responses import JSONResponse
 
 
 class APIError(Exception):
@@ -24,9 +23,6 @@ class APIError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = "invalid_value") -> APIError:

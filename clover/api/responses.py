@@ -16,11 +16,11 @@ import time
 
 from pydantic import Field, ValidationError
 
+from clover.api.errors import APIError, bad_request, from_validation
+from clover.api.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, new_id, usage
+from clover.api.schemas import ChatRequest, _Open
 from clover.data.chat import TOOL_OPEN
 from clover.engine import RequestOutput, TokenLogprob
-from clover.server.errors import APIError, bad_request, from_validation
-from clover.server.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, new_id, usage
-from clover.server.schemas import ChatRequest, _Open
 
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from clover.api.errors import bad_request
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
 from clover.engine.grammar import Grammar, GrammarError, choice_grammar, json_grammar, regex_grammar, tool_call_grammar
 from clover.engine.json_schema import clean_schema as engine_clean_schema
-from clover.server.errors import bad_request
 
 NAME_OPEN = '{"name": "'
 
