@@ -1,0 +1,164 @@
+"""The agent loop: messages -> model -> tool calls -> ``execute`` -> tool messages -> model, until
+the model replies in words or the step limit is reached.
+
+The model side is anything with ``chat(messages, tools) -> ModelReply``; two are provided:
+
+* ``LocalModel``: Clover in this process (``clover.llm.LLM``), any policy;
+* ``OpenAIModel``: any OpenAI-compatible endpoint through the ``openai`` client (``clover serve``
+  or another server), given its ``base_url`` and ``api_key``.
+
+Both send the request the same way (the tools, ``temperature`` 0, ``max_tokens``), so the same
+loop gives the same transcript in process and over HTTP for a deterministic policy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from clover.agent.world import World, execute
+from clover.data.tools import AIRSPACE_TOOLS
+
+MAX_STEPS = 4
+MAX_TOKENS = 320  # a compound message's five calls fit (clover eval's budget)
+
+
+@dataclass
+class ModelReply:
+    """One model answer: its text, its calls (OpenAI ``tool_calls``) and, when the model side
+    reports it, the forward passes it took (Clover's ``clover.forward_passes``)."""
+
+    content: str | None
+    tool_calls: list[dict]
+    forward_passes: int | None = None
+
+
+class AgentModel(Protocol):
+    def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply: ...
+
+
+@dataclass
+class CallRecord:
+    """One executed call: what the model asked, what the world answered, and what changed."""
+
+    step: int
+    name: str
+    arguments: dict | str
+    result: dict
+    changes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return "error" not in self.result
+
+
+@dataclass
+class AgentResult:
+    messages: list[dict]  # the whole transcript, the input messages first
+    world: World  # the world after the task
+    steps: int  # model calls made
+    wall_s: float  # message in to final reply out, tools included
+    forward_passes: int | None  # model forward passes over all steps (None: the endpoint does not say)
+    reply: str | None  # the final reply in words (None: stopped at the step limit)
+    stopped: str  # "reply" or "step_limit"
+    calls: list[CallRecord] = field(default_factory=list)
+
+
+def run_agent(
+    model: AgentModel,
+    messages: list[dict],
+    world: World,
+    tools: list[dict] | None = None,
+    max_steps: int = MAX_STEPS,
+    on_step: Callable[[int, ModelReply, list[CallRecord]], None] | None = None,
+) -> AgentResult:
+    """Run one task: ``messages`` (OpenAI format, ending with the operator's message) against a
+    copy of ``world`` with ``tools`` (default: the six airspace tools). Each step is one model
+    call; its tool calls are executed in order and their results sent back as ``tool`` messages.
+    Stops when a reply has no calls, or after ``max_steps`` model calls (the last step's calls
+    are executed, no further reply is asked for). ``on_step(step, reply, records)`` is called
+    after each step's calls ran (a UI prints them)."""
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    tools = AIRSPACE_TOOLS if tools is None else tools
+    offered = {t["function"]["name"] for t in tools}
+    world = world.copy()
+    transcript = list(messages)
+    records: list[CallRecord] = []
+    passes: int | None = 0
+    t0 = time.perf_counter()
+    for step in range(1, max_steps + 1):
+        reply = model.chat(transcript, tools)
+        passes = None if passes is None or reply.forward_passes is None else passes + reply.forward_passes
+        calls = reply.tool_calls or []
+        msg: dict = {"role": "assistant", "content": reply.content or ""}
+        if calls:
+            msg["tool_calls"] = calls
+        transcript.append(msg)
+        done: list[CallRecord] = []
+        for i, call in enumerate(calls):
+            fn = call.get("function", call)
+            name, args = fn.get("name", ""), fn.get("arguments", {})
+            before = world.copy()
+            result = execute(world, name, args) if name in offered else {"error": f"tool {name!r} is not offered"}
+            done.append(CallRecord(step, name, args, result, before.diff(world)))
+            transcript.append({"role": "tool", "tool_call_id": call.get("id") or f"call_{i}",
+                               "content": json.dumps(result, ensure_ascii=False)})  # fmt: skip
+        records += done
+        if on_step is not None:
+            on_step(step, reply, done)
+        if not calls:
+            return AgentResult(transcript, world, step, time.perf_counter() - t0, passes, reply.content or "",
+                               "reply", records)  # fmt: skip
+    return AgentResult(transcript, world, max_steps, time.perf_counter() - t0, passes, None, "step_limit", records)
+
+
+# -- the model side -------------------------------------------------------------------------------
+class LocalModel:
+    """Clover in this process: ``llm`` is a ``clover.llm.LLM``, or what ``LLM(...)`` takes (a
+    checkpoint directory, a cached repo id, an ``Engine``; None: the bundled model)."""
+
+    def __init__(self, llm=None, *, policy: str = "threshold", threshold: float | None = None,
+                 max_tokens: int = MAX_TOKENS, threads: int | None = None, **request):  # fmt: skip
+        from clover.llm import LLM
+
+        self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
+        self.request = {"policy": policy, "max_tokens": max_tokens, "temperature": 0, **request}
+        if threshold is not None:
+            self.request["threshold"] = threshold
+
+    def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
+        r = self.llm.chat(messages, tools=tools, **self.request)
+        m = r["choices"][0]["message"]
+        return ModelReply(m.get("content"), m.get("tool_calls") or [], (r.get("clover") or {}).get("forward_passes"))
+
+
+class OpenAIModel:
+    """Any OpenAI-compatible chat endpoint (``base_url`` such as ``http://127.0.0.1:8000/v1``).
+    ``model``: the id to send (default: the first the server lists). ``policy`` / ``threshold``
+    are Clover's own body fields, sent only when given (another server would not know them)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
+                 policy: str | None = None, threshold: float | None = None, max_tokens: int = MAX_TOKENS,
+                 timeout: float = 300, client=None):  # fmt: skip
+        if client is None:
+            try:
+                import openai
+            except ImportError:
+                raise ImportError("OpenAIModel needs the openai package: pip install openai") from None
+            client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout, max_retries=0)
+        self.client = client
+        self.model = model or client.models.list().data[0].id
+        self.max_tokens = max_tokens
+        self.extra = {k: v for k, v in (("policy", policy), ("threshold", threshold)) if v is not None}
+
+    def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
+        r = self.client.chat.completions.create(model=self.model, messages=messages, tools=tools, temperature=0,
+                                                max_tokens=self.max_tokens, extra_body=self.extra or None)  # fmt: skip
+        m = r.choices[0].message
+        calls = [c.model_dump(exclude_none=True) for c in m.tool_calls or []]
+        stats = (r.model_extra or {}).get("clover") or {}
+        return ModelReply(m.content, calls, stats.get("forward_passes"))
