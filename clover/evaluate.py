@@ -116,11 +116,11 @@ def evaluate_airspace(
     calls by exact match, a reply in words by its text)."""
     from tqdm import tqdm
 
+    from clover.api.structured import tools_grammar
     from clover.data.chat import parse_assistant, render_chat
     from clover.data.corpus import field_scores, gold_calls, needs_unit_arithmetic, score_tool_calls
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
-    from clover.engine.cli import tools_grammar
 
     label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)

@@ -17,7 +17,6 @@ constrains the answer the same way, on chat and text completions alike.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ from pydantic import ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation, too_large
 from clover.api.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
-from clover.api.structured import NAME_OPEN, clean_schema, modern_message, request_grammar, tool_grammar
+from clover.api.structured import NAME_OPEN, modern_message, request_grammar, tools_grammar
 from clover.data.chat import (
     IM_END,
     TOOL_CLOSE,
@@ -37,7 +36,7 @@ from clover.data.chat import (
     render_chat,
 )
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
-from clover.engine.grammar import Grammar, GrammarError
+from clover.engine.grammar import Grammar
 
 
 @dataclass
@@ -109,16 +108,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         raise bad_request(f"{asked} (structured output) cannot be combined with tool_choice required or named",
                           asked)  # fmt: skip
     if tools and choice != "none" and grammar is None:  # calls: offered names, arguments valid for their schemas
-        schemas = {
-            t["function"]["name"]: clean_schema(t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})",
-                                                f"tools.{i}.function.parameters")
-            for i, t in enumerate(tools) if t["function"]["name"] in names
-        }  # fmt: skip
-        try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
-            grammar = tool_grammar(json.dumps(schemas, sort_keys=True), prefill, req.parallel_tool_calls is not False,
-                                    not prefill)  # fmt: skip
-        except GrammarError:  # tool schemas compile leniently; should one still not, decode without a grammar
-            grammar = None
+        grammar = tools_grammar(tools, names, prefill, req.parallel_tool_calls is not False)
     if choice == "none":
         tools = None
     text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))

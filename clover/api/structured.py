@@ -28,8 +28,32 @@ def clean_schema(s, what: str, param: str):
         raise bad_request(f"{what}: {e}", param) from None
 
 
+def tools_grammar(tools: list[dict] | None, names=None, prefill: str = "", parallel: bool = True) -> Grammar | None:
+    """The grammar a chat offering ``tools`` (OpenAI format) decodes under: the one builder for the
+    server, ``clover.LLM``, ``clover generate --chat``, ``clover chat`` and ``clover eval --grammar``.
+
+    Without ``prefill`` it is ``tool_choice: auto``'s: free text, and a call the model opens held
+    to the offered names and their parameter schemas; with one (``tool_choice`` required or
+    named: the prompt already holds ``<tool_call>{"name": "...``) calls only, the first one begun.
+    ``names``: the functions that may be called (default: every tool's); ``parallel``: further
+    calls may follow. None without tools, or when the schemas do not compile (tool schemas
+    compile leniently; should one still not, decode without a grammar); a malformed schema is a
+    400 naming the tool."""
+    if not tools:
+        return None
+    schemas = {
+        t["function"]["name"]: clean_schema(t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})",
+                                            f"tools.{i}.function.parameters")
+        for i, t in enumerate(tools) if names is None or t["function"]["name"] in names
+    }  # fmt: skip
+    try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
+        return _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, parallel, not prefill)
+    except GrammarError:
+        return None
+
+
 @lru_cache(maxsize=64)
-def tool_grammar(schemas_json: str, prefill: str, parallel: bool, auto: bool) -> Grammar:
+def _tool_grammar(schemas_json: str, prefill: str, parallel: bool, auto: bool) -> Grammar:
     return tool_call_grammar(
         json.loads(schemas_json), TOOL_OPEN, TOOL_CLOSE, NAME_OPEN, parallel=parallel, started=prefill, auto=auto
     )

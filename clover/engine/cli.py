@@ -116,6 +116,7 @@ def _setup(args: argparse.Namespace):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from clover.api.structured import tools_grammar
     from clover.engine import Engine, Finished, TextDelta
 
     text = args.prompt
@@ -166,18 +167,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def tools_grammar(tools: list[dict] | None):
-    """The grammar a chat with ``tools`` decodes under, as the server's ``tool_choice: auto``: free
-    text, and a call the model opens held to the offered names and their parameter schemas."""
-    if not tools:
-        return None
-    from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
-    from clover.engine.grammar import tool_call_grammar
-
-    schemas = {t["function"]["name"]: t["function"].get("parameters") for t in tools}
-    return tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE, auto=True)
-
-
 def _schema_grammar(spec: str):
     """``--json-schema``: a JSON Schema given inline or as a file; ``{}`` is any JSON value."""
     from clover.engine.grammar import GrammarError, json_grammar
@@ -208,6 +197,7 @@ def _text_grammar(pattern: str | None, choices: list[str] | None):
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from clover.api.structured import tools_grammar
     from clover.engine.chat_ui import run_chat
 
     take_model_positional(args)

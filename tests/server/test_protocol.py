@@ -84,6 +84,19 @@ def test_tool_choice_prompts(tokenizer):
     assert full[: len(tokenizer.encode(text))] == tokenizer.encode(text)
 
 
+def test_one_tool_grammar_for_the_server_the_command_line_and_eval(tokenizer):
+    """``tool_choice: auto`` on the server, ``clover generate --chat`` / ``clover chat`` and
+    ``clover eval --grammar`` decode a chat with tools under one grammar, built in one place."""
+    from clover.api.structured import tools_grammar
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
+    req = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
+    served = chat_prompt(ChatRequest.model_validate(req), tokenizer, lim)[3]
+    assert tools_grammar(AIRSPACE_TOOLS) is served  # compiled once, shared
+    assert tools_grammar(None) is None and tools_grammar([]) is None
+
+
 def test_cli_serve_is_registered_and_explains_a_missing_model(monkeypatch, tmp_path, capsys):
     import clover.data
     from clover.cli import build_parser
