@@ -1,0 +1,74 @@
+"""The agent loop against a live ``clover serve`` (a subprocess on 127.0.0.1, a free port) makes
+the same calls, replies and world as in process, for the bundled model with the ``ar`` policy."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from clover.agent.loop import LocalModel, OpenAIModel, run_agent
+from clover.agent.tasks import operator_tasks, task_success
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("openai")
+
+API_KEY = "agent-test-key"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served():
+    port = _free_port()
+    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
+           "--log-level", "warning", "--api-key", API_KEY]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"clover serve exited with {proc.returncode}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > 180:
+                pytest.fail("clover serve did not come up")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _calls(result) -> list:
+    return [(c.step, c.name, c.arguments, c.result) for c in result.calls]
+
+
+def test_served_and_in_process_agents_make_the_same_world(served):
+    tasks = operator_tasks(12)
+    picked = [next(t for t in tasks if t.kind == "compound"), next(t for t in tasks if t.kind == "tool_result")]
+    local = LocalModel(policy="ar", threads=1)
+    remote = OpenAIModel(served, API_KEY, policy="ar")
+    assert remote.model == "clover"  # the first model the server lists
+    for t in picked:
+        a = run_agent(local, t.messages, t.world, t.tools)
+        b = run_agent(remote, t.messages, t.world, t.tools)
+        assert a.world == b.world
+        assert _calls(a) == _calls(b) and a.calls  # the same calls, arguments as the same JSON text
+        assert (a.reply, a.steps, a.stopped, a.forward_passes) == (b.reply, b.steps, b.stopped, b.forward_passes)
+        assert task_success(t, a) == task_success(t, b)
