@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-MODULES = ("clover.engine.bench", "clover.server.bench", "clover.bench_twin")
+MODULES = ("clover.engine.bench", "clover.server.bench", "clover.bench_twin", "clover.agent.bench")
 
 
 def _discover() -> None:

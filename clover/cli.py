@@ -83,6 +83,7 @@ def _plugins():
         "clover.data.cli",
         "clover.bench",
         "clover.evaluate",
+        "clover.agent.cli",
     ):
         try:
             m = importlib.import_module(mod)

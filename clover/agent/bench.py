@@ -1,0 +1,97 @@
+"""``clover bench agent``: operator tasks of the test split through the whole agent loop, ``ar``
+against ``threshold``: task success by the world's state, seconds and model passes per task."""
+
+from __future__ import annotations
+
+import argparse
+
+from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+
+POLICIES = ("ar", "threshold")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=int, default=50, help="operator tasks of the test split (default 50)")
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--threshold", type=float, default=0.9, help="the threshold policy's confidence (default 0.9)")
+    p.add_argument("--max-steps", type=int, default=4, help="model calls per task at most (default 4)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+
+
+def run_policy(model, tasks, max_steps: int) -> dict:
+    """Every task through the loop with one model side; success, time and passes per task."""
+    from clover.agent.loop import run_agent
+    from clover.agent.tasks import task_success
+
+    rows = []
+    for task in tasks:
+        r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
+        rows.append({"kind": task.kind, "ok": task_success(task, r), "wall_s": r.wall_s, "steps": r.steps,
+                     "forward_passes": r.forward_passes or 0, "stopped": r.stopped})  # fmt: skip
+    n = max(1, len(rows))
+    kinds = {}
+    for row in rows:
+        kinds.setdefault(row["kind"], []).append(row["ok"])
+    return {
+        "success": sum(r["ok"] for r in rows) / n,
+        "s_per_task": sum(r["wall_s"] for r in rows) / n,
+        "passes_per_task": sum(r["forward_passes"] for r in rows) / n,
+        "model_calls_per_task": sum(r["steps"] for r in rows) / n,
+        "step_limit": sum(r["stopped"] == "step_limit" for r in rows),
+        "by_kind": {k: sum(v) / len(v) for k, v in sorted(kinds.items())},
+        "tasks": rows,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from clover.agent.loop import LocalModel
+    from clover.agent.tasks import operator_tasks
+    from clover.llm import LLM
+
+    if args.n < 1:
+        raise SystemExit("clover bench agent: --n must be >= 1")
+    set_threads(args.threads)
+    tasks = operator_tasks(args.n)
+    llm = LLM(args.model, threads=args.threads)
+    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold, "max_steps": args.max_steps,
+                     "threads": args.threads, "model": args.model or "bundled"}  # fmt: skip
+    for t in tasks:
+        figures["kinds"][t.kind] = figures["kinds"].get(t.kind, 0) + 1
+    per = {}
+    for policy in POLICIES:
+        model = LocalModel(llm, policy=policy, threshold=args.threshold if policy == "threshold" else None)
+        model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
+        per[policy] = run_policy(model, tasks, args.max_steps)
+    for policy, r in per.items():
+        figures[f"{policy}_success"] = r["success"]
+        figures[f"{policy}_s_per_task"] = r["s_per_task"]
+        figures[f"{policy}_passes_per_task"] = r["passes_per_task"]
+        figures[f"{policy}_model_calls_per_task"] = r["model_calls_per_task"]
+        figures[f"{policy}_step_limit"] = r["step_limit"]
+        figures[f"{policy}_by_kind"] = r["by_kind"]
+    figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["threshold"]["s_per_task"])
+    figures["per_task"] = {p: r["tasks"] for p, r in per.items()}
+    kinds = sorted(figures["kinds"])
+    rows = [
+        [f"{p}" + (f" τ {args.threshold}" if p == "threshold" else ""), f"{100 * r['success']:.1f} %",
+         *[f"{100 * r['by_kind'].get(k, 0):.0f} %" for k in kinds], f"{r['s_per_task']:.3f}",
+         f"{r['passes_per_task']:.1f}", f"{r['model_calls_per_task']:.2f}",
+         f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x"]
+        for p, r in per.items()
+    ]  # fmt: skip
+    print_table(
+        f"agent: {len(tasks)} operator tasks of the test split through the loop ({args.threads} thread)",
+        ["policy", "task success", *[f"{k} ({figures['kinds'][k]})" for k in kinds], "s / task", "passes / task",
+         "model calls / task", "speed-up"],
+        rows,
+        ["success: the world after the task equals the world the gold calls make from the same start "
+         "(and every drone the gold calls query was queried)",
+         "s / task: operator message in to final reply out, tools included; passes: model forward passes"],
+    )  # fmt: skip
+    write_json(args.json, figures)
+    return 0
+
+
+BENCHMARKS["agent"] = ("operator tasks through the agent loop: task success by world state, s and passes per task",
+                       add_args, run)  # fmt: skip

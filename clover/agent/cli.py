@@ -1,0 +1,164 @@
+"""``clover agent``: a terminal chat like ``clover chat`` in which the tools run. Each call, its
+result and what it changed in the world are printed; the world carries over from one message to
+the next (``/world`` shows it, ``/reset`` starts again, ``/exit`` quits)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def print_world(world, console) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"airspace world at {world.clock}", title_justify="left")
+    for c in ("drone", "status", "battery", "position", "altitude", "waypoints", "mission"):
+        t.add_column(c, justify="right" if c in ("battery", "altitude", "waypoints") else "left")
+    for d in world.to_dict()["drones"].values():
+        m = d["mission"]
+        t.add_row(d["id"], d["status"], f"{d['battery_pct']} %", f"{d['lat']}, {d['lon']}", f"{d['altitude_m']} m",
+                  str(len(d["waypoints"])), f"{m['type']}: {m['target']}" if m else "-")  # fmt: skip
+    console.print(t)
+    z = Table(title="no-fly zones", title_justify="left")
+    for c in ("zone", "centre", "radius", "window", "active now"):
+        z.add_column(c)
+    for zone in world.zones.values():
+        window = f"{zone.start_time or ''}-{zone.end_time or ''}" if zone.start_time or zone.end_time else "always"
+        z.add_row(zone.name, f"{zone.lat}, {zone.lon}", f"{zone.radius_m} m", window,
+                  "yes" if zone.active_at(world.clock) else "no")  # fmt: skip
+    console.print(z)
+
+
+def print_step(console, step: int, reply, records) -> None:
+    """One step of the loop: each call, its result (or error) and the world's changes."""
+    from rich.markup import escape
+
+    for r in records:
+        args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
+        console.print(f"[magenta]call[/] [dim](step {step})[/] {escape(r.name)}({escape(args)})")
+        style = "green" if r.ok else "red"
+        console.print(
+            f"  [{style}]{'result' if r.ok else 'error'}[/] {escape(json.dumps(r.result, ensure_ascii=False))}"
+        )
+        for change in r.changes:
+            console.print(f"  [yellow]world[/] {escape(change)}")
+        if r.ok and not r.changes:
+            console.print("  [dim]world unchanged[/]")
+
+
+def run_session(model, world, console, max_steps: int = 4, system: str | None = None, errors=(ValueError,)) -> int:
+    """The interactive loop: read a message, run the agent on it, print what happened."""
+    from rich.markup import escape
+
+    from clover.agent.loop import run_agent
+
+    start = world.copy()
+    base = [{"role": "system", "content": system}] if system else []
+    messages = list(base)
+    print_world(world, console)
+    console.print(
+        "[bold]Clover agent[/] - the tools act on this world. /world shows it, /reset starts again, /exit quits"
+    )
+    while True:
+        try:
+            text = console.input("[bold green]you>[/] ").strip()
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return 0
+        if text in ("/exit", "/quit"):
+            return 0
+        if text == "/world":
+            print_world(world, console)
+            continue
+        if text == "/reset":
+            world, messages = start.copy(), list(base)
+            console.print("[dim](world and conversation reset)[/]")
+            continue
+        if not text:
+            continue
+        try:
+            result = run_agent(model, messages + [{"role": "user", "content": text}], world, max_steps=max_steps,
+                               on_step=lambda s, rep, recs: print_step(console, s, rep, recs))  # fmt: skip
+        except KeyboardInterrupt:
+            console.print("[dim](interrupted; the world is as it was)[/]")
+            continue
+        except errors as e:
+            console.print(f"[red]error[/] {escape(str(e))}")
+            continue
+        world, messages = result.world, result.messages
+        if result.reply is not None:
+            console.print(f"[bold cyan]clover>[/] {escape(result.reply)}")
+        else:
+            console.print(f"[dim](stopped at the step limit, {max_steps} model calls)[/]")
+        passes = f", {result.forward_passes} forward passes" if result.forward_passes is not None else ""
+        console.print(f"[dim]{result.steps} model calls{passes}, {result.wall_s:.2f} s[/]")
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from clover.agent.loop import LocalModel, OpenAIModel
+    from clover.agent.world import World
+
+    if args.model_dir is not None:
+        if args.model is not None and args.model != args.model_dir:
+            raise SystemExit(f"clover agent: two models given ({args.model_dir!r} and --model {args.model!r})")
+        args.model = args.model_dir
+    errors: tuple = (ValueError,)
+    if args.base_url:
+        try:
+            import openai
+        except ImportError:
+            raise SystemExit("clover agent: --base-url needs the openai package (pip install openai)") from None
+        errors += (openai.OpenAIError,)
+        api_key = args.api_key or os.environ.get("CLOVER_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+        try:
+            model = OpenAIModel(args.base_url, api_key, args.model, policy=args.policy, threshold=args.threshold,
+                                max_tokens=args.max_tokens)  # fmt: skip
+        except openai.OpenAIError as e:
+            raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
+    else:
+        from clover.engine import POLICIES
+
+        policy = args.policy or "threshold"
+        if policy not in POLICIES:
+            raise SystemExit(f"clover agent: unknown policy {policy!r}; choose from {sorted(POLICIES)}")
+        try:
+            model = LocalModel(args.model, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens,
+                               threads=args.threads)  # fmt: skip
+        except (FileNotFoundError, ValueError) as e:
+            print(f"clover agent: {e}", file=sys.stderr)
+            return 2
+    return run_session(model, World.seeded(args.world), Console(), args.max_steps, args.system, errors)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
+    p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model); with --base-url, "
+                   "the model id to send (default: the first the server lists)")  # fmt: skip
+    p.add_argument(
+        "--policy", help="threshold (default), prefix, fixed, ar or edit; with --base-url sent only if given"
+    )
+    p.add_argument("--threshold", type=float, help="confidence to commit a position (threshold/edit)")
+    p.add_argument("--world", type=int, default=0, metavar="SEED", help="seed of the starting world (default 0)")
+    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint instead of the model in "
+                   "process, e.g. http://127.0.0.1:8000/v1 (clover serve)")  # fmt: skip
+    p.add_argument("--api-key", help="the endpoint's key (default: $CLOVER_API_KEY, $OPENAI_API_KEY, else none)")
+    p.add_argument("--max-steps", type=_at_least_one, default=4, help="model calls per message at most (default 4)")
+    p.add_argument("--max-tokens", type=_at_least_one, default=320, help="new tokens per model call at most")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--threads", type=_at_least_one, help="torch CPU threads (in process)")
+    p.set_defaults(func=cmd_agent)
