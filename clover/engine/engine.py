@@ -187,13 +187,15 @@ class Engine:
             ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
             steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
         )  # fmt: skip
-        commit, edit = torch.zeros_like(cand), torch.zeros_like(cand)
+        commit, edit, sure = torch.zeros_like(cand), torch.zeros_like(cand), torch.zeros_like(cand)
         for policy, rows in batch.policies:
             commit |= rows & policy.commit(view)
             if (e := policy.edit(view)) is not None:
                 edit |= rows & e
+            if constrained:
+                sure |= rows & policy.extends(view)
         for r, req in constrained:
-            commit[r], edit[r] = self._grammar_commit(req, cand[r], ch.tok[r], ch.conf[r]), False
+            commit[r], edit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r]), False
         return self._step_events(batch, batch.apply(ch, commit, edit))
 
     @staticmethod
@@ -212,18 +214,18 @@ class Engine:
                 logits[torch.tensor(rows)[:, None], torch.tensor(ids)[None, :]] = -float("inf")
 
     @staticmethod
-    def _grammar_commit(req: Request, cand: torch.Tensor, tok: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
+    def _grammar_commit(req: Request, cand: torch.Tensor, tok: torch.Tensor, sure: torch.Tensor) -> torch.Tensor:
         """A constrained request commits left to right: the leftmost open position (its token is
-        allowed by construction), then each next one while the policy is not ``ar``, its
-        confidence reaches the threshold and its token continues the grammar. So constrained
-        output keeps the block's parallelism wherever the model is sure and grammatical."""
+        allowed by construction), then each next one while its policy calls it sure
+        (``Policy.extends``: p >= τ; never for ``ar``) and its token continues the grammar. So
+        constrained output keeps the block's parallelism wherever the model is sure and grammatical."""
         out = torch.zeros_like(cand)
-        c, t, p = cand.tolist(), tok.tolist(), conf.tolist()
+        c, t, s = cand.tolist(), tok.tolist(), sure.tolist()
         if True not in c:
             return out
         state, g, first = req.gstate, req.grammar, c.index(True)
         for q in range(first, len(c)):
-            if not c[q] or (q > first and (req.params.policy == "ar" or p[q] < req.params.threshold)):
+            if not c[q] or (q > first and not s[q]):
                 break
             nxt = g.step(state, t[q])
             if nxt is None:

@@ -1,8 +1,9 @@
 """Unmasking policies: which positions of the active block to commit in a denoise pass.
 
 A policy sees one pass of the rows that use it (a ``PassView``, tensors ``[R, bs]``) and
-returns the positions to commit and, optionally, committed positions to re-predict (edit).
-Every decision is made per row from that row's own numbers, so a request decodes the same
+returns the positions to commit and, optionally, committed positions to re-predict (edit). A
+row decoded under a grammar commits left to right instead; ``extends`` says which positions are
+sure enough, by the policy's own rule, to join the leftmost open one in the same pass. Every decision is made per row from that row's own numbers, so a request decodes the same
 whatever else is in the batch. Add a policy by subclassing ``Policy`` and ``register``-ing it.
 """
 
@@ -45,6 +46,11 @@ class Policy:
     def edit(self, v: PassView) -> torch.Tensor | None:
         return None
 
+    def extends(self, v: PassView) -> torch.Tensor:
+        """``[R, bs]`` bool: positions sure enough to extend a constrained row's left-to-right run
+        past its leftmost open position (the engine's grammar commit): p(chosen) >= τ."""
+        return v.conf >= v.threshold[:, None]
+
 
 class Threshold(Policy):
     """Commit every position with p(chosen) >= τ; at least the most confident one (Fast-dLLM)."""
@@ -77,6 +83,9 @@ class AR(Policy):
 
     def commit(self, v: PassView) -> torch.Tensor:
         return v.cand & (v.cand.cumsum(1) == 1)
+
+    def extends(self, v: PassView) -> torch.Tensor:
+        return torch.zeros_like(v.cand)  # one position per pass, constrained or not
 
 
 class Prefix(Policy):

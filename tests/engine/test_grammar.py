@@ -153,6 +153,33 @@ def test_decoding_under_a_grammar(bundled, policy):
             assert out.stats["forward_passes"] < len(out.token_ids)  # several tokens per pass still
 
 
+def test_a_constrained_run_goes_as_far_as_its_policy_says(bundled):
+    """Under a grammar a row commits left to right, as far as its policy calls the positions sure
+    (``Policy.extends``): the threshold reaches the grammar commit through the policy only."""
+    from clover.engine.policies import POLICIES, Threshold, register
+
+    class Eager(Threshold):  # every grammatical position joins the run, whatever the threshold
+        name = "test-eager"
+
+        def extends(self, v):
+            return torch.ones_like(v.cand)
+
+    engine, tok = bundled
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
+    g = tool_call_grammar(schemas, TOOL_OPEN, TOOL_CLOSE)
+    ids = _prompt(tok, MESSAGES[0])
+    register(Eager())
+    try:
+        passes = {}
+        for policy in ("test-eager", "threshold", "ar"):
+            out = engine.generate(ids, SamplingParams(max_tokens=120, policy=policy, threshold=1.0, grammar=g))
+            assert out.finish_reason == "stop" and g.accepts(out.text), (policy, out.text)
+            passes[policy] = out.stats["forward_passes"] / len(out.token_ids)
+    finally:
+        del POLICIES["test-eager"]
+    assert passes["test-eager"] < passes["threshold"] and passes["ar"] >= 1
+
+
 def test_grammar_json_mode_with_sampling_always_parses(bundled):
     engine, tok = bundled
     g = json_grammar(SCHEMA)
