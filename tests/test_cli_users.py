@@ -235,3 +235,8 @@ def test_generate_with_a_regex_or_a_choice(capsys):
         assert out["finish_reason"] == "stop" and ok(out["text"]), out
     assert "invalid regular expression" in _fails(["generate", "hi", "--regex", "(", "--threads", "1"], capsys)[1]
     assert "not allowed with" in _fails(["generate", "hi", "--regex", "a", "--choice", "b"], capsys)[1]
+
+
+def test_a_bad_max_tokens_is_one_clear_message(capsys):
+    err = _fails(["generate", "hi", "--max-tokens", "-3", "--threads", "1"], capsys)[1]
+    assert "max_tokens must be an integer >= 0, got -3" in err and "min_tokens" not in err

@@ -301,7 +301,7 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
             **{k: v for k, v in knobs.items() if v is not None},
         )  # fmt: skip
     except ValueError as e:
-        raise bad_request(str(e), _param_of(str(e))) from None
+        raise bad_request(str(e), getattr(e, "param", None)) from None
     if getattr(req, "echo", False) and params.logprobs is not None:  # the prompt's own logprobs too
         params = replace(params, prompt_logprobs=params.logprobs)
     return Prepared(list(prompt_ids), params, block_size=req.block_size or limits.block_size)
@@ -329,15 +329,7 @@ def with_grammar(prep: Prepared, grammar: Grammar | None) -> None:
     try:
         prep.params = replace(prep.params, grammar=grammar)
     except ValueError as e:
-        raise bad_request(str(e), _param_of(str(e))) from None
-
-
-def _param_of(message: str) -> str | None:
-    for name in ("min_tokens", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "max_tokens", "block_size", "policy", "threshold", "steps_per_block", "temperature", "top_p",
-                 "top_k", "seed", "stop", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):  # fmt: skip
-        if name in message:
-            return name
-    return None
+        raise bad_request(str(e), getattr(e, "param", None)) from None
 
 
 # -- responses -----------------------------------------------------------------------------------
@@ -536,5 +528,5 @@ def as_api_error(e: Exception) -> APIError:
     if isinstance(e, APIError):
         return e
     if isinstance(e, ValueError):
-        return bad_request(str(e), _param_of(str(e)))
+        return bad_request(str(e), getattr(e, "param", None))  # ParamError names it
     return APIError(500, f"engine error: {e}", type="server_error", code="engine_error")

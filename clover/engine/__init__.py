@@ -17,6 +17,7 @@ _EXPORTS = {
     "TextDelta": "clover.engine.outputs",
     "TokenLogprob": "clover.engine.outputs",
     "SamplingParams": "clover.engine.params",
+    "ParamError": "clover.engine.params",
     "POLICIES": "clover.engine.policies",
     "Policy": "clover.engine.policies",
     "register": "clover.engine.policies",
@@ -26,6 +27,7 @@ __all__ = [
     "Engine",
     "Event",
     "Finished",
+    "ParamError",
     "Policy",
     "RequestOutput",
     "SamplingParams",
@@ -38,7 +40,7 @@ __all__ = [
 if TYPE_CHECKING:
     from clover.engine.engine import Engine
     from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent, TextDelta, TokenLogprob
-    from clover.engine.params import SamplingParams
+    from clover.engine.params import ParamError, SamplingParams
     from clover.engine.policies import POLICIES, Policy, register
 
 

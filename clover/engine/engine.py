@@ -17,7 +17,7 @@ import torch
 
 from clover.engine.batch import Batch
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
-from clover.engine.params import SamplingParams
+from clover.engine.params import ParamError, SamplingParams
 from clover.engine.policies import PassView
 from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
@@ -278,24 +278,30 @@ class Engine:
         cfg = self.config
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
-        bs = cfg.check_block_size(cfg.block_size if params.block_size is None else params.block_size)
+        try:
+            bs = cfg.check_block_size(cfg.block_size if params.block_size is None else params.block_size)
+        except ValueError as e:
+            raise ParamError(str(e), "block_size") from None
         V = cfg.vocab_size
         if not all(isinstance(t, int) and 0 <= t < V for t in prompt):
             raise ValueError(f"prompt token ids must be integers in [0, {V})")
         if not prompt and cfg.shift_logits:
             raise ValueError("the prompt is empty: this model (shift_logits) predicts each token from the one before")
         if len(prompt) + params.max_tokens > cfg.max_position_embeddings:
-            raise ValueError(
+            raise ParamError(
                 f"prompt of {len(prompt)} tokens + max_tokens {params.max_tokens} exceeds the model's "
-                f"max_position_embeddings {cfg.max_position_embeddings}"
+                f"max_position_embeddings {cfg.max_position_embeddings}",
+                "max_tokens",
             )
         for i, ids in (params.allowed or {}).items():
             if max(ids) >= V:
-                raise ValueError(f"allowed[{i}] has token id {max(ids)} outside the vocabulary of {V}")
+                raise ParamError(f"allowed[{i}] has token id {max(ids)} outside the vocabulary of {V}", "allowed")
         if params.logit_bias and max(params.logit_bias) >= V:
-            raise ValueError(f"logit_bias has token id {max(params.logit_bias)} outside the vocabulary of {V}")
+            raise ParamError(
+                f"logit_bias has token id {max(params.logit_bias)} outside the vocabulary of {V}", "logit_bias"
+            )
         if params.stop and self.tokenizer is None:
-            raise ValueError("stop strings need an engine with a tokenizer")
+            raise ParamError("stop strings need an engine with a tokenizer", "stop")
         eos = set(cfg.eos_ids) | set(tokenizer_eos_ids(self.tokenizer))
         stop_ids = (set() if params.ignore_eos else eos) | set(params.stop_token_ids or [])
         rid = uuid.uuid4().hex if rid is None else str(rid)
@@ -304,7 +310,7 @@ class Engine:
             req.banned = sorted(eos - stop_ids)
         if params.grammar is not None:
             if self.tokenizer is None:
-                raise ValueError("a grammar needs an engine with a tokenizer")
+                raise ParamError("a grammar needs an engine with a tokenizer", "grammar")
             from clover.engine.grammar import TokenGrammar, TokenTable
 
             if self._token_table is None:

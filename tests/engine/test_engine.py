@@ -183,6 +183,28 @@ def test_invalid_settings_are_refused(kwargs, match):
         SamplingParams(**kwargs)
 
 
+def test_a_refused_setting_is_named_by_the_error_not_its_message():
+    """``ParamError.param`` names the (first) bad field: the OpenAI layer reports it as ``param``
+    without reading the message; a bad max_tokens is one problem, not also a min_tokens one."""
+    from clover.engine import ParamError
+
+    for kwargs, param in ((dict(policy="beam"), "policy"), (dict(threshold=2, top_p=0), "threshold"),
+                          (dict(min_tokens=9, max_tokens=8), "min_tokens"), (dict(stop_token_ids=[-1]), "stop_token_ids"),
+                          (dict(ignore_eos=True, grammar=json_grammar()), "ignore_eos")):  # fmt: skip
+        with pytest.raises(ParamError) as e:
+            SamplingParams(**kwargs)
+        assert e.value.param == param, (kwargs, str(e.value))
+    with pytest.raises(ParamError) as e:
+        SamplingParams(max_tokens=-3)
+    assert e.value.param == "max_tokens" and "min_tokens" not in str(e.value)
+    engine = Engine(peaky_model())
+    for params, param in ((SamplingParams(block_size=1000), "block_size"), (SamplingParams(stop=["x"]), "stop"),
+                          (SamplingParams(max_tokens=10**6), "max_tokens")):  # fmt: skip
+        with pytest.raises(ParamError) as e:
+            engine.add_request([1, 2], params)
+        assert e.value.param == param
+
+
 def test_invalid_requests_are_refused():
     engine = Engine(peaky_model())
     with pytest.raises(ValueError, match="max_block_size"):
