@@ -18,11 +18,11 @@ import torch
 
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json
+from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import parse_assistant, render
 from clover.data.corpus import gold_calls, load_split, score_tool_calls
 from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
-from clover.engine.cli import load_model_and_tokenizer
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
 TYPES = {"string": str, "integer": int, "number": (int, float)}

@@ -17,11 +17,11 @@ import json
 import time
 
 from clover.bench import print_table, set_threads, write_json
+from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
 from clover.data.corpus import load_split
 from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
-from clover.engine.cli import load_model_and_tokenizer
 
 RULES = (
     "Zones are named as the operator writes them. Radii are whole metres. Times are 24-hour HH:MM. "

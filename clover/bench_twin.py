@@ -101,9 +101,9 @@ def _scores(texts: list[str], exs, words, convs) -> dict:
 def run_twin(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from clover.commands.common import load_model_and_tokenizer
     from clover.data.chat import render_chat
     from clover.engine import SamplingParams
-    from clover.engine.cli import load_model_and_tokenizer
     from clover.evaluate import eval_chats, prompt_of
 
     t_start = time.perf_counter()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import clover.engine.cli
+import clover.commands.generate
 from clover.cli import main
 
 BUNDLED = Path(__file__).parents[1] / "clover" / "assets" / "default"
@@ -71,8 +71,10 @@ def test_info_with_an_unknown_preset_or_a_missing_model(tmp_path, capsys):
 
 def test_generate_reads_the_prompt_from_stdin_with_a_dash(monkeypatch, capsys):
     seen = []
-    encode = clover.engine.cli._encode
-    monkeypatch.setattr(clover.engine.cli, "_encode", lambda tok, text: seen.append(text) or encode(tok, text))
+    encode = clover.commands.generate.encode_prompt
+    monkeypatch.setattr(
+        clover.commands.generate, "encode_prompt", lambda tok, text: seen.append(text) or encode(tok, text)
+    )
     monkeypatch.setattr("sys.stdin", io.StringIO("recall drone 17\n"))
     with pytest.raises(SystemExit) as e:
         main(["generate", "-", "--chat", "--threads", "1", "--max-tokens", "4", "--json"])
@@ -116,8 +118,8 @@ def test_train_refuses_bad_workers_and_time_budgets(tmp_path):
 def test_json_schema_names_a_missing_file():
     for spec, what in (("schema.json", "no such file"), (str(BUNDLED), "a directory")):
         with pytest.raises(SystemExit, match=f"--json-schema: .*{what}"):
-            clover.engine.cli._schema_grammar(spec)
-    assert clover.engine.cli._schema_grammar('{"type": "boolean"}') is not None
+            clover.commands.generate._schema_grammar(spec)
+    assert clover.commands.generate._schema_grammar('{"type": "boolean"}') is not None
 
 
 def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
@@ -197,7 +199,7 @@ def test_train_output_paths_and_init_from(tmp_path, capsys):
 
 
 def test_serve_on_a_port_in_use_or_an_unknown_host(capsys):
-    from clover.server.cli import _bind_problem
+    from clover.commands.serve import _bind_problem
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

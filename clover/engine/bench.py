@@ -208,7 +208,7 @@ def run_decode(args: argparse.Namespace) -> int:
     if args.random:
         model, tokenizer = _random_model_and_tokenizer()
     else:
-        from clover.engine.cli import load_model_and_tokenizer
+        from clover.commands.common import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(args.model)
     if args.prompts:

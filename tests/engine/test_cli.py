@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import clover.bench
-import clover.engine.cli
+import clover.commands.chat
+import clover.commands.common
+import clover.commands.generate
 from clover.model import CloverForBlockDiffusion, preset
 from clover.model.io import save_model
 
@@ -16,7 +18,8 @@ def main(argv):
     """``clover ARGV`` with only the engine's sub-commands (the other packages' are not needed)."""
     p = argparse.ArgumentParser(prog="clover")
     sub = p.add_subparsers(required=True)
-    clover.engine.cli.register(sub)
+    clover.commands.generate.register(sub)
+    clover.commands.chat.register(sub)
     clover.bench.register(sub)
     args = p.parse_args(argv)
     raise SystemExit(args.func(args) or 0)
@@ -149,8 +152,8 @@ def test_chat_offers_the_airspace_tools_only_to_a_model_trained_for_them():
 
     m = CloverForBlockDiffusion(preset("tiny"))
     args = argparse.Namespace(tools="auto")
-    assert clover.engine.cli._tools(args, m) is None
+    assert clover.commands.common.offered_tools(args, m) is None
     m.config.extra = {"recipe": "airspace"}  # as the bundled default records it
-    assert clover.engine.cli._tools(args, m) == AIRSPACE_TOOLS
-    assert clover.engine.cli._tools(argparse.Namespace(tools="none"), m) is None
-    assert clover.engine.cli._tools(argparse.Namespace(tools="airspace"), None) == AIRSPACE_TOOLS
+    assert clover.commands.common.offered_tools(args, m) == AIRSPACE_TOOLS
+    assert clover.commands.common.offered_tools(argparse.Namespace(tools="none"), m) is None
+    assert clover.commands.common.offered_tools(argparse.Namespace(tools="airspace"), None) == AIRSPACE_TOOLS

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from clover.engine import Engine, Finished, SamplingParams, StepEvent, TextDelta
+from clover.commands.common import (
+    add_decoding_args,
+    add_model_positional,
+    decoding_setup,
+    offered_tools,
+    take_model_positional,
+)
+from clover.engine.outputs import Finished, StepEvent, TextDelta
 
 MASK_GLYPH = "·"
 
@@ -53,8 +61,9 @@ class BlockView:
         return t
 
 
-def run_chat(model, tokenizer, params: SamplingParams, tools=None, system=None, console=None) -> int:
+def run_chat(model, tokenizer, params, tools=None, system=None, console=None) -> int:
     from clover.data.chat import parse_assistant, render_chat
+    from clover.engine import Engine
 
     console = console or Console()
     engine = Engine(model, tokenizer)
@@ -108,3 +117,23 @@ def run_chat(model, tokenizer, params: SamplingParams, tools=None, system=None, 
             f"[dim]{s['tokens']} tokens, {s['forward_passes']} passes, TPF {s['tpf']:.2f}, "
             f"{s['tokens_per_s']:.1f} tok/s[/]"
         )
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from clover.api.structured import tools_grammar
+
+    take_model_positional(args)
+    params, model, tokenizer = decoding_setup(args)
+    if tokenizer is None:
+        raise SystemExit("clover: this checkpoint has no tokenizer.json; chat needs one")
+    tools = offered_tools(args, model)
+    params.grammar = tools_grammar(tools)
+    return run_chat(model, tokenizer, params, tools=tools, system=args.system)
+
+
+def register(sub) -> None:
+    c = sub.add_parser("chat", help="interactive chat; the active block fills in place, live")
+    add_model_positional(c)
+    c.add_argument("--system", help="system prompt")
+    add_decoding_args(c)
+    c.set_defaults(func=cmd_chat)

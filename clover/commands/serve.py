@@ -12,7 +12,7 @@ from clover.loading import PREFIX_CACHE_MB  # light: torch and the model load on
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from clover.engine.cli import take_model_positional
+    from clover.commands.common import take_model_positional
     from clover.server.app import create_app
 
     take_model_positional(args)
@@ -72,7 +72,7 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.engine.cli import add_model_positional, int_at_least, positive_int
+    from clover.commands.common import add_model_positional, int_at_least, positive_int
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     add_model_positional(p)

@@ -34,7 +34,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from clover.engine.cli import positive_int
+    from clover.commands.common import positive_int
 
     p = sub.add_parser(
         "convert",

@@ -1,0 +1,118 @@
+"""What the command modules share: argument types and groups, the model given as a positional,
+decoding settings from flags, and loading a checkpoint with a one-line message on failure.
+
+Imports stay light (torch and the model load inside the functions): ``clover --help`` builds
+every command's parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
+    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None); a
+    problem is a one-line ``clover: ...`` exit."""
+    from clover.loading import load_checkpoint
+
+    try:
+        return load_checkpoint(model_dir, threads)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"clover: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum`` (``--threads``, counts)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be a positive integer, got {v}" if minimum == 1 else f"must be >= {minimum}, got {v}"
+            )
+        return v
+
+    return parse
+
+
+positive_int = int_at_least(1)
+
+
+def add_model_positional(p: argparse.ArgumentParser) -> None:
+    """``clover serve DIR`` / ``clover chat DIR``: the model as a positional too (``vllm serve``'s form)."""
+    p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
+
+
+def take_model_positional(args: argparse.Namespace) -> None:
+    """Fold the positional MODEL into ``args.model``; both given and different is an error."""
+    given = getattr(args, "model_dir", None)
+    if given is not None and args.model is not None and given != args.model:
+        raise SystemExit(f"clover: two models given ({given!r} and --model {args.model!r}); pass one")
+    args.model = args.model or given
+
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
+    p.add_argument("--policy", default="threshold", help="threshold, prefix, fixed, ar or edit")
+    p.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a position (threshold/edit)")
+    p.add_argument("--steps-per-block", type=int, help="passes per block for --policy fixed")
+    p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--tools",
+        choices=["auto", "airspace", "none"],
+        default="auto",
+        help="tools offered in chat (auto: the airspace set for a model trained on it)",
+    )
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+
+
+def sampling_params(args: argparse.Namespace):
+    from clover.engine import SamplingParams
+
+    return SamplingParams(
+        max_tokens=args.max_tokens,
+        block_size=args.block_size,
+        policy=args.policy,
+        threshold=args.threshold,
+        steps_per_block=args.steps_per_block,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+    )
+
+
+def offered_tools(args, model=None):
+    """The tools offered in --chat: --tools airspace|none, or by default (auto) the airspace tool
+    set when the model was trained for it (the bundled default), so its first run calls tools."""
+    trained_for = ((model.config.extra or {}).get("recipe") if model is not None else None) == "airspace"
+    if args.tools == "none" or (args.tools == "auto" and not trained_for):
+        return None
+    from clover.data.tools import AIRSPACE_TOOLS
+
+    return AIRSPACE_TOOLS
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    if tokenizer is None:
+        raise SystemExit("clover: this checkpoint has no tokenizer.json; cannot encode a text prompt")
+    return tokenizer.encode(text)
+
+
+def decoding_setup(args: argparse.Namespace):
+    """Checked decoding settings (a clear exit on a bad one), then the model and tokenizer."""
+    try:
+        params = sampling_params(args)
+    except ValueError as e:
+        raise SystemExit(f"clover: {e}") from None
+    return (params, *load_model_and_tokenizer(args.model, args.threads))
