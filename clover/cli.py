@@ -12,7 +12,7 @@ COMMANDS = (
     "clover.commands.info",
     "clover.commands.generate",
     "clover.commands.chat",
-    "clover.train.cli",
+    "clover.commands.train",
     "clover.commands.serve",
     "clover.commands.convert",
     "clover.commands.tools",

@@ -50,7 +50,7 @@ def test_the_command_line_does_not_import_the_web_stack():
     import sys
 
     code = (
-        "import sys, clover.cli; clover.cli.build_parser(); import clover.train.cli, clover.server; "
+        "import sys, clover.cli; clover.cli.build_parser(); import clover.commands.train, clover.server; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'pydantic', 'uvicorn', 'starlette')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -121,7 +121,7 @@ def test_causal_mixing_makes_an_all_gdn_model_causal_inside_the_block():
 
 
 def test_train_config_model_section_sets_the_switches():
-    from clover.train.cli import apply_overrides
+    from clover.commands.train import apply_overrides
     from clover.train.recipes import AirspaceRecipe
 
     recipe = AirspaceRecipe()

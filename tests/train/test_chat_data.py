@@ -154,7 +154,7 @@ def test_answers_past_max_len_are_never_targets(tmp_path):
 
 
 def test_cli_checks_the_data_before_writing_to_out(tmp_path, capsys):
-    from clover.train.cli import register
+    from clover.commands.train import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from clover.commands.train import init_weights, layer_map
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.model.io import load_model
-from clover.train.cli import init_weights, layer_map
 from clover.train.objective import MaskingConfig, block_loss, build_batch
 from tests.train.test_cli import BUNDLED, _train
 
