@@ -17,9 +17,9 @@ import time
 from collections import defaultdict
 
 from clover.bench import print_table, set_threads, write_json
+from clover.commands.bench_decode import _airspace_cases
 from clover.commands.common import load_model_and_tokenizer
 from clover.engine import Engine, SamplingParams
-from clover.engine.bench import _airspace_cases
 
 # innermost stack frame (path fragment, function or "*") -> region; first match wins
 REGIONS = [

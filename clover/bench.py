@@ -1,43 +1,21 @@
-"""``clover bench NAME``: benchmarks that print a table and can write their figures as JSON.
+"""What the benchmarks share: the registry ``clover bench`` reads and the helpers that print a
+table and write the figures as JSON (also used by the scripts in ``benchmarks/``).
 
-Each part of Clover contributes its benchmarks: a module listed in ``MODULES`` adds entries
-to ``BENCHMARKS`` when imported, e.g.::
+A benchmark module (``clover.commands.bench.MODULES`` lists them) adds its entries to
+``BENCHMARKS`` when imported, e.g.::
 
     from clover.bench import BENCHMARKS
     BENCHMARKS["decode"] = ("help text", add_args, run)   # add_args(parser); run(args) -> exit code
-
-Modules that do not exist yet are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-MODULES = ("clover.engine.bench", "clover.server.bench", "clover.bench_twin", "clover.agent.bench")
-
-
-def _discover() -> None:
-    for mod in MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-
-
-def register(sub) -> None:
-    _discover()
-    p = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHMARKS))
-    names = p.add_subparsers(dest="benchmark", required=True)
-    for name, (help_text, add_args, run) in BENCHMARKS.items():
-        s = names.add_parser(name, help=help_text, description=help_text)
-        add_args(s)
-        s.set_defaults(func=run)
 
 
 # -- helpers shared by the benchmarks ----------------------------------------------------------

@@ -16,7 +16,7 @@ COMMANDS = (
     "clover.commands.serve",
     "clover.commands.convert",
     "clover.commands.tools",
-    "clover.bench",
+    "clover.commands.bench",
     "clover.commands.eval",
     "clover.agent.cli",
 )

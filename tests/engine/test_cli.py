@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-import clover.bench
+import clover.commands.bench
 import clover.commands.chat
 import clover.commands.common
 import clover.commands.generate
@@ -20,7 +20,7 @@ def main(argv):
     sub = p.add_subparsers(required=True)
     clover.commands.generate.register(sub)
     clover.commands.chat.register(sub)
-    clover.bench.register(sub)
+    clover.commands.bench.register(sub)
     args = p.parse_args(argv)
     raise SystemExit(args.func(args) or 0)
 
@@ -126,7 +126,7 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
 
 
 def test_transformers_baseline_has_the_clovers_shape():
-    from clover.engine.bench import _run_hf, hf_twin
+    from clover.commands.bench_decode import _run_hf, hf_twin
 
     cfg = preset("tiny")
     hf = hf_twin(cfg)

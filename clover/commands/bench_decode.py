@@ -14,7 +14,7 @@ import argparse
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.engine.bench_context import add_context_args, run_context
+from clover.commands.bench_context import add_context_args, run_context
 
 # torch and the engine are imported inside the functions: registering the benchmarks with the
 # CLI must stay cheap
