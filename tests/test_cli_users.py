@@ -60,6 +60,21 @@ def test_the_command_line_does_not_import_the_web_stack():
     assert callable(create_app)
 
 
+def test_info_describes_the_bundled_model_unless_told_otherwise(capsys):
+    """Bare ``clover info`` describes the model ``clover serve`` runs, not a preset shape."""
+    with pytest.raises(SystemExit) as e:
+        main(["info", "--json"])
+    assert e.value.code == 0
+    info = json.loads(capsys.readouterr().out)
+    bundled = json.loads((BUNDLED / "config.json").read_text())
+    assert info["preset"] is None and Path(info["model"]).resolve() == BUNDLED.resolve()
+    assert info["vocab_size"] == bundled["vocab_size"] and info["layer_types"] == bundled["layer_types"]
+    with pytest.raises(SystemExit):
+        main(["info", "--preset", "small", "--json"])
+    assert json.loads(capsys.readouterr().out)["preset"] == "small"
+    assert "not both" in _fails(["info", "--preset", "small", "--model", str(BUNDLED)], capsys)[1]
+
+
 def test_info_with_an_unknown_preset_or_a_missing_model(tmp_path, capsys):
     assert "unknown preset 'nope'" in _fails(["info", "--preset", "nope"], capsys)[1]
     assert "no config.json" in _fails(["info", "--model", str(tmp_path / "nowhere")], capsys)[1]
