@@ -257,3 +257,32 @@ def test_generate_with_a_regex_or_a_choice(capsys):
 def test_a_bad_max_tokens_is_one_clear_message(capsys):
     err = _fails(["generate", "hi", "--max-tokens", "-3", "--threads", "1"], capsys)[1]
     assert "max_tokens must be an integer >= 0, got -3" in err and "min_tokens" not in err
+
+
+def test_chat_shows_each_tool_call_once():
+    """``clover chat`` on the bundled model: the answer's call is printed once, as a call (the
+    live view's raw ``<tool_call>`` markup does not stay on screen above it)."""
+    from rich.console import Console
+
+    from clover.api.structured import tools_grammar
+    from clover.commands.chat import run_chat
+    from clover.data.tools import AIRSPACE_TOOLS
+    from clover.engine import SamplingParams
+    from clover.loading import load_checkpoint
+
+    class Scripted(Console):
+        def __init__(self, lines, **kw):
+            super().__init__(**kw)
+            self.lines = list(lines)
+
+        def input(self, prompt="", **kw):
+            if not self.lines:
+                raise EOFError
+            return self.lines.pop(0)
+
+    model, tok = load_checkpoint(None, 1)
+    out = io.StringIO()
+    params = SamplingParams(max_tokens=64, grammar=tools_grammar(AIRSPACE_TOOLS))
+    assert run_chat(model, tok, params, tools=AIRSPACE_TOOLS, console=Scripted(["recall drone 17"], file=out)) == 0
+    text = out.getvalue()
+    assert text.count("recall_drone") == 1 and "tool call recall_drone" in text and "<tool_call>" not in text, text

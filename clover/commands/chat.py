@@ -22,7 +22,8 @@ MASK_GLYPH = "·"
 
 
 class BlockView:
-    """Final text so far, then the active block: filled positions and masks (``·``)."""
+    """Final text so far, then the active block: filled positions and masks (``·``). Once the
+    answer is finished only its content stays: its tool calls are printed after it, once each."""
 
     def __init__(self, tokenizer, prompt_len: int, block_size: int):
         self.tokenizer = tokenizer
@@ -48,8 +49,12 @@ class BlockView:
             self.block = {}
 
     def render(self) -> Text:
+        if self.output is not None:
+            from clover.data.chat import parse_assistant
+
+            return Text(parse_assistant(self.final)[0])
         t = Text(self.final)
-        if self.block_start < 0 or self.output is not None:
+        if self.block_start < 0:
             return t
         for pos in range(max(self.block_start, self.prompt_len), self.block_start + self.block_size):
             if pos in self.block:
