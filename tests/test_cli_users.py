@@ -286,3 +286,16 @@ def test_chat_shows_each_tool_call_once():
     assert run_chat(model, tok, params, tools=AIRSPACE_TOOLS, console=Scripted(["recall drone 17"], file=out)) == 0
     text = out.getvalue()
     assert text.count("recall_drone") == 1 and "tool call recall_drone" in text and "<tool_call>" not in text, text
+
+
+def test_generate_without_chat_on_a_chat_model_points_to_chat(capsys):
+    """The bundled model answers user turns: a bare prompt gets nothing, and the user is told why."""
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "recall drone 17", "--threads", "1", "--max-tokens", "16"])
+    assert e.value.code == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "" and "try --chat" in err
+    with pytest.raises(SystemExit):
+        main(["generate", "recall drone 17", "--chat", "--threads", "1", "--max-tokens", "40"])
+    out, err = capsys.readouterr()
+    assert "recall_drone" in out and "try --chat" not in err

@@ -59,6 +59,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"{s['tokens_per_s']:.1f} tok/s, TTFT {s['ttft_s'] * 1e3:.0f} ms]",
             file=sys.stderr,
         )
+    if not args.chat and not (out.text or "").strip():  # a model trained on chats ends a bare prompt at once
+        print(
+            "clover generate: the model wrote nothing after this plain prompt; a chat model answers a user "
+            "turn: try --chat (the prompt as a user message of its chat template)",
+            file=sys.stderr,
+        )
     return 0
 
 
