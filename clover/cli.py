@@ -23,7 +23,9 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clover", description="Clover block-diffusion language models")
+    from clover.commands.common import Parser
+
+    p = Parser(prog="clover", description="Clover block-diffusion language models")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     for mod in COMMANDS:

@@ -1,6 +1,7 @@
 """What a new user types after reading the README: every mistake gets a one-line message and a
 nonzero exit, never a traceback (``clover.cli.main`` in this process, on the bundled model)."""
 
+import argparse
 import io
 import json
 import shutil
@@ -299,3 +300,22 @@ def test_generate_without_chat_on_a_chat_model_points_to_chat(capsys):
         main(["generate", "recall drone 17", "--chat", "--threads", "1", "--max-tokens", "40"])
     out, err = capsys.readouterr()
     assert "recall_drone" in out and "try --chat" not in err
+
+
+def test_help_texts_show_the_defaults(monkeypatch):
+    """``clover serve --help`` says the port, ``clover generate --help`` the policy and threshold;
+    an API key taken from the environment is never printed."""
+    from clover.cli import build_parser
+
+    monkeypatch.setenv("CLOVER_API_KEY", "sk-secret")
+
+    def help_of(command):
+        parser = build_parser()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return " ".join(sub.choices[command].format_help().split())
+
+    serve = help_of("serve")
+    assert "port to listen on (default: 8000)" in serve and "sk-secret" not in serve
+    gen = help_of("generate")
+    assert "(default: threshold)" in gen and "(default: 0.9)" in gen and "(default: 256)" in gen
+    assert "(default: 0.9)" in help_of("eval")

@@ -8,7 +8,34 @@ every command's parser.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every flag's help ends with its default (``--port 8000``, the threshold), unless its text
+    already says what the default is or there is none to show (unset, an on/off switch)."""
+
+    def _format_action(self, action):
+        d = action.default
+        shown = d is not None and d is not argparse.SUPPRESS and not isinstance(d, bool)
+        if (
+            action.option_strings
+            and shown
+            and action.help is not argparse.SUPPRESS
+            and "default" not in (action.help or "")
+        ):
+            action = copy.copy(action)
+            action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
+        return super()._format_action(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of ``clover`` and of each command: help texts with their defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
@@ -64,9 +91,9 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps-per-block", type=int, help="passes per block for --policy fixed")
     p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--top-p", type=float, default=1.0, help="sampling: the most likely tokens up to this mass (1: all)")
+    p.add_argument("--top-k", type=int, default=0, help="sampling: the k most likely tokens only (0: off)")
+    p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument(
         "--tools",
         choices=["auto", "airspace", "none"],

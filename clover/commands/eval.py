@@ -110,9 +110,11 @@ def register(sub) -> None:
         default="threshold",
         help="ar, threshold, prefix, fixed or edit; several comma-separated: one column each",
     )
-    p.add_argument("--threshold", type=float, default=0.9)
-    p.add_argument("--block-size", type=int)
-    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    p.add_argument(
+        "--threshold", type=float, default=0.9, help="confidence to commit a position (threshold, prefix, edit)"
+    )
+    p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
+    p.add_argument("--split", default="test", choices=["train", "validation", "test"], help="the corpus split to score")
     p.add_argument("--n", type=_count, default=200, help="tool-call turns")
     p.add_argument("--groups", type=_count, default=50, help="decision groups")
     p.add_argument(
@@ -121,7 +123,7 @@ def register(sub) -> None:
     p.add_argument(
         "--multiturn", type=_count, default=50, help="conversations with earlier turns (the last turn is scored)"
     )
-    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     p.add_argument(
         "--grammar",
         choices=["off", "on", "both"],

@@ -78,7 +78,7 @@ def register(sub) -> None:
     add_model_positional(p)
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
-    p.add_argument("--port", type=_port, default=8000)
+    p.add_argument("--port", type=_port, default=8000, help="port to listen on")
     p.add_argument(
         "--api-key",
         default=os.environ.get("CLOVER_API_KEY"),
@@ -97,5 +97,5 @@ def register(sub) -> None:
         help="keep prompts' committed blocks, up to this many megabytes of cache, for prompts that start "
         "with them (an agent's next turn, a shared system prompt); 0: off",
     )
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)
