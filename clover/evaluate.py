@@ -118,8 +118,7 @@ def evaluate_airspace(
     from tqdm import tqdm
 
     from clover.api.structured import tools_grammar
-    from clover.data.chat import parse_assistant, render_chat
-    from clover.data.corpus import field_scores, gold_calls, needs_unit_arithmetic, score_tool_calls
+    from clover.data.chat import render_chat
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
 
@@ -148,6 +147,45 @@ def evaluate_airspace(
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
     wall = time.perf_counter() - t0
+    calls = _tool_call_figures(outs[: len(exs)], exs, label, errors)
+    t_ok = _right_by(outs[len(exs) :], texts, "kind")
+    m_ok = _right_by(outs[len(exs) + len(texts) :], convs, "final_kind")  # by the last turn's kind
+    g_ok = [
+        parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
+        for o, g in zip(outs[len(chats) :], groups)
+    ]
+    tokens = sum(len(o.token_ids) for o in outs)
+    forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
+    return {
+        "split": split if cases is None else "cases",
+        "policy": label,
+        "threshold": threshold,
+        "n": len(exs),
+        "exact_match": calls["exact_match"],
+        "decision_groups": len(groups),
+        "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
+        "text_turns": len(texts),  # replies in words (n_text); exact-text accuracy, overall and per kind
+        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
+        "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
+        "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
+        "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
+        "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
+        "tpf": tokens / max(1, forwards),
+        "tokens_per_s": tokens / max(1e-9, wall),
+        "wall_s": wall,
+        "by_kind": calls["by_kind"],
+        "by_system_prompt": calls["by_system_prompt"],  # a client system message or not
+        "by_unit_arithmetic": calls["by_unit_arithmetic"],  # a length in ft or nm, or none
+        "fields": calls["fields"],
+    }
+
+
+def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None) -> dict:
+    """Exact match of the tool-call turns, and per message kind, system prompt, unit arithmetic
+    and call field (``corpus.field_scores``); the failed turns are appended to ``errors``."""
+    from clover.data.chat import parse_assistant
+    from clover.data.corpus import field_scores, gold_calls, needs_unit_arithmetic, score_tool_calls
+
     ok, kinds, systems, units, fields = [], {}, {}, {}, {}
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
@@ -164,38 +202,18 @@ def evaluate_airspace(
         if errors is not None and not ok[-1]:
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
-
-    t_ok: dict[str, list[bool]] = {}  # by kind
-    for o, e in zip(outs[len(exs) :], texts):
-        t_ok.setdefault(e["kind"], []).append(reply_right(o.text, e))
-    m_ok: dict[str, list[bool]] = {}  # by the last turn's kind
-    for o, e in zip(outs[len(exs) + len(texts) :], convs):
-        m_ok.setdefault(e["final_kind"], []).append(reply_right(o.text, e))
-    g_ok = [
-        parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-        for o, g in zip(outs[len(chats) :], groups)
-    ]
-    tokens = sum(len(o.token_ids) for o in outs)
-    forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     return {
-        "split": split if cases is None else "cases",
-        "policy": label,
-        "threshold": threshold,
-        "n": len(exs),
         "exact_match": sum(ok) / max(1, len(ok)),
-        "decision_groups": len(groups),
-        "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
-        "text_turns": len(texts),  # replies in words (n_text); exact-text accuracy, overall and per kind
-        "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
-        "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
-        "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
-        "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
-        "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
-        "tpf": tokens / max(1, forwards),
-        "tokens_per_s": tokens / max(1e-9, wall),
-        "wall_s": wall,
         "by_kind": {k: r / t for k, (r, t) in sorted(kinds.items())},
-        "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},  # a client system message or not
-        "by_unit_arithmetic": {k: r / t for k, (r, t) in sorted(units.items())},  # a length in ft or nm, or none
+        "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},
+        "by_unit_arithmetic": {k: r / t for k, (r, t) in sorted(units.items())},
         "fields": {f: r / t for f, (r, t) in sorted(fields.items(), key=lambda kv: kv[1][0] / kv[1][1])},
     }
+
+
+def _right_by(outs, exs: list[dict], key: str) -> dict[str, list[bool]]:
+    """Each answer scored by ``reply_right``, grouped by the example's ``key``."""
+    right: dict[str, list[bool]] = {}
+    for o, e in zip(outs, exs):
+        right.setdefault(e[key], []).append(reply_right(o.text, e))
+    return right

@@ -9,20 +9,13 @@ import json
 from clover.commands.common import int_at_least, load_model_and_tokenizer, positive_int
 from clover.evaluate import evaluate_airspace, load_cases
 
+# the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
+BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
+              "fields": "field", "text_by_kind": "text reply", "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
+
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from clover.engine import SamplingParams
-    from clover.engine.policies import POLICIES
-
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    bad = [p for p in policies if p not in POLICIES]
-    if bad or not policies:
-        raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
-    try:  # the settings every column decodes with, checked before the model loads and the run starts
-        for p in policies:
-            SamplingParams(policy=p, threshold=args.threshold, block_size=args.block_size)
-    except ValueError as e:
-        raise SystemExit(f"clover eval: {e}") from None
+    policies = _checked_settings(args)
     cases = load_cases(args.cases) if args.cases else None
     if cases is None and args.n == 0 and args.groups == 0 and args.text == 0 and args.multiturn == 0:
         raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0 and --multiturn 0)")
@@ -39,7 +32,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
             model.config.check_block_size(args.block_size)
         except ValueError as e:
             raise SystemExit(f"clover eval: {e}") from None
-    path = args.model or "bundled model"
     errors: list | None = [] if args.errors else None
     results = [
         evaluate_airspace(
@@ -67,36 +59,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title=f"airspace {args.cases or args.split} ({path})")
-        t.add_column("metric")
-        for r in results:
-            t.add_column(r["policy"], justify="right")
-        for k in results[0]:
-            if k not in (
-                "policy",
-                "by_kind",
-                "by_system_prompt",
-                "by_unit_arithmetic",
-                "fields",
-                "text_by_kind",
-                "multiturn_by_kind",
-            ):
-                t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
-        Console().print(t)
-        w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
-        w.add_column("")
-        for r in results:
-            w.add_column(r["policy"], justify="right")
-        label = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
-                 "fields": "field", "text_by_kind": "text reply", "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
-        for group in label:
-            for k in results[0][group]:
-                w.add_row(f"{label[group]}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
-        Console().print(w)
+        print_results(results, f"airspace {args.cases or args.split} ({args.model or 'bundled model'})")
     return 0
+
+
+def _checked_settings(args: argparse.Namespace) -> list[str]:
+    """The policies of ``--policy``, each checked with the run's settings before the model loads."""
+    from clover.engine import SamplingParams
+    from clover.engine.policies import POLICIES
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad or not policies:
+        raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
+    try:  # the settings every column decodes with
+        for p in policies:
+            SamplingParams(policy=p, threshold=args.threshold, block_size=args.block_size)
+    except ValueError as e:
+        raise SystemExit(f"clover eval: {e}") from None
+    return policies
+
+
+def print_results(results: list[dict], title: str) -> None:
+    """The headline figures, one column per run, then where the tool-call misses come from."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("metric")
+    for r in results:
+        t.add_column(r["policy"], justify="right")
+    for k in results[0]:
+        if k != "policy" and k not in BREAKDOWNS:
+            t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
+    Console().print(t)
+    w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
+    w.add_column("")
+    for r in results:
+        w.add_column(r["policy"], justify="right")
+    for group, label in BREAKDOWNS.items():
+        for k in results[0][group]:
+            w.add_row(f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
+    Console().print(w)
 
 
 def register(sub) -> None:
