@@ -34,7 +34,8 @@ class AirspaceArRecipe(AirspaceRecipe):
         default_factory=lambda: dict(
             hidden_size=128,
             num_hidden_layers=8,
-            layer_types=None,  # None: three GDN layers to one attention layer, as Qwen3.5
+            layer_types=None,  # None: from full_attention_interval
+            full_attention_interval=4,  # three GDN layers to one attention layer, as Qwen3.5
             num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=32,
