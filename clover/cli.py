@@ -18,7 +18,7 @@ COMMANDS = (
     "clover.commands.tools",
     "clover.commands.bench",
     "clover.commands.eval",
-    "clover.agent.cli",
+    "clover.commands.agent",
 )
 
 

@@ -13,8 +13,8 @@ from clover.bench import BENCHMARKS
 MODULES = (
     "clover.commands.bench_decode",  # decode, context
     "clover.commands.bench_serve",  # decisions, serve
-    "clover.bench_twin",  # twin
-    "clover.agent.bench",  # agent
+    "clover.commands.bench_twin",  # twin
+    "clover.commands.bench_agent",  # agent
 )
 
 

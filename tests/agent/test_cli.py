@@ -9,10 +9,10 @@ import json
 import pytest
 from rich.console import Console
 
-from clover.agent.cli import run_session
 from clover.agent.loop import ModelReply
 from clover.agent.world import World
 from clover.cli import build_parser, main
+from clover.commands.agent import run_session
 
 from .fakes import ScriptedModel, calls_reply
 

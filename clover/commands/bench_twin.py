@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 
-TWIN_DIR = Path(__file__).resolve().parent / "assets" / "twin"
+TWIN_DIR = Path(__file__).resolve().parents[1] / "assets" / "twin"
 MAX_TOKENS = 320
 
 
