@@ -178,8 +178,9 @@ def _train_ar(args, recipe, tok, run: Path, device, rank: int, world: int, data,
     ``Qwen3_5MoeForCausalLM`` trained with a next-token loss; checkpoints and ``--export`` are
     Hugging Face directories (``from_pretrained`` loads them; ``clover convert`` takes them)."""
     from clover.model.io import CheckpointError
-    from clover.train.ar import ArTrainer, build_model, evaluate_ar, load_hf_state, save_hf
+    from clover.train.ar import ArTrainer, build_model, evaluate_ar
     from clover.train.checkpoint import gather_model_state
+    from clover.train.hf import load_hf_state, save_hf
     from clover.train.recipes import airspace_source, chat_source
     from clover.train.trainer import shard_model
 

@@ -62,7 +62,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     msd, osd = gathered if gathered is not None else gather_state(model, opt)
     if _is_hf(model):
-        from clover.train.ar import save_hf
+        from clover.train.hf import save_hf
 
         save_hf(model, tokenizer, tmp, state=msd)
     else:
@@ -110,7 +110,7 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
 
     if _is_hf(model):
-        from clover.train.ar import load_hf_state
+        from clover.train.hf import load_hf_state
 
         weights = load_hf_state(path, model)
     else:

@@ -12,7 +12,7 @@ from clover.data import corpus
 from clover.data.chat import render
 from clover.data.decisions import decision_examples
 from clover.data.tools import AIRSPACE_TOOLS
-from clover.train.ar import CHAT_TEMPLATE
+from clover.train.hf import CHAT_TEMPLATE
 
 jinja2 = pytest.importorskip("jinja2")
 

@@ -13,7 +13,8 @@ import torch
 
 from clover.data.chat import parse_assistant
 from clover.data.tokenizer import CloverTokenizer
-from clover.train.ar import AirspaceArRecipe, ArTrainer, build_model, next_token_loss, save_hf
+from clover.train.ar import AirspaceArRecipe, ArTrainer, build_model, next_token_loss
+from clover.train.hf import save_hf
 from clover.train.recipes import airspace_source, collate, encode_example
 
 pytest.importorskip("transformers")
