@@ -130,20 +130,55 @@ class World:
 
     @classmethod
     def from_dict(cls, d: dict) -> World:
+        """The world ``to_dict`` wrote, checked as data from outside is (the server's
+        ``/v1/agent/execute`` takes it from the page): every field present with its type, finite
+        numbers, coordinates on Earth, an HH:MM clock and times, keys equal to the ids and names.
+        Raises ``ValueError`` naming the first bad field."""
+        d = _record(d, "world", {"clock": str, "zones": dict, "drones": dict})
+        _hhmm(d["clock"], "world.clock")
+        zones = {}
+        for k, v in d["zones"].items():
+            where = f"world.zones[{k!r}]"
+            z = Zone(**_record(v, where, _ZONE_FIELDS))
+            if z.name != k:
+                raise ValueError(f"{where}.name must be its key, got {z.name!r}")
+            _on_earth(z.lat, z.lon, where)
+            for t in ("start_time", "end_time"):
+                if getattr(z, t) is not None:
+                    _hhmm(getattr(z, t), f"{where}.{t}")
+            zones[k] = z
         drones = {}
-        for k, v in d.get("drones", {}).items():
-            v = dict(v)
-            v["waypoints"] = [Waypoint(**w) for w in v.get("waypoints", [])]
-            v["mission"] = Mission(**v["mission"]) if v.get("mission") else None
-            drones[k] = Drone(**v)
-        zones = {k: Zone(**v) for k, v in d.get("zones", {}).items()}
-        return cls(clock=d.get("clock", "12:00"), zones=zones, drones=drones)
+        for k, v in d["drones"].items():
+            where = f"world.drones[{k!r}]"
+            v = _record(v, where, _DRONE_FIELDS)
+            v["waypoints"] = [Waypoint(**_record(w, f"{where}.waypoints[{i}]", _WAYPOINT_FIELDS))
+                              for i, w in enumerate(v["waypoints"])]  # fmt: skip
+            v["mission"] = None if v["mission"] is None else Mission(**_record(v["mission"], f"{where}.mission",
+                                                                                _MISSION_FIELDS))  # fmt: skip
+            drone = Drone(**v)
+            if drone.id != k:
+                raise ValueError(f"{where}.id must be its key, got {drone.id!r}")
+            for lat, lon in [(drone.lat, drone.lon), (drone.base_lat, drone.base_lon),
+                             *((w.lat, w.lon) for w in drone.waypoints)]:  # fmt: skip
+                _on_earth(lat, lon, where)
+            drones[k] = drone
+        return cls(clock=d["clock"], zones=zones, drones=drones)
 
     # -- seeded worlds --------------------------------------------------------------------------
     @classmethod
-    def seeded(cls, seed: int = 0, n_drones: int = 6, n_zones: int = 3) -> World:
+    def seeded(cls, seed: int = 0, n_drones: int = 6, n_zones: int = 3, area_deg: float | None = None) -> World:
         """A world drawn from ``seed``: drones with train-range ids (D-1 ... D-799) and zones with
-        validation-split names (so a test task's names never collide with them), anywhere on Earth."""
+        validation-split names (so a test task's names never collide with them), anywhere on Earth.
+        ``area_deg``: the same drones, zones, states and clock, moved into one square of that many
+        degrees around a centre drawn from the seed (each drone with its base and waypoints), as a
+        map of one airspace shows them (the playground's agent mode)."""
+        world = cls._drawn(seed, n_drones, n_zones)
+        if area_deg is not None:
+            world._gather(random.Random(f"clover-agent-area-{seed}"), area_deg)
+        return world
+
+    @classmethod
+    def _drawn(cls, seed: int, n_drones: int, n_zones: int) -> World:
         rng = random.Random(f"clover-agent-world-{seed}")
         world = cls(clock=f"{rng.randint(6, 21):02d}:{rng.choice((0, 15, 30, 45)):02d}")
         while len(world.drones) < n_drones:
@@ -155,6 +190,25 @@ class World:
             if name not in world.zones:
                 world.zones[name] = _random_zone(rng, name)
         return world
+
+    def _gather(self, rng: random.Random, area_deg: float) -> None:
+        if not 0 < area_deg <= 20:
+            raise ValueError(f"area_deg must be in (0, 20], got {area_deg}")
+        clat, clon, half = rng.uniform(-60, 60), rng.uniform(-150, 150), area_deg / 2
+        margin = min(0.06, half / 2)  # a drone's waypoints lie within 0.05 degrees of it
+
+        def spot() -> tuple[float, float]:
+            return (round(clat + rng.uniform(-half + margin, half - margin), 4),
+                    round(clon + rng.uniform(-half + margin, half - margin), 4))  # fmt: skip
+
+        for d in self.drones.values():
+            lat, lon = spot()
+            dlat, dlon = lat - d.lat, lon - d.lon
+            d.lat, d.lon, d.base_lat, d.base_lon = lat, lon, round(d.base_lat + dlat, 4), round(d.base_lon + dlon, 4)
+            for w in d.waypoints:
+                w.lat, w.lon = round(w.lat + dlat, 4), round(w.lon + dlon, 4)
+        for z in self.zones.values():
+            z.lat, z.lon = spot()
 
     @classmethod
     def for_task(cls, calls: list[dict], seed: int = 0, results: list[dict | None] | None = None) -> World:
@@ -229,6 +283,42 @@ class World:
                     out.append(f"{did} waypoint {i + 1}: {wa.describe() if wa else 'none'} -> "
                                f"{wb.describe() if wb else 'none'}")  # fmt: skip
         return out
+
+
+_NUM, _OPT_STR = (int, float), (str, type(None))
+_ZONE_FIELDS = {"name": str, "lat": _NUM, "lon": _NUM, "radius_m": int, "start_time": _OPT_STR, "end_time": _OPT_STR}
+_WAYPOINT_FIELDS = {"lat": _NUM, "lon": _NUM, "altitude_m": int}
+_MISSION_FIELDS = {"id": str, "type": str, "target": str}
+_DRONE_FIELDS = {"id": str, "lat": _NUM, "lon": _NUM, "altitude_m": int, "base_lat": _NUM, "base_lon": _NUM,
+                 "battery_pct": int, "status": str, "waypoints": list, "mission": (dict, type(None))}  # fmt: skip
+
+
+def _record(v, where: str, fields: dict) -> dict:
+    """``v`` checked to be an object of exactly ``fields`` (name -> type or types), numbers finite."""
+    if not isinstance(v, dict):
+        raise ValueError(f"{where} must be an object, got {type(v).__name__}")
+    unknown = [k for k in v if k not in fields]
+    if unknown:
+        raise ValueError(f"{where} has an unknown field {unknown[0]!r}")
+    for k, t in fields.items():
+        if k not in v:
+            raise ValueError(f"{where} lacks the field {k!r}")
+        x = v[k]
+        if not isinstance(x, t) or (isinstance(x, bool) and t is not bool):
+            raise ValueError(f"{where}.{k} has the wrong type ({type(x).__name__})")
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{where}.{k} must be a finite number")
+    return dict(v)
+
+
+def _hhmm(t: str, where: str) -> None:
+    if not _HHMM.match(t):
+        raise ValueError(f"{where} must be a 24-hour HH:MM time, got {t!r}")
+
+
+def _on_earth(lat: float, lon: float, where: str) -> None:
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        raise ValueError(f"{where}: position ({lat}, {lon}) is not on Earth")
 
 
 def _id_key(did: str):

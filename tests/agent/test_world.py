@@ -4,6 +4,7 @@ call is an error result the model reads, and the world stays as it was."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -132,6 +133,50 @@ def test_seeded_worlds_are_reproducible_and_round_trip():
     assert len(a.drones) == 6 and len(a.zones) == 3
     assert all(k.startswith("D-") and 1 <= int(k[2:]) <= 799 for k in a.drones)
     assert World.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+
+
+def test_a_world_in_one_area_keeps_the_seeded_world_and_round_trips():
+    """``area_deg``: the playground's world, the seeded one moved into one square (its map)."""
+    a, b = World.seeded(3), World.seeded(3, area_deg=0.4)
+    assert b == World.seeded(3, area_deg=0.4) and b != a
+    assert a.clock == b.clock and list(a.drones) == list(b.drones) and list(a.zones) == list(b.zones)
+    for did, d in b.drones.items():
+        old = a.drones[did]
+        assert (d.status, d.battery_pct, d.mission, len(d.waypoints)) == (
+            old.status, old.battery_pct, old.mission, len(old.waypoints))  # fmt: skip
+        assert abs((d.base_lat - d.lat) - (old.base_lat - old.lat)) < 1e-3  # the base moved with the drone
+    lats = [p for d in b.drones.values() for p in [d.lat, d.base_lat, *(w.lat for w in d.waypoints)]]
+    lats += [z.lat for z in b.zones.values()]
+    assert max(lats) - min(lats) <= 0.4 + 0.2
+    assert World.from_dict(json.loads(json.dumps(b.to_dict()))) == b
+    assert World.from_dict(b.to_dict()).to_dict() == b.to_dict()
+
+
+BAD_STATES = [
+    (lambda d: d.pop("clock"), "lacks the field 'clock'"),
+    (lambda d: d.update(clock="25:61"), "HH:MM"),
+    (lambda d: d.update(extra=1), "unknown field 'extra'"),
+    (lambda d: d.update(drones=[]), "wrong type"),
+    (lambda d: d["drones"]["D-18"].update(lat="north"), "world.drones['D-18'].lat has the wrong type"),
+    (lambda d: d["drones"]["D-18"].update(battery_pct=True), "wrong type"),
+    (lambda d: d["drones"]["D-18"].update(lat=float("nan")), "finite"),
+    (lambda d: d["drones"]["D-18"].update(lon=190.0), "not on Earth"),
+    (lambda d: d["drones"]["D-18"].update(id="D-19"), "must be its key"),
+    (lambda d: d["drones"]["D-18"]["waypoints"].append({"lat": 1.0}), "waypoints[3] lacks the field 'lon'"),
+    (lambda d: d["drones"]["D-18"].update(mission={"id": "M-1"}), "mission lacks the field 'type'"),
+    (lambda d: d["zones"]["Lower Arena"].update(radius_m=2.5), "wrong type"),
+    (lambda d: d["zones"]["Lower Arena"].update(end_time="noon"), "HH:MM"),
+    (lambda d: d["zones"]["Lower Arena"].update(name="Upper Arena"), "must be its key"),
+    (lambda d: d.update(zones={"Z": 5}), "world.zones['Z'] must be an object"),
+]
+
+
+@pytest.mark.parametrize(("spoil", "message"), BAD_STATES, ids=[m for _, m in BAD_STATES])
+def test_from_dict_refuses_a_bad_state_with_its_place(spoil, message):
+    d = json.loads(json.dumps(World.seeded(0).to_dict()))
+    spoil(d)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        World.from_dict(d)
 
 
 def test_diff_says_what_changed(world):
