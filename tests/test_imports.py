@@ -1,6 +1,7 @@
 """How the package is layered (docs/architecture.md): ``ops <- model <- engine <- api <- server``;
-``data``, ``train`` and ``convert`` build on ``model``; the command line sits on top and nothing
-imports it."""
+``data``, ``train`` and ``convert`` build on ``model``; the airspace ``agent`` on ``data`` and
+``llm``, and the server uses only its world (the playground's agent mode); the command line sits
+on top and nothing imports it."""
 
 import ast
 import subprocess
@@ -100,7 +101,8 @@ MAY_IMPORT = {
     "api": {"ops", "model", "data", "engine"},
     "loading": {"ops", "model", "data", "engine"},
     "llm": {"ops", "model", "data", "engine", "api", "loading"},
-    "server": {"clover", "ops", "model", "data", "engine", "api", "loading"},
+    "server": {"clover", "ops", "model", "data", "engine", "api", "loading", "agent"},
+    "agent": {"data", "llm"},  # llm: LocalModel, deferred
     "train": {"ops", "model", "data"},
     "convert": {"ops", "model", "data"},
 }
@@ -113,6 +115,15 @@ def test_each_part_imports_only_the_parts_below_it():
         if part in MAY_IMPORT:
             wrong += [(m, n) for n in _imports(path, deferred=True) if _part(n) not in MAY_IMPORT[part] | {part}]
     assert wrong == []
+
+
+def test_the_server_uses_only_the_agents_world_which_builds_on_data_alone():
+    """``/v1/agent/*`` run tool calls with ``clover.agent.world``; that module needs nothing above
+    ``clover.data`` (no model, engine or server), so the server's import of it pulls in no loop."""
+    server = {n for m, p in MODULES.items() if _part(m) == "server" for n in _imports(p, deferred=True)}
+    assert {n for n in server if _part(n) == "agent"} == {"clover.agent.world"}
+    assert {_part(n) for n in _imports(MODULES["clover.agent.world"], deferred=True)} <= {"data", "agent"}
+    assert "clover.engine" not in _imported_after("import clover.agent.world")
 
 
 def test_nothing_in_the_library_imports_a_command():

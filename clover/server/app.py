@@ -22,6 +22,7 @@ from clover.api.errors import APIError, from_validation, server_error, too_large
 from clover.api.protocol import model_limits
 from clover.engine import Engine
 from clover.loading import PREFIX_CACHE_MB, load_engine
+from clover.server.agent import router as agent_router
 from clover.server.async_engine import AsyncEngine
 from clover.server.metrics import Metrics
 from clover.server.routes import router
@@ -68,6 +69,7 @@ def create_app(
     app = FastAPI(title="Clover", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.clover = state
     app.include_router(router)
+    app.include_router(agent_router)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, metrics=metrics)
     _error_handlers(app)
     return app

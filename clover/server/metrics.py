@@ -9,6 +9,7 @@ TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
 ENDPOINTS = {
     "/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/models", "/health", "/metrics", "/",
+    "/v1/agent/world", "/v1/agent/execute",
 }  # fmt: skip
 
 

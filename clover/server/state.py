@@ -9,7 +9,7 @@ import time
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from clover.api.errors import APIError, bad_request, from_validation, queue_full
+from clover.api.errors import APIError, bad_request, from_validation, queue_full, too_large
 from clover.api.protocol import Limits, as_api_error, chat_stop_ids
 from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
@@ -40,8 +40,11 @@ class ServerState:
             raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")  # fmt: skip
 
-    async def read(self, request: Request, schema: type[BaseModel]):
-        raw = await request.body()  # the size limit is enforced by the middleware as it is read
+    async def read(self, request: Request, schema: type[BaseModel], max_bytes: int | None = None):
+        """The body as ``schema``; ``max_bytes``: a route's own limit below the server's (413)."""
+        raw = await request.body()  # the server's size limit is enforced by the middleware as it is read
+        if max_bytes is not None and len(raw) > max_bytes:
+            raise too_large(f"request body of {len(raw)} bytes exceeds this route's limit of {max_bytes}")
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
