@@ -1,5 +1,8 @@
 """The playground page: served at /, and in headless Chromium it runs a streamed chat, draws the
-active block step by step and shows the completion and its stats (screenshot in the tmp dir)."""
+active block step by step and shows the completion and its stats (screenshot in the tmp dir); in
+agent mode it draws the airspace world and runs a compound message's calls against it."""
+
+import time
 
 import httpx
 import pytest
@@ -81,3 +84,88 @@ def test_playground_without_a_key_and_with_a_policy(live, tiny_model, tokenizer)
     assert keybox == "none"
     assert options.split(",") == POLICIES and engine.policies == ["ar"]
     assert placeholder == "8"  # the model's block size (the field is narrow: no word to cut)
+
+
+def test_agent_mode_is_on_the_page(live):
+    with live() as srv:
+        page = httpx.get(srv.url + "/").text
+    assert '<option value="agent">agent</option>' in page and 'id="map"' in page
+    assert "/v1/agent/world" in page and "/v1/agent/execute" in page and "const MAX_STEPS = 4;" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
+        '"http://www.w3.org/2000/svg"', ""
+    )  # one self-contained file: no external assets, no CDN
+    assert "<link" not in page and "src=" not in page
+
+
+def _map(browser) -> dict:
+    """The map as drawn: each zone's state and each drone's status, from the SVG."""
+    return browser.evaluate(
+        "({zones: Object.fromEntries([...document.querySelectorAll('#map g.zone')].map(g => [g.dataset.zone, "
+        "{state: g.dataset.state, circles: g.querySelectorAll('circle').length}])), "
+        "drones: Object.fromEntries([...document.querySelectorAll('#map g.drone')].map(g => [g.dataset.drone, "
+        "{status: g.dataset.status, label: g.querySelector('text.status').textContent, "
+        "markers: g.querySelectorAll('circle.marker').length}])), "
+        "waypoints: document.querySelectorAll('#map circle.wp').length})"
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium); CI installs it")
+def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_path):
+    """Agent mode on the bundled model (``ar``): the map draws the seeded world; a compound
+    message's two calls run on the server (POST /v1/agent/execute), the results go back to the
+    model, which replies in words; the map shows the drone returning and the zone lifted."""
+    from clover.agent.world import World
+    from clover.loading import load_engine
+
+    world = World.seeded(0, area_deg=0.4)
+    assert world.drones["D-18"].status == "hovering" and "Lower Arena" in world.zones
+    with live(load_engine(None, threads=1), api_key="pg-key") as srv:
+        browser = Chromium(1440, 900)
+        try:
+            url = srv.url + "/?key=pg-key&mode=agent&world=0&policy=ar&delay=0"
+            drawn = browser.open(url, "document.querySelectorAll('#map g.drone').length > 0")
+            before = _map(browser)
+            browser.evaluate("document.getElementById('prompt').value = "
+                             "'recall drone 18 and lift no-fly zone Lower Arena'; "
+                             "document.getElementById('send').click()")  # fmt: skip
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                if browser.evaluate("['done', 'error'].includes(document.getElementById('status').dataset.state)"):
+                    break
+                time.sleep(0.2)
+            status = browser.evaluate("document.getElementById('status').textContent")
+            after = _map(browser)
+            log = browser.evaluate("document.getElementById('log').innerText")
+            changed = browser.evaluate("[...document.querySelectorAll('#map .changed')].map(g => "
+                                       "g.dataset.drone || g.dataset.zone).sort().join(',')")  # fmt: skip
+            shot = tmp_path / "agent.png"
+            browser.screenshot(shot)
+        finally:
+            browser.close()
+    assert drawn
+    # the seeded world, drawn: a circle per zone (state from the world's rules), a marker per drone
+    assert before["zones"] == {
+        name: {"state": "active" if z.active_at(world.clock) else "inactive", "circles": 1}
+        for name, z in world.zones.items()
+    }
+    assert {d: (v["status"], v["markers"]) for d, v in before["drones"].items()} == {
+        did: (d.status, 1) for did, d in world.drones.items()
+    }
+    assert before["waypoints"] == sum(len(d.waypoints) for d in world.drones.values())
+    assert before["zones"]["Lower Arena"]["state"] == "active"
+    # the loop ran: two calls, their results, a reply in words
+    assert status.startswith("done: a reply after 2 step(s)"), (status, log)
+    assert 'recall_drone({"drone_id": "D-18"})' in log and '"status":"returning"' in log
+    assert 'lift_no_fly_zone({"zone_name": "Lower Arena"})' in log and '"status":"lifted"' in log
+    # ... and the map changed: the zone drawn as lifted, the drone's status label
+    assert after["zones"]["Lower Arena"]["state"] == "lifted"
+    assert after["drones"]["D-18"]["status"] == "returning to base"
+    assert after["drones"]["D-18"]["label"].startswith("returning to base")
+    assert before["drones"]["D-18"]["label"].startswith("hovering")
+    assert {d: v for d, v in after["drones"].items() if d != "D-18"} == {
+        d: v for d, v in before["drones"].items() if d != "D-18"
+    }
+    assert changed == "D-18,Lower Arena"  # highlighted as what this message changed
+    png = shot.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
