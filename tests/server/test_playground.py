@@ -141,6 +141,11 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
                                        "g.dataset.drone || g.dataset.zone).sort().join(',')")  # fmt: skip
             shot = tmp_path / "agent.png"
             browser.screenshot(shot)
+            # a wrong key: the world route answers 401 like the other /v1 routes, and the page says so
+            browser.evaluate("localStorage.clear()")
+            refused = browser.open(srv.url + "/?key=wrong&mode=agent", "document.getElementById('status').dataset.state "
+                                   "=== 'error'")  # fmt: skip
+            refusal = browser.evaluate("document.getElementById('status').textContent")
         finally:
             browser.close()
     assert drawn
@@ -167,5 +172,6 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
         d: v for d, v in before["drones"].items() if d != "D-18"
     }
     assert changed == "D-18,Lower Arena"  # highlighted as what this message changed
+    assert refused and "401" in refusal and "incorrect API key" in refusal, refusal
     png = shot.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
