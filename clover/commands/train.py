@@ -108,6 +108,9 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
         src = load_model(src_dir)
     except (CheckpointError, FileNotFoundError) as e:
         raise SystemExit(f"clover: --init-from: {e}") from None
+    if src.config.quantization is not None:
+        raise SystemExit(f"clover: --init-from: {src_dir} is a quantized checkpoint (inference only); "
+                         "train from its full-precision source")  # fmt: skip
     a, b = src.config.to_dict(), model.config.to_dict()
     diff = sorted(k for k in set(a) | set(b) if k != "extra" and a.get(k) != b.get(k))
     ours, theirs = model.state_dict(), src.state_dict()
@@ -302,6 +305,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         init_config = load_config(init_dir) if init_dir and not isinstance(recipe, AirspaceArRecipe) else None
     except CheckpointError as e:
         raise SystemExit(f"clover train: --init-from {args.init_from}: {e}") from None
+    if init_config is not None and init_config.quantization is not None:
+        raise SystemExit(f"clover train: --init-from {args.init_from} is a quantized checkpoint (inference only); "
+                         "train from its full-precision source")  # fmt: skip
     for flag, d in (("--out", args.out), ("--export", args.export)):
         if d and Path(d).exists() and not Path(d).is_dir():
             raise SystemExit(f"clover train: {flag} {d}: exists and is not a directory")

@@ -63,6 +63,9 @@ class CloverConfig:
     gdn_right_conv: bool = True  # False: no right-context conv branch (block features = causal)
     gdn_block_calibration: bool = True  # False: no γ_h·ln n term in the memory logit
     model_type: str = "clover"
+    # weight-only quantization header (docs/quantization.md; clover/model/quant.py): None for a
+    # full-precision checkpoint, else {"bits", "group_size", "scheme", "modules"}
+    quantization: dict | None = None
     extra: dict = field(default_factory=dict)  # free-form provenance (conversion source, recipe)
 
     def __post_init__(self) -> None:
@@ -117,6 +120,8 @@ class CloverConfig:
                 problems.append(f"mask_token_id {self.mask_token_id} outside vocabulary of {self.vocab_size}")
             if self.block_size > self.max_block_size:
                 problems.append(f"block_size {self.block_size} exceeds max_block_size {self.max_block_size}")
+        if self.quantization is not None:
+            problems += quantization_problems(self.quantization)
         if problems:
             raise ConfigError("invalid Clover config: " + "; ".join(problems))
 
@@ -168,6 +173,34 @@ class CloverConfig:
         return cls.from_dict(d)
 
 
+# the quantization schemes (docs/quantization.md): bits → scheme name
+QUANT_SCHEMES = {8: "symmetric", 4: "asymmetric"}
+
+
+def quantization_problems(q) -> list[str]:
+    """What is wrong with a ``quantization`` header on its own (the modules it names are checked
+    against the model when a checkpoint loads: clover.model.quant.check_header)."""
+    if not isinstance(q, dict):
+        return [f"quantization header must be an object, got {type(q).__name__}"]
+    out = []
+    unknown = sorted(set(q) - {"bits", "group_size", "scheme", "modules"})
+    missing = sorted({"bits", "group_size", "scheme", "modules"} - set(q))
+    if unknown:
+        out.append(f"quantization header has unknown keys {unknown}")
+    if missing:
+        out.append(f"quantization header lacks {missing}")
+    bits, group, scheme, modules = (q.get(k) for k in ("bits", "group_size", "scheme", "modules"))
+    if "bits" in q and (isinstance(bits, bool) or bits not in QUANT_SCHEMES):
+        out.append(f"quantization bits must be 8 or 4, got {bits!r}")
+    elif "scheme" in q and scheme != QUANT_SCHEMES.get(bits):
+        out.append(f"quantization scheme for {bits}-bit weights must be {QUANT_SCHEMES.get(bits)!r}, got {scheme!r}")
+    if "group_size" in q and (not isinstance(group, int) or isinstance(group, bool) or group < 0):
+        out.append(f"quantization group_size must be an integer >= 0 (0: one group per row), got {group!r}")
+    if "modules" in q and (not isinstance(modules, list) or not all(isinstance(m, str) for m in modules)):
+        out.append("quantization modules must be a list of module names")
+    return out
+
+
 PRESETS: dict[str, dict] = {
     # for tests: every mechanism present, tiny dims
     "tiny": dict(
@@ -206,6 +239,27 @@ PRESETS: dict[str, dict] = {
         num_experts_per_tok=2,
         moe_intermediate_size=256,
         shared_expert_intermediate_size=256,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        mask_token_id=4095,
+    ),
+    # big enough that the matmuls dominate a CPU decode step (~240 M parameters, ~60 M active):
+    # where weight quantization's speed shows (clover bench quant)
+    "medium": dict(
+        vocab_size=4096,
+        hidden_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=128,
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        num_experts=16,
+        num_experts_per_tok=2,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=1024,
         max_position_embeddings=32768,
         rope_theta=1_000_000.0,
         mask_token_id=4095,

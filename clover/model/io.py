@@ -133,16 +133,24 @@ def load_model(
     state = read_weights(path)
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)
+    if config.quantization is not None:
+        from clover.model.quant import QuantError, apply_structure
+
+        try:
+            apply_structure(model, config.quantization)
+        except QuantError as e:
+            raise CheckpointError(f"{path / 'config.json'}: bad quantization header: {e}") from None
     expected = {k: v for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
         expected.pop("lm_head.weight", None)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     shapes = [
-        f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(v.shape)}"
+        f"{k}: checkpoint {tuple(state[k].shape)} {str(state[k].dtype)[6:]} vs config {tuple(v.shape)} {str(v.dtype)[6:]}"
         for k, v in expected.items()
-        if k in state and state[k].shape != v.shape
-    ]
+        if k in state and (state[k].shape != v.shape or (not v.is_floating_point() or v.dtype == torch.bfloat16)
+                           and state[k].dtype != v.dtype)
+    ]  # fmt: skip
     if missing or unexpected or shapes:
         parts = []
         if missing:
@@ -151,13 +159,21 @@ def load_model(
             parts.append(f"unexpected {len(unexpected)} tensors (e.g. {unexpected[:3]})")
         if shapes:
             parts.append(f"{len(shapes)} shape mismatches (e.g. {shapes[:3]})")
-        raise CheckpointError(f"{path}: checkpoint does not fit its config: " + "; ".join(parts))
+        what = "checkpoint does not fit its config"
+        if config.quantization is not None:
+            q = config.quantization
+            what = f"checkpoint does not fit its config's quantization header (bits {q['bits']}, group_size {q['group_size']})"
+        raise CheckpointError(f"{path}: {what}: " + "; ".join(parts))
     model.load_state_dict(state, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
+    if config.quantization is not None:
+        from clover.model.quant import prepare_model
+
+        prepare_model(model)
     # non-persistent buffers (rope frequencies) were on meta: rebuild them
     model.model.rotary_emb.__init__(config)
     model = model.to(device)
     if dtype is not None:
-        model = model.to(dtype)
+        model = model.to(dtype)  # a quantized model's integer weights and bf16 scales stay as stored
     return model.eval()
