@@ -1,6 +1,8 @@
 """``clover info``: a model's layer pattern and parameter counts: the bundled model (what
 ``clover serve`` and ``clover chat`` run by default), a checkpoint (``--model``) or a preset shape
-(``--preset``)."""
+(``--preset``). With ``--bits`` (or for a quantized checkpoint): weight bytes at that precision
+and whether the weights plus one sequence's decoding cache at ``--context`` tokens fit a 16 GiB
+and a 24 GiB GPU, and if not, what does not fit."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     except (CheckpointError, ConfigError, TypeError, FileNotFoundError) as e:  # an unknown preset, no config.json
         raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
-        model = CloverForBlockDiffusion(config)
+        model = CloverForBlockDiffusion(config.replace(quantization=None))
     counts = model.num_parameters()
     info = {
         "preset": args.preset,
@@ -42,7 +44,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         "num_experts_per_tok": config.num_experts_per_tok,
         "shift_logits": config.shift_logits,
         "block_size": config.block_size,
+        "quantization": None
+        if config.quantization is None
+        else {k: v for k, v in config.quantization.items() if k != "modules"},
     }
+    bits = args.bits or (config.quantization or {}).get("bits")
+    if bits:
+        group = args.group_size if args.group_size is not None else (config.quantization or {}).get("group_size")
+        try:
+            info["memory"] = memory_fit(config, bits, group, args.context)
+        except ValueError as e:  # a group size that does not divide a layer
+            raise SystemExit(f"clover info: {e}") from None
     if args.json:
         print(json.dumps(info))
         return 0
@@ -61,7 +73,86 @@ def cmd_info(args: argparse.Namespace) -> int:
     for k in ("hidden_size", "vocab_size", "num_experts", "num_experts_per_tok", "block_size", "shift_logits"):
         t.add_row(k, str(info[k]))
     Console().print(t)
+    if "memory" in info:
+        print_memory(info["memory"])
     return 0
+
+
+GPUS_GIB = (16, 24)
+
+
+def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
+    """Weight bytes at ``bits`` (16: bf16 throughout; 8/4: the quantized weights, the rest bf16)
+    plus one sequence's decoding cache at ``context`` tokens, against 16 and 24 GiB GPUs."""
+    from clover.model.quant import DEFAULT_GROUP_SIZE, cache_bytes, weight_bytes
+
+    if bits == 16:
+        w, group_size = weight_bytes(config, None, float_bytes=2), None
+    else:
+        group_size = DEFAULT_GROUP_SIZE[bits] if group_size is None else group_size
+        w = weight_bytes(config, bits, group_size, float_bytes=2)
+    cache = cache_bytes(config, context, 1, dtype_bytes=2)
+    need = w["total"] + cache
+    per_layer_experts = w["experts"] / config.num_hidden_layers
+    gpus = {}
+    for gib in GPUS_GIB:
+        cap = gib * 2**30
+        fits = need <= cap
+        g = {"capacity_bytes": cap, "fits": fits, "headroom_bytes": cap - need}
+        if not fits:
+            over = need - cap
+            g["over_bytes"] = over
+            rest = w["total"] - w["experts"]
+            g["not_fitting"] = (
+                f"{over / 2**30:.1f} GiB over: the routed experts alone are {w['experts'] / 2**30:.1f} GiB; "
+                + (
+                    f"the rest of the weights ({rest / 2**30:.1f} GiB) and the cache fit, so "
+                    f"{-(-over // per_layer_experts):.0f} of {config.num_hidden_layers} layers' experts would have to "
+                    "stay in host memory"
+                    if over < w["experts"]
+                    else "even without any routed expert the rest does not fit"
+                )
+            )
+        gpus[f"{gib}GiB"] = g
+    return {
+        "bits": bits,
+        "group_size": group_size,
+        "context": context,
+        "weight_bytes": w["total"],
+        "quantized_bytes": w["quantized"],
+        "full_precision_bytes": w["float"],
+        "expert_bytes": w["experts"],
+        "cache_bytes": cache,
+        "total_bytes": need,
+        "gpus": gpus,
+    }
+
+
+def print_memory(m: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+    prec = "bf16" if m["bits"] == 16 else f"int{m['bits']}"
+    grp = "" if m["bits"] == 16 else f", group {m['group_size'] or 'per row'}"
+    t = Table(title=f"memory at {prec}{grp}, {m['context']} tokens of context, batch 1")
+    t.add_column("what")
+    t.add_column("bytes", justify="right")
+    t.add_row("weights", gib(m["weight_bytes"]))
+    if m["bits"] != 16:
+        t.add_row(f"  quantized (int{m['bits']} + scales)", gib(m["quantized_bytes"]))
+        t.add_row("  full precision (bf16: embeddings, head, norms, router, gates)", gib(m["full_precision_bytes"]))
+    t.add_row("  of which routed experts", gib(m["expert_bytes"]))
+    t.add_row("cache (attention KV bf16, GDN state fp32 + conv tail)", gib(m["cache_bytes"]))
+    t.add_row("weights + cache", gib(m["total_bytes"]))
+    for name, g in m["gpus"].items():
+        t.add_row(f"fits a {name[:-3]} GiB GPU", "yes" if g["fits"] else "no")
+    console = Console()
+    console.print(t)
+    for name, g in m["gpus"].items():
+        if not g["fits"]:
+            console.print(f"{name[:-3]} GiB: {g['not_fitting']}")
+    console.print("[dim]activations, the CUDA context and framework overhead are not counted[/]")
 
 
 def register(sub) -> None:
@@ -70,5 +161,14 @@ def register(sub) -> None:
     )
     s.add_argument("--model", help="a checkpoint directory (default: the bundled model, which clover serve runs)")
     s.add_argument("--preset", help="a preset shape instead of a checkpoint: tiny, small, qwen3.6-35b-a3b")
+    s.add_argument(
+        "--bits",
+        type=int,
+        choices=[16, 8, 4],
+        help="weight bytes at this precision (16: bf16; 8/4: weight-only int8/int4, see clover quantize) and "
+        "whether weights + cache fit a 16 GiB and a 24 GiB GPU (default: a quantized checkpoint's own)",
+    )
+    s.add_argument("--group-size", type=int, help="quantization group size for --bits (default: clover quantize's)")
+    s.add_argument("--context", type=int, default=8192, help="tokens of context for the cache size with --bits")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_info)

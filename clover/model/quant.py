@@ -457,7 +457,7 @@ def weight_bytes(config: CloverConfig, bits: int | None = None, group_size: int 
         model = CloverForBlockDiffusion(config.replace(quantization=None))
     quant = set(quantizable(model)) if bits else set()
     group_size = DEFAULT_GROUP_SIZE.get(bits, 0) if group_size is None else group_size
-    total = q_bytes = 0
+    total = q_bytes = experts = 0
     seen = set()
     for name, p in model.named_parameters():
         if id(p) in seen:
@@ -467,12 +467,15 @@ def weight_bytes(config: CloverConfig, bits: int | None = None, group_size: int 
         if mod in quant:
             *lead, N, K = p.shape
             ng = K // layer_group(K, group_size, mod)
-            n = p.numel() * bits // 8 + p.numel() // K * ng * 2 * (2 if bits == 4 else 1)
+            n = p.numel() * bits // 8 + p.numel() // K * ng * 2 * (2 if bits == 4 else 1)  # + bf16 scales, zeros
             q_bytes += n
             total += n
         else:
-            total += p.numel() * float_bytes
-    return {"total": total, "quantized": q_bytes, "float": total - q_bytes}
+            n = p.numel() * float_bytes
+            total += n
+        if mod.endswith(EXPERT_SUFFIXES):
+            experts += n
+    return {"total": total, "quantized": q_bytes, "float": total - q_bytes, "experts": experts}
 
 
 def cache_bytes(config: CloverConfig, context: int, batch: int = 1, dtype_bytes: int = 2) -> int:
