@@ -191,6 +191,11 @@ class QuantWeight(nn.Module):
         if not self.kernel_ok():
             return self
         ng = self.in_features // self.group
+        if self.bits == 8 and ng == 1:
+            # the int8 kernel reads the stored tensors in place, and its vector loads may run past
+            # a tensor's end: fine in a heap block, a crash at the end of a memory-mapped
+            # safetensors file (seen), so the kernel gets its own copies
+            self.qweight, self.scales = self.qweight.clone(), self.scales.clone()
         q = self.qweight.reshape(-1, *self.qweight.shape[-2:])
         s = self.scales.reshape(-1, self.out_features, ng)
         entries = []
