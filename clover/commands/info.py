@@ -160,7 +160,7 @@ def register(sub) -> None:
         "info", help="layer pattern and parameter counts of the bundled model, a checkpoint or a preset shape"
     )
     s.add_argument("--model", help="a checkpoint directory (default: the bundled model, which clover serve runs)")
-    s.add_argument("--preset", help="a preset shape instead of a checkpoint: tiny, small, qwen3.6-35b-a3b")
+    s.add_argument("--preset", help="a preset shape instead of a checkpoint: tiny, small, medium, qwen3.6-35b-a3b")
     s.add_argument(
         "--bits",
         type=int,
