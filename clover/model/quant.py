@@ -266,6 +266,7 @@ class QuantWeight(nn.Module):
         if (e is None) != (not self.lead):
             raise ValueError("packed experts need an expert index e; a Linear takes none")
         use = self._kernel is not None and _KERNELS[-1] and x.device.type == "cpu" and x.dtype != torch.float64
+        use = use and x.numel() > 0
         if not use:
             return self.reference(x, e)
         ent = self._kernel[0 if e is None else e]
