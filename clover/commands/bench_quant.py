@@ -111,7 +111,7 @@ def run_quant(args: argparse.Namespace) -> int:
                 figures["exact_match"][prec] = em
             ratio = figures["bytes"][which][prec] / figures["bytes"][which]["fp32"]
             rows.append([which, prec, f"{figures['bytes'][which][prec] / 1e6:.1f} ({ratio:.2f}x)",
-                         *(speed[f"{p}@{b}"] for p in ("ar", "threshold") for b in (1, args.batch)),
+                         *(speed[f"{p}@{b}"] for b in (1, args.batch) for p in ("ar", "threshold")),
                          *(f"{100 * em[p]:.1f}" if em else "-" for p in ("ar", "threshold"))])  # fmt: skip
             del model
         b16 = figures["bytes"][which]["bf16"]
