@@ -253,7 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from clover.train.checkpoint import latest_checkpoint
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
-    from clover.train.trainer import Trainer, setup_distributed, shard_model, train_device
+    from clover.train.trainer import KindCE, Trainer, setup_distributed, shard_model, train_device
 
     RECIPES = {**RECIPES, "airspace-ar": AirspaceArRecipe}
 
@@ -359,13 +359,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         val_source = airspace_source(tok, recipe, "validation", seed=99)
         val_batches = [val_source(recipe.curriculum_steps + i) for i in range(4)]  # the full mix, past the curriculum
     cfg = recipe.train
-    cat_names, cats = tok.categories()
-    cats = torch.tensor(cats)
 
     def evaluate(m, step):
         m.eval()
         tot, n = 0.0, 0
-        ce_sum, ce_n = torch.zeros(len(cat_names), dtype=torch.float64), torch.zeros(len(cat_names))
+        kinds = KindCE(tok)  # mean cross-entropy of the masked tokens by kind
         with torch.no_grad():
             for i, vb in enumerate(val_batches):
                 b = build_batch(
@@ -382,16 +380,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                 tot += float(loss)
                 n += 1
                 nb = noisy_blocks(b, cfg.block_size)
-                kind = cats[nb["y"][nb["mask"]].cpu()]  # the same masked positions, in the same order as ce
-                ce = ce.cpu()
-                ce_sum.index_add_(0, kind, ce.double())
-                ce_n.index_add_(0, kind, torch.ones_like(ce))
+                kinds.add(nb["y"][nb["mask"]], ce)  # the same masked positions, in the same order as ce
         m.train()
-        # mean cross-entropy of the masked tokens by kind: copying shows up in digits and words
-        res = {
-            "val_loss": tot / n,
-            "val_ce": {c: float(ce_sum[k] / ce_n[k]) for k, c in enumerate(cat_names) if ce_n[k]},
-        }
+        res = {"val_loss": tot / n, "val_ce": kinds.by_kind()}
         if args.export:
             record = {"recipe": f"chat data {args.data}" if data is not None else args.recipe, "step": step, "val_loss": res["val_loss"], "val_ce": res["val_ce"], **counts,
                       "train": asdict(cfg)}  # fmt: skip

@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from clover.data.tokenizer import CloverTokenizer
 from clover.train.recipes import AirspaceRecipe
-from clover.train.trainer import TrainConfig, Trainer, length_groups
+from clover.train.trainer import KindCE, TrainConfig, Trainer, length_groups
 
 ARCHITECTURE = "Qwen3_5MoeForCausalLM"
 
@@ -116,42 +115,18 @@ class ArTrainer(Trainer):
             loss, aux = loss + part_loss, aux + part_aux / len(parts)
         if self.world > 1:
             loss = loss * self.world  # FSDP averages gradients over ranks; the loss is a global sum
-        total = loss + model.config.router_aux_loss_coef * aux
-        self.opt.zero_grad(set_to_none=True)
-        total.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        self.opt.step()
-        figs = torch.stack([loss.detach() / self.world, aux.detach() / self.world])
-        if self.world > 1:
-            dist.all_reduce(figs)
-        return {
-            "step": step,
-            "loss": float(figs[0]),
-            "aux": float(figs[1]),
-            "lr": cfg.lr_at(step),
-            "grad_norm": float(gnorm),
-            "tokens": int(data["valid"].sum()),
-            "targets": norm,
-        }
+        return {**self._update(step, loss, aux, data), "targets": norm}
 
 
 def evaluate_ar(model, batches: list[dict], tok: CloverTokenizer) -> dict:
     """Mean next-token cross-entropy of the validation batches' answer tokens, and by kind
     (``digit``, ``word``, ``markup``, ``end``, ``other``): copying shows in digits and words."""
-    names, cats = tok.categories()
-    cats = torch.tensor(cats)
-    ce_sum, ce_n = torch.zeros(len(names), dtype=torch.float64), torch.zeros(len(names))
+    kinds = KindCE(tok)
     was = model.training
     model.eval()
     with torch.no_grad():
         for b in batches:
             b = {k: v.to(next(model.parameters()).device) for k, v in b.items()}
-            _, _, ce = next_token_loss(model, b, 1.0)
-            kind = cats[b["x0"][:, 1:][b["target"][:, 1:]].cpu()]
-            ce_sum.index_add_(0, kind, ce.cpu().double())
-            ce_n.index_add_(0, kind, torch.ones_like(ce.cpu()))
+            kinds.add(b["x0"][:, 1:][b["target"][:, 1:]], next_token_loss(model, b, 1.0)[2])
     model.train(was)
-    return {
-        "val_loss": float(ce_sum.sum() / ce_n.sum()),
-        "val_ce": {c: float(ce_sum[k] / ce_n[k]) for k, c in enumerate(names) if ce_n[k]},
-    }
+    return {"val_loss": kinds.mean(), "val_ce": kinds.by_kind()}

@@ -70,15 +70,15 @@ class AirspaceRecipe:
     max_len: int = 512
     decision_frac: float = 0.2
     # chats that offer no tools at all (kind "no_tools"), as a plain OpenAI request without
-    # ``tools`` is: without them the model has never seen such a prompt (stage 16 onwards)
+    # ``tools`` is: without them the model never sees such a prompt
     toolless_frac: float = 0.0
     # conversations with earlier turns (kind "multi_turn": an agent loop's or a chat client's
-    # second request); without them every training chat had one user turn (stage 17 onwards)
+    # second request); without them every training chat has one user turn
     multiturn_frac: float = 0.0
     curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
     # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
-    # piece that never stands in a train name cannot be copied into one (stage 12 onwards)
+    # piece that never stands in a train name cannot be copied into one
     name_pieces: bool = True
 
     def data_fields(self) -> dict:

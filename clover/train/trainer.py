@@ -182,23 +182,27 @@ class Trainer:
             loss = loss * self.world
         else:
             aux = torch.stack([balance_loss(s, model.config.num_experts_per_tok) for s in stats]).mean()
+        return {**self._update(step, loss, aux, data), "masked": int(batch["mask"].sum())}
+
+    def _update(self, step: int, loss: torch.Tensor, aux: torch.Tensor, data: dict[str, torch.Tensor]) -> dict:
+        """Backward ``loss`` + the MoE balance term, clip, step; the step's figures (loss and aux
+        averaged over ranks)."""
+        cfg, model = self.cfg, self.model
         total = loss + model.config.router_aux_loss_coef * aux
         self.opt.zero_grad(set_to_none=True)
         total.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         self.opt.step()
-        figs = torch.stack([loss.detach() / self.world, aux.detach() / (self.world if self.world > 1 else 1)])
+        figs = torch.stack([loss.detach() / self.world, aux.detach() / self.world])
         if self.world > 1:
             dist.all_reduce(figs)
-        tokens = int(data["valid"].sum())
         return {
             "step": step,
             "loss": float(figs[0]),
             "aux": float(figs[1]),
             "lr": cfg.lr_at(step),
             "grad_norm": float(gnorm),
-            "tokens": tokens,
-            "masked": int(batch["mask"].sum()),
+            "tokens": int(data["valid"].sum()),
         }
 
     def fit(
@@ -276,6 +280,29 @@ class Trainer:
             if log:
                 log.write(json.dumps({"step": self.step, "steps": cfg.steps, "time_budget": budget}) + "\n")
         return t_fit
+
+
+class KindCE:
+    """Validation cross-entropy summed by kind of token (``tokenizer.categories``: digit, word,
+    markup, end, other): copying from the message shows up in digits and words."""
+
+    def __init__(self, tok):
+        self.names, cats = tok.categories()
+        self.cats = torch.tensor(cats)
+        self.sum = torch.zeros(len(self.names), dtype=torch.float64)
+        self.n = torch.zeros(len(self.names))
+
+    def add(self, tokens: torch.Tensor, ce: torch.Tensor) -> None:
+        """``tokens`` [N] the scored token ids, ``ce`` [N] their cross-entropies, in the same order."""
+        kind, ce = self.cats[tokens.cpu()], ce.detach().cpu()
+        self.sum.index_add_(0, kind, ce.double())
+        self.n.index_add_(0, kind, torch.ones_like(ce))
+
+    def mean(self) -> float:
+        return float(self.sum.sum() / self.n.sum())
+
+    def by_kind(self) -> dict[str, float]:
+        return {c: float(self.sum[k] / self.n[k]) for k, c in enumerate(self.names) if self.n[k]}
 
 
 class _Steps(torch.utils.data.Dataset):
