@@ -1,6 +1,7 @@
-"""Model-core figures: chunked vs recurrent delta rule at T=2048, and training-forward throughput.
+"""Model-core figures: chunked vs recurrent delta rule at T=2048, training-forward throughput,
+and the MoE expert paths side by side (per-expert loop, grouped GEMM, dense) on the medium preset.
 
-python benchmarks/bench_model.py [--json out.json] [--threads 1]
+python benchmarks/bench_model.py [--json out.json] [--threads 1] [--only moe]
 """
 
 from __future__ import annotations
@@ -70,13 +71,43 @@ def train_forward_figures(batch=4, T=512, block=32):
     }
 
 
+# the bundled model's MoE shape (clover/assets/default/config.json)
+BUNDLED_MOE = dict(hidden_size=128, moe_intermediate_size=128, num_experts=4, num_experts_per_tok=2)
+
+
+def moe_figures(tokens=(16, 64, 512), reps=20):
+    """One MoE layer of the medium preset and of the bundled model's shape: ms per call of each
+    expert path (routing excluded), no grad, and forward + backward at the largest size."""
+    out = {}
+    for label, over in (("medium", {}), ("bundled", BUNDLED_MOE)):
+        torch.manual_seed(0)
+        moe = CloverForBlockDiffusion(preset("medium", **over)).model.layers[0].mlp
+        for n in tokens:
+            h = torch.randn(n, moe.gate.weight.shape[1], requires_grad=True)
+            w, i = torch.nn.functional.linear(h, moe.gate.weight).float().softmax(-1).topk(moe.gate.top_k, -1)
+            w, i = (w / w.sum(-1, keepdim=True)).detach(), i
+            for name in ("grouped", "grouped_mm", "dense"):
+                fn = getattr(moe, f"_{name}")
+                with torch.no_grad():
+                    out[f"moe_{label}_{name}_{n}tok_ms"] = 1e3 * _time(lambda fn=fn: fn(h, w, i), reps)
+                if n == tokens[-1] and name != "dense":
+                    bwd = lambda fn=fn: fn(h, w, i).square().sum().backward()  # noqa: E731
+                    out[f"moe_{label}_{name}_{n}tok_fwd_bwd_ms"] = 1e3 * _time(bwd, max(1, reps // 4))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--only", choices=["delta_rule", "train", "moe"], help="one group of figures")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    res = {"threads": a.threads, **delta_rule_figures(), **train_forward_figures()}
+    groups = {"delta_rule": delta_rule_figures, "train": train_forward_figures, "moe": moe_figures}
+    res = {"threads": a.threads}
+    for name, fn in groups.items():
+        if a.only in (None, name):
+            res.update(fn())
     from rich.console import Console
     from rich.table import Table
 
