@@ -1,5 +1,6 @@
-"""Atomic training checkpoints: model (Clover format, or Hugging Face format for the AR base),
-optimizer (safetensors), trainer state (JSON).
+"""Atomic training checkpoints gathered to rank 0: model (Clover format, or Hugging Face format
+for the AR base), optimizer (safetensors), trainer state (JSON). A Clover model sharded by FSDP2
+is checkpointed shard by shard instead (``sharded_checkpoint``); ``load_checkpoint`` reads both.
 
 Layout: ``run/step-00001000/{config.json, model.safetensors, optimizer.safetensors, state.json}``
 and ``run/latest`` naming the newest complete one. A step directory is written under a temporary
@@ -109,6 +110,10 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     state. Works on a plain or an FSDP2-sharded model (every rank reads the files)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
 
+    from clover.train.sharded_checkpoint import is_sharded_checkpoint, load_sharded_checkpoint
+
+    if is_sharded_checkpoint(path):
+        return load_sharded_checkpoint(path, model, opt)
     if _is_hf(model):
         from clover.train.hf import load_hf_state
 

@@ -20,8 +20,10 @@ import torch.distributed as dist
 
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
-from clover.train.checkpoint import gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from clover.train.checkpoint import _is_hf, gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from clover.train.fsdp import is_sharded, shard
 from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
+from clover.train.sharded_checkpoint import save_sharded_checkpoint
 
 # --time-budget: steps left untimed (warm-up), then steps timed to fit the schedule to the time
 _UNTIMED, _TIMED = 3, 20
@@ -81,16 +83,10 @@ def setup_distributed(device: torch.device | None = None) -> tuple[int, int]:
     return _dist()
 
 
-def shard_model(model: CloverForBlockDiffusion) -> CloverForBlockDiffusion:
-    """FSDP2: shard every decoder layer, then the root, over all ranks on the model's device type."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
+def shard_model(model: CloverForBlockDiffusion, dtype: torch.dtype = torch.float32) -> CloverForBlockDiffusion:
+    """FSDP2 on a built model: shard every decoder layer, then the root, over all ranks on the
+    model's device type (``fsdp.build_sharded`` builds a model sharded from the start)."""
+    return shard(model, next(model.parameters()).device.type, dtype)
 
 
 def length_groups(batch: dict[str, torch.Tensor], groups: int) -> list[dict[str, torch.Tensor]]:
@@ -136,7 +132,12 @@ class Trainer:
         self.history: list[dict] = []
 
     def save(self) -> None:
-        """Checkpoint the run. Under FSDP2 every rank takes part in gathering; rank 0 writes."""
+        """Checkpoint the run. A Clover model sharded by FSDP2: every rank writes its shards
+        (``sharded_checkpoint``); otherwise one full-state checkpoint, gathered to rank 0."""
+        if is_sharded(self.model) and not _is_hf(self.model):
+            state = {"config": asdict(self.cfg)}
+            save_sharded_checkpoint(self.run_dir, self.step, self.model, self.opt, state, tokenizer=self.tokenizer)
+            return
         gathered = gather_state(self.model, self.opt)
         if self.rank == 0:
             state = {"config": asdict(self.cfg)}
