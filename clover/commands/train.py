@@ -13,13 +13,17 @@ import torch
 
 def _export(model, tok, out: Path, extra: dict, rank: int) -> None:
     """Write a model directory (weights, config, tokenizer, training record). Every rank calls
-    it (FSDP2 gathers the weights); rank 0 writes."""
+    it: a sharded model's ranks write their shards, consolidated into the directory's weight
+    files; a plain model is written by rank 0."""
     from clover.model.io import save_model
-    from clover.train.checkpoint import gather_model_state
+    from clover.train.fsdp import is_sharded
+    from clover.train.sharded_checkpoint import write_model_dir
 
-    state = gather_model_state(model)
+    if is_sharded(model):
+        write_model_dir(model, out)
+    elif rank == 0:
+        save_model(model, out)
     if rank == 0:
-        save_model(model, out, state=state)
         tok.save(out)
         (out / "training.json").write_text(json.dumps(extra, indent=1))
 
@@ -74,75 +78,6 @@ def apply_overrides(recipe, over: dict, where: str) -> None:
     recipe.model.update(over.get("model", {}))
 
 
-# a new layer's residual writers: zeroed, the layer adds nothing until training moves them
-_WRITERS = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "experts.down_proj")
-
-
-def layer_map(src: list[str], dst: list[str]) -> list[int | None]:
-    """For each layer of ``dst``, the ``src`` layer it starts from (None: a new layer). The source
-    layers are matched in order and by type, so ``src`` must be a subsequence of ``dst``."""
-    out, j = [], 0
-    for t in dst:
-        if j < len(src) and src[j] == t:
-            out.append(j)
-            j += 1
-        else:
-            out.append(None)
-    if j < len(src):
-        raise ValueError(f"the layers {src} are not an in-order subsequence of {dst}")
-    return out
-
-
-def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] | None:
-    """Start from a trained model's weights, with a fresh optimizer and schedule. Every tensor
-    must match in name and shape; config fields that change no shape (RoPE settings, say) may
-    differ: they are listed, and the run's own config is what gets trained and saved.
-
-    ``grow``: the run's model may have more layers (``layer_types`` with the source's layers as an
-    in-order subsequence). Matched layers take the source's weights; each new layer keeps its
-    fresh init but with zeroed output projections, so the grown model starts as exactly the
-    source's function (tested). Returns the layer map when growing."""
-    from clover.model.io import CheckpointError, load_model
-
-    try:
-        src = load_model(src_dir)
-    except (CheckpointError, FileNotFoundError) as e:
-        raise SystemExit(f"clover: --init-from: {e}") from None
-    if src.config.quantization is not None:
-        raise SystemExit(f"clover: --init-from: {src_dir} is a quantized checkpoint (inference only); "
-                         "train from its full-precision source")  # fmt: skip
-    a, b = src.config.to_dict(), model.config.to_dict()
-    diff = sorted(k for k in set(a) | set(b) if k != "extra" and a.get(k) != b.get(k))
-    ours, theirs = model.state_dict(), src.state_dict()
-    mapping = None
-    if grow:
-        try:
-            mapping = layer_map(src.config.layer_types, model.config.layer_types)
-        except ValueError as e:
-            raise SystemExit(f"clover: --grow: {e}") from None
-        renamed = {}
-        for i, j in enumerate(mapping):
-            if j is not None:
-                pre = f"model.layers.{j}."
-                renamed.update(
-                    {f"model.layers.{i}." + k[len(pre) :]: v for k, v in theirs.items() if k.startswith(pre)}
-                )
-        theirs = {k: v for k, v in theirs.items() if not k.startswith("model.layers.")} | renamed
-        for i, j in enumerate(mapping):
-            if j is None:
-                pre = f"model.layers.{i}."
-                theirs.update(
-                    {k: v.zero_() if k.endswith(_WRITERS) else v for k, v in ours.items() if k.startswith(pre)}
-                )
-        diff = [k for k in diff if k not in ("num_hidden_layers", "layer_types")]
-    if set(ours) != set(theirs) or any(ours[k].shape != theirs[k].shape for k in ours):
-        raise SystemExit(f"clover: --init-from {src_dir}: its config differs from the recipe's in {diff}")
-    if diff:
-        print(f"clover: --init-from {src_dir}: same tensors, but these config fields change: {diff}", file=sys.stderr)
-    model.load_state_dict(theirs)
-    return mapping
-
-
 def _load_tokenizer(d: Path):
     from clover.data.tokenizer import CloverTokenizer
 
@@ -189,6 +124,13 @@ def _train_ar(args, recipe, tok, run: Path, device, rank: int, world: int, data,
 
     if args.grow:
         raise SystemExit("clover train: --grow is for Clover models, not the autoregressive recipe")
+    for flag, on in (
+        ("--dtype bfloat16", args.dtype != "float32"),
+        ("--activation-checkpointing", args.activation_checkpointing),
+    ):
+        if on:
+            raise SystemExit(f"clover train: {flag} is for the Clover recipes; the autoregressive recipe trains "
+                             "its transformers model in float32 without it")  # fmt: skip
     cfg = recipe.train
     try:
         config = recipe.hf_config(tok)
@@ -251,9 +193,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from clover.model.io import CheckpointError, load_config, resolve_dir
     from clover.train.ar import AirspaceArRecipe
     from clover.train.checkpoint import latest_checkpoint
+    from clover.train.fsdp import DTYPES, apply_checkpointing, build_sharded, single_process_group
     from clover.train.objective import block_loss, build_batch, noisy_blocks
     from clover.train.recipes import RECIPES, airspace_source, chat_source, read_chat_jsonl
-    from clover.train.trainer import KindCE, Trainer, setup_distributed, shard_model, train_device
+    from clover.train.trainer import KindCE, Trainer, setup_distributed, train_device
+    from clover.train.warm_start import init_weights
 
     RECIPES = {**RECIPES, "airspace-ar": AirspaceArRecipe}
 
@@ -347,12 +291,21 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = recipe.model_config(tok)
     except (ConfigError, TypeError) as e:  # e.g. a --config model field of the wrong type
         raise SystemExit(f"clover train: {e}") from None
-    model = CloverForBlockDiffusion(config)
-    grown = init_weights(model, init_dir, grow=args.grow) if init_dir else None
-    counts = model.num_parameters()  # before sharding
-    model.to(device)
-    if world > 1:
-        model = shard_model(model)
+    # several processes, or bf16: FSDP2 from the meta device, each rank holding only its rows
+    # (one process gets a process group of one); else the plain model of one process
+    sharded = world > 1 or args.dtype != "float32"
+    if sharded:
+        if world == 1:
+            single_process_group()
+        model = build_sharded(config, device, DTYPES[args.dtype], args.activation_checkpointing, recipe.train.seed)
+    else:
+        model = CloverForBlockDiffusion(config)
+        if args.activation_checkpointing:
+            apply_checkpointing(model)
+    grown = init_weights(model, init_dir, grow=args.grow) if init_dir else None  # streamed, rank by rank
+    counts = model.num_parameters()  # global counts (a shard's numel is its whole parameter's)
+    if not sharded:
+        model.to(device)
     if data is not None:
         val_batches = [chat_source(tok, val_data, recipe, seed=99)(i) for i in range(4)]
     else:
@@ -470,6 +423,18 @@ def register(sub) -> None:
         metavar="MINUTES",
         help="fit the run to this wall time: the schedule's length becomes the steps that fit (at most --steps), "
         "then the run ends with its final evaluation and checkpoint",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["bfloat16", "float32"],
+        help="bfloat16: FSDP2 mixed precision (bf16 compute, fp32 master weights, gradients and optimizer "
+        "state); the model is built sharded from the meta device, also in one process",
+    )
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each decoder layer's activations in the backward pass (less memory, same losses)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover.commands.train import init_weights, layer_map
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.model.io import load_model
 from clover.train.objective import MaskingConfig, block_loss, build_batch
+from clover.train.warm_start import init_weights, layer_map
 from tests.train.test_cli import BUNDLED, _train
 
 G, A = "linear_attention", "full_attention"
