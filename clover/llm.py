@@ -4,6 +4,7 @@ request handling, without HTTP) and ask joint decisions.
 
     from clover import LLM
     llm = LLM()                                  # the bundled model; LLM("DIR" or a cached repo id)
+    llm = LLM("DIR", device="cuda")              # on a GPU (bfloat16 unless dtype= says otherwise)
     llm.generate("recall drone 17")[0].text      # plain completions: RequestOutput per prompt
     r = llm.chat([{"role": "user", "content": "recall drone 17"}], tools=AIRSPACE_TOOLS)
     r["choices"][0]["message"]["tool_calls"]     # the OpenAI chat.completion object, as the server answers
@@ -21,6 +22,7 @@ import difflib
 import time
 from pathlib import Path
 
+import torch
 from pydantic import ValidationError
 
 from clover.api import decisions as dec
@@ -60,7 +62,9 @@ def _checked(schema, body: dict):
 class LLM:
     """A loaded Clover model with its tokenizer, answering in the calling thread. ``model``: a
     checkpoint directory, a repo id in the local Hugging Face cache, an ``Engine``, or None for
-    the bundled model."""
+    the bundled model. ``device``: ``"cpu"``, ``"cuda"`` or None/``"auto"`` (a GPU when torch
+    sees one); ``dtype``: ``"float32"``, ``"bfloat16"``, ``"float16"`` (or a ``torch.dtype``) or
+    None/``"auto"`` (bfloat16 on a GPU, the checkpoint's own on the CPU)."""
 
     def __init__(
         self,
@@ -69,10 +73,17 @@ class LLM:
         threads: int | None = None,
         max_batch_size: int = 16,
         model_name: str = "clover",
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
     ):
         from clover.loading import load_engine
 
-        self.engine: Engine = model if isinstance(model, Engine) else load_engine(model, max_batch_size, threads)
+        if isinstance(model, Engine):
+            if device is not None or dtype is not None:
+                raise TypeError("device and dtype apply when LLM loads a checkpoint; this Engine's model is loaded")
+            self.engine = model
+        else:
+            self.engine = load_engine(model, max_batch_size, threads, device=device or "auto", dtype=dtype or "auto")
         if self.engine.tokenizer is None:
             raise ValueError("LLM needs an engine with a tokenizer (text in and out, the chat template)")
         self.tokenizer = self.engine.tokenizer

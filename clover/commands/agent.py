@@ -120,14 +120,17 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
+        from clover.commands.common import device_setup
         from clover.engine import POLICIES
+        from clover.llm import LLM
 
         policy = args.policy or "threshold"
         if policy not in POLICIES:
             raise SystemExit(f"clover agent: unknown policy {policy!r}; choose from {sorted(POLICIES)}")
+        device_setup(args, "clover agent")
         try:
-            model = LocalModel(args.model, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens,
-                               threads=args.threads)  # fmt: skip
+            llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
+            model = LocalModel(llm, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens)
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)
             return 2
@@ -145,6 +148,8 @@ def _at_least_one(text: str) -> int:
 
 
 def register(sub) -> None:
+    from clover.commands.common import add_device_args
+
     p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model); with --base-url, "
@@ -161,4 +166,5 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=_at_least_one, default=320, help="new tokens per model call at most")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--threads", type=_at_least_one, help="torch CPU threads (in process)")
+    add_device_args(p)  # in process only
     p.set_defaults(func=cmd_agent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.commands.common import add_device_args, device_setup
 
 POLICIES = ("ar", "threshold")
 
@@ -16,6 +17,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=0.9, help="the threshold policy's confidence (default 0.9)")
     p.add_argument("--max-steps", type=int, default=4, help="model calls per task at most (default 4)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -51,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise SystemExit("clover bench agent: --n must be >= 1")
+    device_setup(args, "clover bench agent")
     set_threads(args.threads)
     tasks = operator_tasks(args.n)
-    llm = LLM(args.model, threads=args.threads)
+    llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold, "max_steps": args.max_steps,
                      "threads": args.threads, "model": args.model or "bundled"}  # fmt: skip
     for t in tasks:

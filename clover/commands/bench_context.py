@@ -9,6 +9,7 @@ import argparse
 import time
 
 from clover.bench import print_table, set_threads, write_json
+from clover.commands.common import add_device_args, device_setup
 
 
 def _ints(s: str) -> list[int]:
@@ -23,6 +24,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps-per-block", type=int, default=4, help="passes per block ('fixed' policy, same for both)")
     p.add_argument("--real-prefill", action="store_true", help="prefill for real (minutes at 16K on a CPU)")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -48,22 +50,25 @@ class _SyntheticHistory:
         for c in cache.layers:
             if isinstance(c, AttnCache):
                 shape = (1, P + self.spare, *c.k.shape[2:])
-                c.k, c.v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+                c.k, c.v = torch.randn(shape, generator=g).to(c.k), torch.randn(shape, generator=g).to(c.v)
             else:
-                c.S = torch.randn(c.S.shape, generator=g) * 0.1
-                c.tail = torch.randn(c.tail.shape, generator=g)
+                c.S = (torch.randn(c.S.shape, generator=g) * 0.1).to(c.S)
+                c.tail = torch.randn(c.tail.shape, generator=g).to(c.tail)
         cache.lengths[:] = P
         if self.model.config.shift_logits:
-            cache.last_logits = torch.zeros(1, self.model.config.vocab_size)
-        return cache, torch.tensor([req.prompt[P:]], dtype=torch.long)
+            w = self.model.lm_head.weight
+            cache.last_logits = torch.zeros(1, self.model.config.vocab_size, device=w.device, dtype=w.dtype)
+        return cache, torch.tensor([req.prompt[P:]], dtype=torch.long, device=cache.lengths.device)
 
 
 def run_context(args: argparse.Namespace) -> int:
     import torch
 
     from clover.engine import Engine, Finished, SamplingParams
+    from clover.loading import place_model
     from clover.model import CloverForBlockDiffusion, preset
 
+    device, dtype = device_setup(args, "clover bench context")
     set_threads(args.threads)
     lengths = _ints(args.lengths)
     torch.manual_seed(0)
@@ -71,12 +76,13 @@ def run_context(args: argparse.Namespace) -> int:
     models = {}
     for name, c in (("clover", cfg), ("attention", cfg.all_attention())):
         torch.manual_seed(0)
-        models[name] = CloverForBlockDiffusion(c).eval()
+        models[name] = place_model(CloverForBlockDiffusion(c).eval(), device, dtype)
     params = SamplingParams(
         max_tokens=args.tokens, block_size=args.block_size, policy="fixed", steps_per_block=args.steps_per_block,
         stop_token_ids=[],
     )  # fmt: skip
-    figures = {"context_lengths": lengths, "tokens": args.tokens, "block_size": args.block_size}
+    figures = {"context_lengths": lengths, "tokens": args.tokens, "block_size": args.block_size,
+               "device": str(device), "dtype": str(dtype or torch.float32)[6:]}  # fmt: skip
     for name in models:
         figures[f"{name}_ms_per_token"], figures[f"{name}_cache_bytes"] = [], []
     for L in lengths:
@@ -107,7 +113,7 @@ def run_context(args: argparse.Namespace) -> int:
     figures["bytes_ratio"] = [r[6] for r in rows]
     print_table(
         f"clover bench context ({args.preset} preset, random weights, block {args.block_size}, "
-        f"{args.steps_per_block} passes/block, {torch.get_num_threads()} thread(s))",
+        f"{args.steps_per_block} passes/block, {device} {figures['dtype']}, {torch.get_num_threads()} thread(s))",
         ["prompt", "clover ms/tok", "attention ms/tok", "ratio", "clover cache MiB", "attention cache MiB", "ratio"],
         rows,
         ["history is synthetic (random cache of the right size) unless --real-prefill"]

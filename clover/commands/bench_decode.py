@@ -15,6 +15,7 @@ import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.commands.bench_context import add_context_args, run_context
+from clover.commands.common import add_device_args, device_setup, load_model_and_tokenizer
 
 # torch and the engine are imported inside the functions: registering the benchmarks with the
 # CLI must stay cheap
@@ -49,13 +50,15 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed-prompts", type=int, default=4, help="prompts for speed at batch sizes below --n")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
-def _random_model_and_tokenizer():
+def _random_model_and_tokenizer(device, dtype):
     import torch
 
     from clover.data.tokenizer import build_default_tokenizer
+    from clover.loading import place_model
     from clover.model import CloverForBlockDiffusion, preset
 
     tok = build_default_tokenizer()
@@ -64,7 +67,7 @@ def _random_model_and_tokenizer():
     model = CloverForBlockDiffusion(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(50)  # peaky, so the threshold policy commits several tokens per pass
-    return model, tok
+    return place_model(model, device, dtype), tok
 
 
 def _airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | None]]:
@@ -188,6 +191,7 @@ def _run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
         for i, (p, _) in enumerate(group):  # left padding, as for batched generation
             ids[i, width - len(p) :] = torch.tensor(p)
             att[i, width - len(p) :] = 1
+        ids, att = ids.to(hf.device), att.to(hf.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             hf.generate(
@@ -204,13 +208,12 @@ def run_decode(args: argparse.Namespace) -> int:
     from clover.engine import SamplingParams
 
     t_start = time.perf_counter()
+    device, dtype = device_setup(args, "clover bench decode")
     set_threads(args.threads)
     if args.random:
-        model, tokenizer = _random_model_and_tokenizer()
+        model, tokenizer = _random_model_and_tokenizer(device, dtype)
     else:
-        from clover.commands.common import load_model_and_tokenizer
-
-        model, tokenizer = load_model_and_tokenizer(args.model)
+        model, tokenizer = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
     if args.prompts:
         cases = _file_cases(args.prompts, tokenizer, args.n)
     else:
@@ -226,10 +229,11 @@ def run_decode(args: argparse.Namespace) -> int:
     head = f"threshold@{taus[-1]:g}"
     _run(model, tokenizer, cases[:1], SamplingParams(max_tokens=8, block_size=args.block_size), 1)  # warm-up
     big = sizes[-1]
-    rows, figures = [], {"model": args.model or ("random" if args.random else "default"), "n": len(cases)}
+    rows, figures = [], {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
+                         "device": str(model.lm_head.weight.device), "dtype": str(model.lm_head.weight.dtype)[6:]}  # fmt: skip
     full = {name: _run(model, tokenizer, cases, p, big) for name, p in configs.items()}  # quality + speed
     by_batch: dict[int, dict] = {}
-    hf = None if args.no_hf else hf_twin(model.config)
+    hf = None if args.no_hf else hf_twin(model.config).to(model.lm_head.weight.device, model.lm_head.weight.dtype)
     if hf is not None:
         _run_hf(hf, cases[:1], [4], 1)  # warm-up
     for b in sizes:
@@ -280,7 +284,8 @@ def run_decode(args: argparse.Namespace) -> int:
     if args.random:
         notes.append("--random: random weights, exact match is meaningless; speed figures only")
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")
-    print_table(f"clover bench decode ({figures['model']}, {len(cases)} prompts, {torch.get_num_threads()} thread(s))",
+    where = f"{figures['device']} {figures['dtype']}, {torch.get_num_threads()} thread(s)"
+    print_table(f"clover bench decode ({figures['model']}, {len(cases)} prompts, {where})",
                 ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"], rows, notes)  # fmt: skip
     write_json(args.json, figures)
     return 0

@@ -12,6 +12,7 @@ import argparse
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.commands.common import add_device_args, device_setup
 
 PRECISIONS = ("fp32", "int8", "int4")
 BITS = {"int8": 8, "int4": 4}
@@ -28,6 +29,7 @@ def add_quant_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int4-group-size", type=int, default=128, help="int4 group size (int8: one scale per row)")
     p.add_argument("--no-medium", action="store_true", help="skip the medium preset")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p, default="cpu")  # the int8/int4 kernels measured here are CPU ones
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -35,7 +37,7 @@ def _bundled(precision: str, group4: int):
     from clover.commands.common import load_model_and_tokenizer
     from clover.model.quant import quantize_model
 
-    model, tok = load_model_and_tokenizer(None)
+    model, tok = load_model_and_tokenizer(None, None, "cpu", "float32")
     if precision != "fp32":
         quantize_model(model, BITS[precision], group4 if precision == "int4" else None)
     return model.eval(), tok
@@ -79,6 +81,13 @@ def run_quant(args: argparse.Namespace) -> int:
     from clover.model.quant import weight_bytes
 
     t_start = time.perf_counter()
+    device, _ = device_setup(args, "clover bench quant")
+    if device.type != "cpu":
+        raise SystemExit(f"clover bench quant: --device {args.device}: the int8/int4 kernels it measures run on "
+                         "the CPU only; use --device cpu")  # fmt: skip
+    if args.dtype not in ("auto", "float32"):
+        raise SystemExit(f"clover bench quant: --dtype {args.dtype}: it compares int8/int4 with float32 weights "
+                         "(the bf16 row is computed from sizes); use --dtype float32 or auto")  # fmt: skip
     set_threads(args.threads)
     figures: dict = {"bytes": {}, "tokens_per_s": {}, "exact_match": {}, "threads": torch.get_num_threads()}
     rows = []

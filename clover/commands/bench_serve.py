@@ -23,6 +23,7 @@ import sys
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.commands.common import add_device_args, device_setup
 
 
 # -- decisions -----------------------------------------------------------------------------------
@@ -40,6 +41,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -103,12 +105,13 @@ def run_decisions(args: argparse.Namespace) -> int:
     from clover.data.decisions import load_groups
     from clover.loading import load_engine
 
+    device_setup(args, "clover bench decisions")
     set_threads(args.threads)
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     args.policy = args.policy or DEFAULT_POLICY
     try:
         # no prefix cache: every mode replays the same groups, and each should pay its whole prefill
-        engine = load_engine(args.model, max_batch_size=16, prefix_cache_mb=0)
+        engine = load_engine(args.model, max_batch_size=16, prefix_cache_mb=0, device=args.device, dtype=args.dtype)
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     tok = engine.tokenizer
@@ -157,6 +160,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the server")
+    add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -169,9 +173,10 @@ def _free_port() -> int:
 def _start_server(args, port: int) -> subprocess.Popen:
     import httpx
 
+    # the prompts repeat: no prefix cache, so that every request pays its own prefill
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
            "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
-           str(args.threads), "--prefix-cache-mb", "0"]  # fmt: skip  # the prompts repeat: no cache hits
+           str(args.threads), "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype]  # fmt: skip
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -254,6 +259,7 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
 
 def run_serve(args: argparse.Namespace) -> int:
     levels = [int(x) for x in args.concurrency.split(",") if x]
+    device_setup(args, "clover bench serve")  # before a server starts
     port = _free_port()
     proc = _start_server(args, port)
     url = f"http://127.0.0.1:{port}"
@@ -271,7 +277,7 @@ def run_serve(args: argparse.Namespace) -> int:
              r["p95_latency_s"], r["p50_ttft_s"], r["errors"]] for r in results]  # fmt: skip
     print_table(
         f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
-        f"{args.max_batch_size}, {args.threads} server thread(s))",
+        f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, {args.threads} server thread(s))",
         ["clients", "requests", "req/s", "tok/s", "p50 s", "p95 s", "p50 TTFT s", "errors"],
         rows,
         [

@@ -58,6 +58,7 @@ def generate_twin(model, tok, prompts: list[list[int]], batch: int, max_tokens: 
         for i, p in enumerate(group):
             ids[i, width - len(p) :] = torch.tensor(p)
             att[i, width - len(p) :] = 1
+        ids, att = ids.to(model.device), att.to(model.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=att, max_new_tokens=max_tokens, do_sample=False, pad_token_id=pad)
@@ -101,15 +102,17 @@ def _scores(texts: list[str], exs, words, convs) -> dict:
 def run_twin(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from clover.commands.common import load_model_and_tokenizer
+    from clover.commands.common import device_setup, load_model_and_tokenizer
     from clover.data.chat import render_chat
     from clover.engine import SamplingParams
     from clover.evaluate import eval_chats, prompt_of
 
     t_start = time.perf_counter()
+    device_setup(args, "clover bench twin")
     set_threads(args.threads)
+    model, tok = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
     twin, twin_tok = load_twin(args.twin)
-    model, tok = load_model_and_tokenizer(args.model)
+    twin = twin.to(model.lm_head.weight.device, model.lm_head.weight.dtype)
     exs, words, convs = eval_chats(args.split, args.n, args.text, args.multiturn)
     chats = exs + words + convs
     template = getattr(tok, "chat_template", None)
@@ -179,6 +182,8 @@ def _drop(r: dict) -> dict:
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
+    from clover.commands.common import add_device_args
+
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--twin", help="the AR twin, a Hugging Face directory (default: the bundled twin)")
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
@@ -190,6 +195,7 @@ def add_twin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed-prompts", type=int, default=16, help="chats run one at a time for batch 1 (default 16)")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"per answer (default {MAX_TOKENS})")
     p.add_argument("--threads", type=int, default=1)
+    add_device_args(p)  # the twin runs on the same device, in the same dtype
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 

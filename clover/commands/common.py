@@ -1,5 +1,6 @@
 """What the command modules share: argument types and groups, the model given as a positional,
-decoding settings from flags, and loading a checkpoint with a one-line message on failure.
+decoding settings from flags, ``--device`` / ``--dtype``, and loading a checkpoint with a
+one-line message on failure.
 
 Imports stay light (torch and the model load inside the functions): ``clover --help`` builds
 every command's parser.
@@ -38,16 +39,50 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None):
-    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None); a
-    problem is a one-line ``clover: ...`` exit."""
+def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None, device="auto", dtype="auto"):
+    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None), on
+    ``device`` in ``dtype`` (``--device`` / ``--dtype``); a problem is a one-line ``clover: ...`` exit."""
     from clover.loading import load_checkpoint
 
     try:
-        return load_checkpoint(model_dir, threads)
+        return load_checkpoint(model_dir, threads, device, dtype)
     except (FileNotFoundError, ValueError) as e:
         print(f"clover: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def add_device_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
+    """``--device`` and ``--dtype``: where the model runs and in what precision."""
+    from clover.loading import DEVICES, DTYPES
+
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=default,
+        help="where the model runs (auto: cuda when torch sees a GPU, else cpu; a quantized checkpoint stays on cpu)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="weights' precision (auto: bfloat16 on cuda, the checkpoint's own on cpu; a quantized "
+        "checkpoint's integer weights stay as stored)",
+    )
+
+
+def device_setup(args: argparse.Namespace, command: str = "clover"):
+    """``--device`` / ``--dtype`` checked before anything loads → (torch.device, torch.dtype or None
+    for the checkpoint's own), for a model the command builds itself; a checkpoint loads with the
+    flags as given (``auto`` keeps a quantized one on the CPU). A GPU asked for and not there is a
+    one-line exit naming the flag."""
+    from clover.loading import resolve_device, resolve_dtype
+
+    try:
+        device = resolve_device(args.device)
+    except ValueError as e:
+        print(f"{command}: --device {args.device}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return device, resolve_dtype(args.dtype, device)
 
 
 def int_at_least(minimum: int):
@@ -101,6 +136,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
         help="tools offered in chat (auto: the airspace set for a model trained on it)",
     )
     p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    add_device_args(p)
 
 
 def sampling_params(args: argparse.Namespace):
@@ -142,4 +178,5 @@ def decoding_setup(args: argparse.Namespace):
         params = sampling_params(args)
     except ValueError as e:
         raise SystemExit(f"clover: {e}") from None
-    return (params, *load_model_and_tokenizer(args.model, args.threads))
+    device_setup(args)
+    return (params, *load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from clover.commands.common import int_at_least, load_model_and_tokenizer, positive_int
+from clover.commands.common import add_device_args, device_setup, int_at_least, load_model_and_tokenizer, positive_int
 from clover.evaluate import evaluate_airspace, load_cases
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
@@ -24,7 +24,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             open(args.errors, "a", encoding="utf-8").close()
         except OSError as e:
             raise SystemExit(f"clover eval: --errors: {args.errors}: {e.strerror}") from None
-    model, tok = load_model_and_tokenizer(args.model, args.threads)
+    device_setup(args, "clover eval")
+    model, tok = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype)
     if tok is None:
         raise SystemExit(f"clover: {args.model} has no tokenizer.json; evaluation needs one")
     if args.block_size is not None:
@@ -128,6 +129,7 @@ def register(sub) -> None:
         "--multiturn", type=_count, default=50, help="conversations with earlier turns (the last turn is scored)"
     )
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    add_device_args(p)
     p.add_argument(
         "--grammar",
         choices=["off", "on", "both"],

@@ -12,10 +12,11 @@ from clover.loading import PREFIX_CACHE_MB  # light: torch and the model load on
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from clover.commands.common import take_model_positional
+    from clover.commands.common import device_setup, take_model_positional
     from clover.server.app import create_app
 
     take_model_positional(args)
+    device_setup(args, "clover serve")
     problem = _bind_problem(args.host, args.port)
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
@@ -25,6 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
             default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
+            device=args.device, dtype=args.dtype,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)
@@ -72,7 +74,7 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.commands.common import add_model_positional, int_at_least, positive_int
+    from clover.commands.common import add_device_args, add_model_positional, int_at_least, positive_int
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     add_model_positional(p)
@@ -90,6 +92,7 @@ def register(sub) -> None:
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
     p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    add_device_args(p)
     p.add_argument(
         "--prefix-cache-mb",
         type=int_at_least(0),

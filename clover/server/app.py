@@ -45,11 +45,15 @@ def create_app(
     default_max_tokens: int = 256,
     threads: int | None = None,
     prefix_cache_mb: float = PREFIX_CACHE_MB,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> FastAPI:
+    """The app over an engine, or over a checkpoint it loads onto ``device`` in ``dtype``
+    (``clover.loading.resolve_device`` / ``resolve_dtype``)."""
     if isinstance(engine_or_model_dir, Engine):
         engine = engine_or_model_dir
     else:
-        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb)
+        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype)
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
     limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)
