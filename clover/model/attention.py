@@ -40,11 +40,9 @@ class Attention(nn.Module):
         return q, gate, k.transpose(1, 2), v
 
     def _attend(self, q, k, v, mask, gate) -> torch.Tensor:
-        """q ``[B, nh, Tq, D]``, k/v ``[B, Tk, nkv, D]``, mask ``[B, Tq, Tk]`` bool → ``[B, Tq, H]``."""
-        rep = self.nh // self.nkv
-        k = k.transpose(1, 2).repeat_interleave(rep, 1)
-        v = v.transpose(1, 2).repeat_interleave(rep, 1)
-        o = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask[:, None])
+        """q ``[B, nh, Tq, D]``, k/v ``[B, Tk, nkv, D]``, mask ``[B or 1, Tq, Tk]`` bool or None
+        (every query sees every key) → ``[B, Tq, H]``."""
+        o = attend(q, k, v, mask)
         o = o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
         return self.o_proj(o * torch.sigmoid(gate))
 
@@ -76,10 +74,28 @@ class Attention(nn.Module):
     def forward_step(self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int):
         """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).
 
-        The first ``n_commit`` tokens are clean blocks to commit: their k/v are written to the
-        cache. Any rest is one block being denoised: it sees the cache, the committed blocks and
-        itself, and writes nothing.
+        The first ``n_commit`` tokens are clean blocks to commit: their k/v become history when
+        the model advances ``lengths``. Any rest is one block being denoised: it sees the cache,
+        the committed blocks and itself. Every new k/v is written in place at ``lengths[b] + t``
+        and attention reads the cache's first ``max(lengths) + T`` slots; the denoise block's
+        slots lie past the committed history, which no reader takes for history (caches hold
+        complete blocks up to ``lengths`` only), so denoising leaves the history as it was.
         """
+        if cache.k.dtype != x.dtype:  # a cache kept in another precision: no in-place reuse
+            return self.forward_step_reference(x, rope, cache, lengths, n_commit, block_size)
+        T = x.shape[1]
+        q, gate, k, v = self._project(x, rope)
+        lo, hi = torch.stack([lengths.min(), lengths.max()]).tolist() if lengths.numel() else (0, 0)
+        cache.write(k, v, lengths, top=hi, same=lo == hi)
+        if lo == hi and T <= block_size:
+            mask = None  # one block over equal histories: every query sees every key
+        else:  # rows with their own history lengths, or several blocks: block-causal per row
+            mask = step_mask(lengths[:1] if lo == hi else lengths, T, hi + T, block_size)
+        return self._attend(q, cache.k[:, : hi + T], cache.v[:, : hi + T], mask, gate)
+
+    def forward_step_reference(self, x, rope, cache: AttnCache, lengths, n_commit: int, block_size: int):
+        """``forward_step`` by concatenation: the cache's history, then the new k/v, with a full
+        per-row mask, and only the committed part written. The reference of the in-place pass."""
         T = x.shape[1]
         q, gate, k, v = self._project(x, rope)
         L = int(lengths.max()) if lengths.numel() else 0
@@ -87,7 +103,42 @@ class Attention(nn.Module):
         blk = torch.arange(T, device=x.device) // block_size
         new = (blk[None, :] <= blk[:, None])[None].expand(x.shape[0], T, T)
         mask = torch.cat([past.expand(-1, T, -1), new], 2)
-        out = self._attend(q, torch.cat([cache.k[:, :L], k], 1), torch.cat([cache.v[:, :L], v], 1), mask, gate)
+        k_all, v_all = torch.cat([cache.k[:, :L].to(k.dtype), k], 1), torch.cat([cache.v[:, :L].to(v.dtype), v], 1)
+        out = self._attend_reference(q, k_all, v_all, mask, gate)
         if n_commit:
             cache.write(k[:, :n_commit], v[:, :n_commit], lengths)
         return out
+
+    def _attend_reference(self, q, k, v, mask, gate) -> torch.Tensor:
+        o = attend_reference(q, k, v, mask)
+        return self.o_proj(o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1) * torch.sigmoid(gate))
+
+
+def step_mask(lengths: torch.Tensor, T: int, width: int, block_size: int) -> torch.Tensor:
+    """Which of ``width`` cache slots each new token sees, when row b's T new tokens sit at
+    ``lengths[b] + 0..T-1`` (a block boundary): the row's history and the new tokens of its own
+    and earlier blocks. ``lengths [B]`` → ``[B, T, width]`` bool."""
+    rel = torch.arange(width, device=lengths.device)[None, :] - lengths[:, None]  # [B, width] slot - start
+    qblk = torch.arange(T, device=lengths.device)[None, :, None] // block_size  # [1, T, 1]
+    rel = rel[:, None, :]
+    return (rel < 0) | ((rel < T) & (rel.clamp(min=0) // block_size <= qblk))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax attention with grouped key/value heads read in place (no repeated K/V).
+
+    q ``[B, nh, Tq, D]``, k/v ``[B, Tk, nkv, D]`` (nh a multiple of nkv), mask ``[B or 1, Tq, Tk]``
+    bool or None (every query sees every key) → ``[B, nh, Tq, D]``."""
+    k, v = k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
+    m = None if mask is None else mask[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``attend`` with K/V repeated to the query heads and a materialised mask: the reference."""
+    rep = q.shape[1] // k.shape[2]
+    k = k.transpose(1, 2).repeat_interleave(rep, 1).to(q.dtype)
+    v = v.transpose(1, 2).repeat_interleave(rep, 1).to(q.dtype)
+    if mask is None:
+        mask = torch.ones(1, q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(q.shape[0], -1, -1)[:, None])

@@ -15,19 +15,36 @@ from clover.model.config import ATTN, CloverConfig
 
 @dataclass
 class AttnCache:
-    """Keys and values of committed tokens, ``[B, capacity, Hkv, D]``; row b is valid up to lengths[b]."""
+    """Keys and values ``[B, capacity, Hkv, D]``; row b holds committed tokens up to lengths[b].
+
+    Slots past a row's length are scratch: a pass writes its new tokens there before attending
+    (``Attention.forward_step``), and only a commit turns them into history by advancing
+    ``lengths``. The tensors belong to this cache alone (``ModelCache.select`` and ``cat`` copy),
+    so writing in place never touches another request's or the prefix cache's history."""
 
     k: torch.Tensor
     v: torch.Tensor
 
-    def write(self, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Store ``k, v [B, n, Hkv, D]`` at positions ``lengths[b] + 0..n-1`` (grows capacity by doubling)."""
-        n = k.shape[1]
-        need = int(lengths.max()) + n if lengths.numel() else n
+    def reserve(self, need: int) -> None:
+        """At least ``need`` slots, growing by doubling (new tensors, the history copied)."""
         if need > self.k.shape[1]:
             cap = max(need, 2 * self.k.shape[1], 64)
             grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], cap - t.shape[1], *t.shape[2:])], 1)  # noqa: E731
             self.k, self.v = grow(self.k), grow(self.v)
+
+    def write(
+        self, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, top: int | None = None, same: bool = False
+    ) -> None:
+        """Store ``k, v [B, n, Hkv, D]`` at positions ``lengths[b] + 0..n-1``. ``top`` is
+        ``max(lengths)`` when the caller knows it (no device read), ``same`` that every row has
+        that length (one slice instead of a scatter)."""
+        n = k.shape[1]
+        L = top if top is not None else int(lengths.max()) if lengths.numel() else 0
+        self.reserve(L + n)
+        if same:
+            self.k[:, L : L + n] = k
+            self.v[:, L : L + n] = v
+            return
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         pos = lengths[:, None] + torch.arange(n, device=k.device)
         self.k[rows, pos] = k.to(self.k.dtype)
@@ -50,11 +67,14 @@ class ModelCache:
     last_logits: torch.Tensor | None = None  # [B, V] clean logit at the last committed position
 
     @classmethod
-    def empty(cls, config: CloverConfig, batch: int, device=None, dtype=torch.float32) -> ModelCache:
+    def empty(cls, config: CloverConfig, batch: int, device=None, dtype=torch.float32, capacity: int = 0) -> ModelCache:
+        """A cache with nothing committed. ``capacity``: attention slots to allocate now per row
+        (history plus the pass in flight); past it the cache grows by doubling."""
         layers: list[AttnCache | GDNCache] = []
         for t in config.layer_types:
             if t == ATTN:
-                z = torch.zeros(batch, 0, config.num_key_value_heads, config.head_dim, device=device, dtype=dtype)
+                shape = (batch, capacity, config.num_key_value_heads, config.head_dim)
+                z = torch.zeros(shape, device=device, dtype=dtype)
                 layers.append(AttnCache(z, z.clone()))
             else:
                 Hv, dk, dv = config.linear_num_value_heads, config.linear_key_head_dim, config.linear_value_head_dim

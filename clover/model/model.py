@@ -231,9 +231,10 @@ class CloverForBlockDiffusion(nn.Module):
         return self.forward_blocks(*args, **kwargs)
 
     # -- incremental API -------------------------------------------------------------------
-    def new_cache(self, batch: int = 1) -> ModelCache:
+    def new_cache(self, batch: int = 1, capacity: int = 0) -> ModelCache:
+        """An empty cache; ``capacity`` attention slots per row allocated up front (it grows past them)."""
         p = self.model.embed_tokens.weight
-        return ModelCache.empty(self.config, batch, p.device, p.dtype)
+        return ModelCache.empty(self.config, batch, p.device, p.dtype, capacity)
 
     def step(
         self,
