@@ -15,6 +15,8 @@ committed block (docs/architecture.md, Rule 8) comes out of fixed-size chunks, w
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 CHUNK = 64
@@ -132,19 +134,76 @@ def delta_rule_chunked(
     return o, st.transpose(1, 2)
 
 
-def _fla_chunk():
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # optional GPU extra
+# fla's own GatedDeltaNet layer switches to the fused recurrent kernel at <= 64 tokens outside
+# training; the same cut here (not measured on a GPU in this repository)
+FLA_RECURRENT_MAX = 64
+_FLA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _fla_kernels(x: torch.Tensor):
+    """fla's (chunked, fused recurrent) gated-delta-rule kernels when ``x`` is a CUDA tensor of
+    a dtype they take and fla imports; else None (the PyTorch kernels run)."""
+    if not x.is_cuda or x.dtype not in _FLA_DTYPES:
+        return None
+    try:  # optional GPU extra
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     except Exception:  # noqa: BLE001 - any import problem means: use the torch path
         return None
-    return chunk_gated_delta_rule
+    return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+def _chunk_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fla's chunked kernel takes 16-bit q/k/v (recent versions refuse fp32); its state stays fp32."""
+    return torch.bfloat16 if dtype == torch.float32 else dtype
+
+
+def delta_rule_fla(kernels, q, k, v, g, beta, initial_state=None, boundaries=None, scale=None, output=True):
+    """The gated delta rule through fla's kernels, ``kernels = (chunk, fused_recurrent)`` with
+    fla's signatures (``[B, T, H, d]`` layout, state ``[B, H, dk, dv]``). Shapes and returns as
+    in the module doc.
+
+    fla returns only the final state, so the sequence is cut after each boundary and run
+    segment by segment, each segment's final state the next one's initial state: the states
+    at the boundaries are exact, and so are the outputs (concatenated). A segment of at most
+    ``FLA_RECURRENT_MAX`` tokens outside autograd runs the fused recurrent kernel (no backward
+    there), any other the chunked one. q and k come L2-normalised (no normalisation in the kernel).
+    """
+    chunk, recurrent = kernels
+    B, T, H, dk = k.shape
+    dv = v.shape[-1]
+    acc = torch.promote_types(q.dtype, torch.float32)  # the states' dtype, as the torch kernels'
+    S = q.new_zeros(B, H, dk, dv, dtype=acc) if initial_state is None else initial_state.to(acc)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, S))
+    wanted = boundaries or []
+    cuts = sorted(set(wanted) | ({T - 1} if output and T else set()))
+    states, outs, start = {}, [], 0
+    for e in cuts:
+        n = e + 1 - start
+        if n <= FLA_RECURRENT_MAX and not grad:
+            kernel, dt = recurrent, q.dtype
+        else:
+            kernel, dt = chunk, _chunk_dtype(q.dtype)
+        seg = slice(start, e + 1)
+        with warnings.catch_warnings():  # fla warns when a segment is shorter than the head count
+            warnings.filterwarnings("ignore", message=".*format mismatch.*")
+            # g and beta by name: the recurrent kernel takes other gates between v and beta
+            o, S = kernel(
+                q[:, seg].to(dt), k[:, seg].to(dt), v[:, seg].to(dt), g=g[:, seg].to(acc), beta=beta[:, seg].to(acc),
+                scale=scale, initial_state=S, output_final_state=True,
+            )  # fmt: skip
+        S = S.to(acc)
+        states[e] = S
+        outs.append(o)
+        start = e + 1
+    o = torch.cat(outs, 1).to(v.dtype) if output and T else None
+    st = torch.stack([states[e] for e in wanted], 1) if wanted else S.new_zeros(B, 0, H, dk, dv)
+    return o, st
 
 
 def delta_rule(q, k, v, g, beta, initial_state=None, boundaries=None, scale=None, output=True):
-    """Dispatch: fla's Triton kernel on CUDA when only the final state is asked for (a single
-    block commit), else the chunked PyTorch version. Same signature and returns as above."""
-    T = k.shape[1]
-    if k.is_cuda and boundaries == [T - 1] and (fla := _fla_chunk()) is not None:
-        o, S = fla(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True)
-        return (o if output else None), S[:, None].float()
+    """Dispatch: fla's kernels on CUDA when fla is installed (``delta_rule_fla``), else the
+    chunked PyTorch version. Same signature and returns as above."""
+    kernels = _fla_kernels(q)
+    if kernels is not None:
+        return delta_rule_fla(kernels, q, k, v, g, beta, initial_state, boundaries, scale, output)
     return delta_rule_chunked(q, k, v, g, beta, initial_state, boundaries, scale, output)
