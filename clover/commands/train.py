@@ -124,13 +124,6 @@ def _train_ar(args, recipe, tok, run: Path, device, rank: int, world: int, data,
 
     if args.grow:
         raise SystemExit("clover train: --grow is for Clover models, not the autoregressive recipe")
-    for flag, on in (
-        ("--dtype bfloat16", args.dtype != "float32"),
-        ("--activation-checkpointing", args.activation_checkpointing),
-    ):
-        if on:
-            raise SystemExit(f"clover train: {flag} is for the Clover recipes; the autoregressive recipe trains "
-                             "its transformers model in float32 without it")  # fmt: skip
     cfg = recipe.train
     try:
         config = recipe.hf_config(tok)
@@ -220,6 +213,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.recipe not in RECIPES:
         raise SystemExit(f"clover: unknown recipe {args.recipe!r}; choose from {sorted(RECIPES)}")
     recipe = RECIPES[args.recipe]()
+    if isinstance(recipe, AirspaceArRecipe):
+        for flag, on in (
+            ("--dtype bfloat16", args.dtype != "float32"),
+            ("--activation-checkpointing", args.activation_checkpointing),
+        ):
+            if on:
+                raise SystemExit(f"clover train: {flag} is for the Clover recipes; the autoregressive recipe "
+                                 "trains its transformers model in float32 without it")  # fmt: skip
     over = {}
     if args.config:
         try:
@@ -297,7 +298,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if sharded:
         if world == 1:
             single_process_group()
-        model = build_sharded(config, device, DTYPES[args.dtype], args.activation_checkpointing, recipe.train.seed)
+        dtype, fresh = DTYPES[args.dtype], init_dir is None or args.grow  # a warm start sets every weight
+        model = build_sharded(config, device, dtype, args.activation_checkpointing, recipe.train.seed, init=fresh)
     else:
         model = CloverForBlockDiffusion(config)
         if args.activation_checkpointing:

@@ -84,8 +84,8 @@ def _fill(name: str, config: CloverConfig):
 @torch.no_grad()
 def init_local(model: CloverForBlockDiffusion, seed: int = 0) -> None:
     """Initialise this rank's rows of every parameter (plain or FSDP2-sharded) with the
-    distribution of the model's own init, and rebuild the rope frequencies (a non-persistent
-    buffer, left empty by meta construction). The same values on any number of ranks."""
+    distribution of the model's own init, and rebuild the rope frequencies. The same values on
+    any number of ranks."""
     seen = set()
     for name, p in model.named_parameters(remove_duplicate=False):
         if id(p) in seen:  # a tied head: the embedding already set it
@@ -107,8 +107,13 @@ def init_local(model: CloverForBlockDiffusion, seed: int = 0) -> None:
             vals = sample((min(per, p.shape[0] - lo), *p.shape[1:]), g)  # [rows of block b, ...]
             a, z = max(lo, start), min(lo + per, start + n)
             local[a - start : z - start].copy_(vals[a - lo : z - lo])
-    rope = model.model.rotary_emb
-    rope.inv_freq.copy_(RotaryEmbedding(model.config).inv_freq)
+    rebuild_buffers(model)
+
+
+@torch.no_grad()
+def rebuild_buffers(model: CloverForBlockDiffusion) -> None:
+    """The rope frequencies: a non-persistent buffer, left empty by meta construction."""
+    model.model.rotary_emb.inv_freq.copy_(RotaryEmbedding(model.config).inv_freq)
 
 
 def apply_checkpointing(model: CloverForBlockDiffusion) -> None:
@@ -143,15 +148,20 @@ def build_sharded(
     dtype: torch.dtype = torch.float32,
     checkpointing: bool = False,
     seed: int = 0,
+    init: bool = True,
 ) -> CloverForBlockDiffusion:
     """The model on ``device`` as FSDP2 shards, no rank ever holding more than its own rows
     (plus one layer's gathered weights while it runs). Needs an initialised process group
-    (``setup_distributed``, or ``single_process_group`` for one process)."""
+    (``setup_distributed``, or ``single_process_group`` for one process). ``init=False`` leaves
+    the weights unset, for a caller that loads every one of them (``warm_start.init_weights``)."""
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)
     if checkpointing:
         apply_checkpointing(model)
     shard(model, device.type, dtype)
     model.to_empty(device=device)
-    init_local(model, seed)
+    if init:
+        init_local(model, seed)
+    else:
+        rebuild_buffers(model)
     return model
