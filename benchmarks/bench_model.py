@@ -1,7 +1,8 @@
 """Model-core figures: chunked vs recurrent delta rule at T=2048, training-forward throughput,
-and the MoE expert paths side by side (per-expert loop, grouped GEMM, dense) on the medium preset.
+the MoE expert paths side by side (per-expert loop, grouped GEMM, dense), and one attention
+layer's denoise pass over a long cache, in place vs by concatenation.
 
-python benchmarks/bench_model.py [--json out.json] [--threads 1] [--only moe]
+python benchmarks/bench_model.py [--json out.json] [--threads 1] [--only moe|attention]
 """
 
 from __future__ import annotations
@@ -96,14 +97,49 @@ def moe_figures(tokens=(16, 64, 512), reps=20):
     return out
 
 
+def attention_step_figures(histories=(512, 4096, 16384), block=32, reps=20):
+    """One medium-preset attention layer, a denoise pass of one block over ``histories`` cached
+    tokens: ms per pass (best of ``reps``) in place (``forward_step``) and by concatenation
+    (``forward_step_reference``), for one row and for four rows of different lengths."""
+    from clover.model.attention import Attention
+    from clover.model.cache import AttnCache
+    from clover.model.layers import RotaryEmbedding
+
+    torch.manual_seed(0)
+    cfg = preset("medium")
+    att, rope_emb = Attention(cfg).eval(), RotaryEmbedding(cfg)
+    out = {}
+    for L in histories:
+        for rows, lengths in ((1, [L]), (4, [L, L - block, L - 4 * block, L - 2 * block])):
+            lens = torch.tensor(lengths)
+            cache = AttnCache(*(torch.randn(rows, L + 2 * block, cfg.num_key_value_heads, cfg.head_dim) for _ in "kv"))
+            x = torch.randn(rows, block, cfg.hidden_size)
+            rope = rope_emb(lens[:, None] + torch.arange(block), x.dtype)
+            for name, fn in (("in_place", att.forward_step), ("concat", att.forward_step_reference)):
+                with torch.no_grad():
+                    fn(x, rope, cache, lens, 0, block)
+                    best = float("inf")
+                    for _ in range(reps):
+                        t = time.perf_counter()
+                        fn(x, rope, cache, lens, 0, block)
+                        best = min(best, time.perf_counter() - t)
+                out[f"attn_{name}_{rows}rows_{L}hist_ms"] = 1e3 * best
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--only", choices=["delta_rule", "train", "moe"], help="one group of figures")
+    p.add_argument("--only", choices=["delta_rule", "train", "moe", "attention"], help="one group of figures")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    groups = {"delta_rule": delta_rule_figures, "train": train_forward_figures, "moe": moe_figures}
+    groups = {
+        "delta_rule": delta_rule_figures,
+        "train": train_forward_figures,
+        "moe": moe_figures,
+        "attention": attention_step_figures,
+    }
     res = {"threads": a.threads}
     for name, fn in groups.items():
         if a.only in (None, name):
