@@ -1,0 +1,417 @@
+"""The prepared GPU check (run through ``benchmarks/gpu_check.sh``): what has to hold, and how
+fast the full shape runs, on one CUDA GPU.
+
+1. invariant: ``forward_train`` block logits vs ``step(denoise=...)`` after committing the clean
+   prefix (tests/model/test_invariant.py), on the GPU in fp32 and bf16, each against the fp64
+   CPU model with the same weights;
+2. fla: fla's ``chunk_gated_delta_rule`` on the GPU against ``delta_rule_chunked`` in fp64 on
+   the CPU (without fla or a GPU, the torch chunked kernel stands in and the JSON says so);
+3. speed: the ``qwen3.6-35b-a3b`` preset with random bf16 weights built on the GPU: prefill
+   tokens/s at 4K tokens, engine decode tokens/s at batch 1 and 16 for ``ar`` (TPF 1) and
+   ``fixed`` at 8 passes per 32-token block (TPF 4; random weights, so the policy sets TPF),
+   and peak GPU memory.
+
+Each section runs under its own time budget and its own error handling, and the JSON is written
+after every section, so a section that fails or overruns leaves the others' figures.
+``--dry-run``: the same on the CPU with the tiny preset and small sizes (the test suite runs it).
+
+    python benchmarks/gpu_check.py [--dry-run] [--json gpu_check.json] [--budget-s 420]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test helpers the invariant reuses (tests/model/helpers.py)
+
+from clover.loading import place_model  # noqa: E402
+from clover.model import CloverForBlockDiffusion, preset  # noqa: E402
+from tests.model.helpers import incremental_logits, noisy  # noqa: E402
+
+# the published reference point for a model of this shape (35B total, 3B active) decoding on one
+# H200, in tokens/s; shown next to the measured figures, never measured here
+SEEDS_REFERENCE_TOK_S = 515
+
+# sizes: (GPU run, dry run)
+SIZES = {
+    "invariant": {"gpu": dict(preset="small", block_size=32, batch=2, length=200, prompt=45),
+                  "dry": dict(preset="tiny", block_size=8, batch=2, length=37, prompt=5)},
+    "fla": {"gpu": dict(B=2, T=512, H=8, dk=128, dv=128), "dry": dict(B=1, T=100, H=2, dk=16, dv=16)},
+    "speed": {"gpu": dict(preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128),
+              "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32)},
+}  # fmt: skip
+# of --budget-s; fla's first calls compile and autotune its Triton kernels (tens of seconds), and
+# the speed section takes whatever the others leave
+BUDGET_SHARE = {"invariant": 0.15, "fla": 0.22, "speed": 0.63}
+BATCHES = (1, 16)
+BLOCK, FIXED_STEPS = 32, 8
+
+
+class Overrun(Exception):
+    """A section ran past its time budget."""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double().cpu() - b.double().cpu()).abs().max().item()
+
+
+# -- 1. the exactness invariant ---------------------------------------------------------------------
+def _reference_model(name: str, block_size: int) -> CloverForBlockDiffusion:
+    """fp64 on the CPU, Clover's own parameters moved off their init so that every branch counts
+    (as tests/model/helpers.make_model). Every expert weighs in (top-k = all): a top-k choice is
+    a discontinuity, and random routers' near-tied scores flip under bf16 rounding, which would
+    measure the flips rather than the arithmetic."""
+    torch.manual_seed(0)
+    cfg = preset(name, block_size=block_size)
+    m = CloverForBlockDiffusion(cfg.replace(num_experts_per_tok=cfg.num_experts)).double().eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
+                p.normal_(0, 0.3)
+    return m
+
+
+def _gen_blocks(model, x0, xt, prompt: int, bs: int, device) -> tuple[torch.Tensor, dict]:
+    """forward_train logits and engine-style step logits of every generation block, on ``device``."""
+    x0, xt = x0.to(device), xt.to(device)
+    train = model.forward_train(x0, xt, bs).logits
+    steps = incremental_logits(model, x0, xt, prompt, bs)
+    _sync(device)
+    return train, steps
+
+
+def _block_err(model, train: torch.Tensor, steps: dict, ref: torch.Tensor, bs: int) -> tuple[float, float, float]:
+    """Largest |difference| over the generation blocks: train vs ref, steps vs ref, train vs steps."""
+    e_train = e_step = e_both = 0.0
+    for b, lg in steps.items():
+        s = b * bs
+        lo = 1 if (model.config.shift_logits and s == 0) else 0  # token 0 is never predicted
+        r = ref[:, s : s + lg.shape[1]][:, lo:]
+        t = train[:, s : s + lg.shape[1]][:, lo:]
+        e_train, e_step = max(e_train, _err(t, r)), max(e_step, _err(lg[:, lo:], r))
+        e_both = max(e_both, _err(t, lg[:, lo:]))
+    return e_train, e_step, e_both
+
+
+def check_invariant(out: dict, device: torch.device, size: dict, left) -> None:
+    bs = size["block_size"]
+    ref = _reference_model(size["preset"], bs)
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, ref.config.vocab_size - 1, (size["batch"], size["length"]), generator=g)
+    xt = noisy(x0, ref.config.mask_token_id, size["prompt"])
+    with torch.no_grad():
+        ref_train, ref_steps = _gen_blocks(ref, x0, xt, size["prompt"], bs, torch.device("cpu"))
+        out["reference_max_abs_logit"] = ref_train.abs().max().item()
+        out["fp64_train_vs_step"] = _block_err(ref, ref_train, ref_steps, ref_train, bs)[1]
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            left()
+            m = place_model(copy.deepcopy(ref), device, dtype)
+            train, steps = _gen_blocks(m, x0, xt, size["prompt"], bs, device)
+            e_train, e_step, e_both = _block_err(m, train, steps, ref_train, bs)
+            out[name] = {"device": str(device), "forward_train_max_abs_err": e_train, "step_max_abs_err": e_step,
+                         "train_vs_step_max_abs_err": e_both}  # fmt: skip
+            del m
+
+
+# -- 2. fla against the reference kernel -------------------------------------------------------------
+def _fla():
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception:  # noqa: BLE001 - not installed, or no Triton/GPU for it
+        return None
+    return chunk_gated_delta_rule
+
+
+def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
+    import torch.nn.functional as F
+
+    from clover.ops.delta_rule import delta_rule_chunked
+
+    B, T, H, dk, dv = (size[k] for k in ("B", "T", "H", "dk", "dv"))
+    gen = torch.Generator().manual_seed(0)
+    q = F.normalize(torch.randn(B, T, H, dk, generator=gen, dtype=torch.float64), dim=-1)
+    k = F.normalize(torch.randn(B, T, H, dk, generator=gen, dtype=torch.float64), dim=-1)
+    v = torch.randn(B, T, H, dv, generator=gen, dtype=torch.float64)
+    g = -F.softplus(torch.randn(B, T, H, generator=gen, dtype=torch.float64))  # log decay < 0
+    beta = torch.sigmoid(torch.randn(B, T, H, generator=gen, dtype=torch.float64))
+    S0 = 0.1 * torch.randn(B, H, dk, dv, generator=gen, dtype=torch.float64)
+    scale = dk**-0.5
+    ref_o, ref_S = delta_rule_chunked(q, k, v, g, beta, S0, [T - 1], scale)
+    fla = _fla() if device.type == "cuda" else None
+    out["candidate"] = "fla chunk_gated_delta_rule" if fla else f"delta_rule_chunked on {device} (no fla figure)"
+    if fla is None:
+        out["note"] = "fla not importable or no CUDA device: the torch chunked kernel stands in"
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        left()
+        args = [t.to(device, dtype) for t in (q, k, v, g, beta)]
+        try:
+            with torch.no_grad():
+                if fla is not None:
+                    o, S = fla(*args, scale=scale, initial_state=S0.to(device, torch.float32), output_final_state=True)
+                else:
+                    o, S = delta_rule_chunked(*args, S0.to(device, torch.float32), [T - 1], scale)
+                    S = S[:, 0]
+            _sync(device)
+            out[name] = {"o_max_abs_err": _err(o, ref_o), "state_max_abs_err": _err(S, ref_S[:, 0])}
+        except Exception as e:  # noqa: BLE001 - one dtype the kernel refuses leaves the other's figure
+            out[name] = {"o_max_abs_err": None, "state_max_abs_err": None, "error": f"{type(e).__name__}: {e}"}
+    out["shape"] = f"B {B}, T {T}, H {H}, dk {dk}, dv {dv}"
+
+
+# -- 3. the full shape, random weights -----------------------------------------------------------------
+def random_model(name: str, device: torch.device, dtype: torch.dtype) -> CloverForBlockDiffusion:
+    """Random weights built where they live: the constructors and ``reset_parameters`` (normal
+    with the config's initializer_range, norms as the model sets them) run on ``device`` in
+    ``dtype``, so no weight ever exists on the CPU or in fp32."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        torch.manual_seed(0)
+        with torch.device(device):
+            return CloverForBlockDiffusion(preset(name)).eval()
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
+    from clover.engine import SamplingParams
+
+    n = size["ar_tokens"] if policy == "ar" else size["fixed_tokens"]
+    params = SamplingParams(max_tokens=n, block_size=BLOCK, policy=policy, ignore_eos=True,
+                            steps_per_block=FIXED_STEPS if policy == "fixed" else None)  # fmt: skip
+    gen = torch.Generator().manual_seed(batch)
+    V = model.config.vocab_size
+    prompts = [torch.randint(0, V - 1, (size["prompt"],), generator=gen).tolist() for _ in range(batch)]
+    _sync(device)
+    t0 = time.perf_counter()
+    outs = engine.generate_batch(prompts, params)
+    _sync(device)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(o.token_ids) for o in outs)
+    passes = max(o.stats["forward_passes"] for o in outs)
+    return {"batch": batch, "policy": policy, "tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall,
+            "tpf": tokens / batch / passes if passes else None}  # fmt: skip
+
+
+def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
+    from clover.engine import Engine, SamplingParams
+    from clover.model.quant import weight_bytes
+
+    def peak() -> None:  # after every measurement, so that an overrun keeps the figure so far
+        if device.type == "cuda":
+            out["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+
+    cfg = preset(size["preset"])
+    need = weight_bytes(cfg, float_bytes=2)["total"]
+    out["weights_gib"] = need / 2**30
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        if free < 1.08 * need:
+            raise RuntimeError(
+                f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f}: the bf16 weights need {need / 2**30:.1f}"
+            )
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    model = random_model(size["preset"], device, torch.bfloat16)
+    _sync(device)
+    out["init_s"] = time.perf_counter() - t0
+    out["params"] = model.num_parameters()["total_params"]
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        left()
+        warm = torch.randint(0, cfg.vocab_size - 1, (1, 8 * BLOCK), generator=gen).to(device)
+        model.prefill(warm, BLOCK)  # first calls: kernel compilation (Triton) and allocator warm-up
+        _sync(device)
+        left()
+        prompt = torch.randint(0, cfg.vocab_size - 1, (1, size["prefill_tokens"]), generator=gen).to(device)
+        t0 = time.perf_counter()
+        model.prefill(prompt, BLOCK)
+        _sync(device)
+        wall = time.perf_counter() - t0
+        out["prefill"] = {
+            "tokens": size["prefill_tokens"],
+            "seconds": wall,
+            "tokens_per_s": size["prefill_tokens"] / wall,
+        }
+        del prompt
+    engine = Engine(model, max_batch_size=max(BATCHES))
+    for policy in ("ar", "fixed"):  # warm-up: the decode shapes of each policy once
+        engine.generate_batch([list(range(1, BLOCK + 1))], SamplingParams(max_tokens=BLOCK, block_size=BLOCK,
+                              policy=policy, steps_per_block=FIXED_STEPS if policy == "fixed" else None,
+                              ignore_eos=True))  # fmt: skip
+    peak()
+    for b in BATCHES:  # batch 1 of both policies first: the figures that matter most if time runs out
+        for policy in ("ar", "fixed"):
+            left()
+            out["decode"][f"{policy}_b{b}"] = _decode(engine, model, policy, b, size, device)
+            peak()
+
+
+# -- driver ------------------------------------------------------------------------------------------
+def _template(dry: bool) -> dict:
+    """Every key the JSON has, in both modes (None until measured)."""
+    per = {"device": None, "forward_train_max_abs_err": None, "step_max_abs_err": None,
+           "train_vs_step_max_abs_err": None}  # fmt: skip
+    run = {"batch": None, "policy": None, "tokens": None, "seconds": None, "tokens_per_s": None, "tpf": None}
+    mode = "dry" if dry else "gpu"
+    base = {"status": "not run", "seconds": None, "note": None}
+    return {
+        "invariant": {**base, **SIZES["invariant"][mode], "reference": "fp64 on the CPU, same weights",
+                      "reference_max_abs_logit": None, "fp64_train_vs_step": None,
+                      "fp32": dict(per), "bf16": dict(per)},
+        "fla": {**base, "candidate": None, "reference": "delta_rule_chunked, fp64 on the CPU", "shape": None,
+                "fp32": {"o_max_abs_err": None, "state_max_abs_err": None},
+                "bf16": {"o_max_abs_err": None, "state_max_abs_err": None}},
+        "speed": {**base, **SIZES["speed"][mode], "dtype": "bfloat16", "block_size": BLOCK,
+                  "fixed_steps_per_block": FIXED_STEPS, "params": None, "weights_gib": None, "init_s": None,
+                  "prefill": {"tokens": None, "seconds": None, "tokens_per_s": None},
+                  "decode": {f"{p}_b{b}": dict(run) for b in BATCHES for p in ("ar", "fixed")},
+                  "peak_memory_gib": None, "seeds_reference_tok_s": SEEDS_REFERENCE_TOK_S,
+                  "seeds_reference_note": "the published reference point for this shape (35B-A3B) decoding on one "
+                  "H200, tokens/s; not measured here: compare with the decode rows at the TPF it was measured at"},
+    }  # fmt: skip
+
+
+def _run_section(name: str, fn, out: dict, device, size: dict, budget_s: float) -> None:
+    """One section under its budget: ``left()`` (called between steps) and an alarm both stop it."""
+    t0 = time.perf_counter()
+    deadline = t0 + budget_s
+
+    def left() -> None:
+        if time.perf_counter() > deadline:
+            raise Overrun
+
+    def alarm(*_):
+        raise Overrun
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(max(1, int(budget_s) + 5))
+    try:
+        fn(out, device, size, left)
+        out["status"] = "ok"
+    except KeyboardInterrupt:  # the shell script's overall limit: keep what was measured
+        out["status"], out["note"] = "interrupted", "stopped by the overall time limit"
+        raise
+    except Overrun:
+        out["status"] = "timeout"
+        out["note"] = f"stopped after its {budget_s:.0f} s budget; the figures above were measured before that"
+    except Exception as e:  # noqa: BLE001 - recorded; the next section still runs
+        out["status"] = "error"
+        out["note"] = f"{type(e).__name__}: {str(e)[:400]}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        out["seconds"] = time.perf_counter() - t0
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _rows(res: dict) -> list[list]:
+    inv, fla, sp = res["sections"]["invariant"], res["sections"]["fla"], res["sections"]["speed"]
+    scale = inv["reference_max_abs_logit"]
+    rel = lambda e: f"{e / scale:.2g} of max |logit|" if e is not None and scale else ""  # noqa: E731
+    rows = [["invariant", "status", inv["status"], inv["note"] or f"{inv['preset']} preset, block {inv['block_size']}"],
+            ["invariant", "max |logit|, fp64 cpu", scale, "the reference"],
+            ["invariant", "fp64 cpu: train vs step", inv["fp64_train_vs_step"], "the invariant in fp64"]]  # fmt: skip
+    for d in ("fp32", "bf16"):
+        for k, what in (("forward_train_max_abs_err", "train vs fp64"), ("step_max_abs_err", "step vs fp64"),
+                        ("train_vs_step_max_abs_err", "train vs step")):  # fmt: skip
+            rows.append(["invariant", f"{inv[d]['device']} {d}: {what}", inv[d][k], rel(inv[d][k])])
+    rows.append(["fla", "status", fla["status"], fla["note"] or fla["shape"] or ""])
+    for d in ("fp32", "bf16"):
+        for k, what in (("o_max_abs_err", "output"), ("state_max_abs_err", "final state")):
+            rows.append(["fla", f"{d} {what} vs fp64", fla[d][k], fla[d].get("error") or fla["candidate"] or ""])
+    rows += [["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
+             ["speed", "weights GiB", sp["weights_gib"], f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
+             ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"], "batch 1"]]  # fmt: skip
+    for key, r in sp["decode"].items():
+        rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])
+    rows += [["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],
+             ["speed", "seeds_reference_tok_s", sp["seeds_reference_tok_s"],
+              "published reference for this shape on one H200 (not measured here)"]]  # fmt: skip
+    return [[a, b, "-" if c is None else (f"{c:.3g}" if isinstance(c, float) else str(c)), d] for a, b, c, d in rows]
+
+
+def print_rows(title: str, rows: list[list], note: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for i, c in enumerate(["section", "figure", "value", "note"]):
+        t.add_column(c, justify="right" if i == 2 else "left")
+    for r in rows:
+        t.add_row(*r)
+    console = Console(width=max(120, Console().width))
+    console.print(t)
+    console.print(note)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="on the CPU with the tiny preset and small sizes")
+    p.add_argument("--json", default=os.environ.get("GPU_CHECK_JSON", "gpu_check.json"), help="where the figures go")
+    p.add_argument("--budget-s", type=float, default=420.0, help="time for all sections together")
+    args = p.parse_args()
+    t_start = time.perf_counter()
+    if args.dry_run:
+        device = torch.device("cpu")
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    else:
+        print("gpu_check: no CUDA GPU visible to torch; run with --dry-run for the CPU version", file=sys.stderr)
+        return 2
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_flush_denormal(True)
+    mode = "dry" if args.dry_run else "gpu"
+    fla = _fla()
+    res = {
+        "dry_run": args.dry_run,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "fla": None if fla is None else getattr(sys.modules.get("fla"), "__version__", "installed"),
+        "threads": torch.get_num_threads(),
+        "budget_s": args.budget_s,
+        "seconds": None,
+        "sections": _template(args.dry_run),
+    }
+    print(f"gpu_check: {res['device_name']} ({device}), torch {res['torch']}, CUDA {res['cuda']}, fla {res['fla']}, "
+          f"{res['threads']} CPU thread(s){', dry run' if args.dry_run else ''}", flush=True)  # fmt: skip
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for name, fn in (("invariant", check_invariant), ("fla", check_fla), ("speed", check_speed)):
+        left = args.budget_s - (time.perf_counter() - t_start)
+        share = BUDGET_SHARE[name] * args.budget_s
+        budget = left if name == "speed" else min(share, left)  # the last section takes what is left
+        out = res["sections"][name]
+        try:
+            if budget < 5:
+                out["status"], out["note"] = "skipped", "no time left in the budget"
+            else:
+                _run_section(name, fn, out, device, SIZES[name][mode], budget)
+        finally:  # after every section, and on an interrupt: what was measured is kept
+            res["seconds"] = time.perf_counter() - t_start
+            path.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"gpu_check: {name}: {out['status']} in {out['seconds'] or 0:.1f} s", flush=True)
+    print_rows(f"gpu_check ({res['device_name']}, {res['seconds']:.0f} s)", _rows(res), f"JSON: {path}")
+    return 0 if all(s["status"] == "ok" for s in res["sections"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
