@@ -45,7 +45,7 @@ def test_every_loading_command_takes_device_and_dtype(argv):
     assert (args.device, args.dtype) == ("cpu", "bfloat16")
 
 
-@pytest.mark.parametrize("argv", [a for a in COMMANDS if a != ["chat"]], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
 def test_cuda_without_a_gpu_is_one_line_before_anything_loads(argv, no_gpu, monkeypatch, capsys):
     import clover.loading
     import clover.server.app  # noqa: F401 - imported now, so that it keeps the real load_engine

@@ -27,6 +27,20 @@ def test_bf16_load_gives_bf16_weights_and_fp32_rope(tmp_path):
     assert torch.equal(b.forward_train(x, x).logits, twin.forward_train(x, x).logits)
 
 
+def test_a_file_reopened_for_every_tensor_loads_the_same_weights(tmp_path, monkeypatch):
+    """Tensors read through a handle that was dropped since (the read window) stay valid."""
+    import clover.model.io as io
+
+    m = make_model().float()
+    save_model(m, tmp_path / "ck", max_shard_bytes=30_000)
+    monkeypatch.setattr(io, "READ_WINDOW", 1)
+    b = load_model(tmp_path / "ck")
+    for (k, x), y in zip(m.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), k
+    x = torch.randint(0, 96, (2, 12))
+    assert torch.equal(m.forward_train(x, x).logits, b.forward_train(x, x).logits)
+
+
 def test_tied_embeddings_stay_tied(tmp_path):
     torch.manual_seed(0)
     m = CloverForBlockDiffusion(preset("tiny", tie_word_embeddings=True)).eval()
