@@ -71,7 +71,9 @@ def place_model(model, device: torch.device | str, dtype: torch.dtype | None = N
         raise ValueError("a quantized model runs on the CPU only (its int8/int4 kernels are CPU ones)")
     rope = model.model.rotary_emb
     inv_freq = rope.inv_freq
-    model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+    model.to(device)
+    if dtype is not None:
+        model.to(dtype)  # a quantized model's integer weights and bf16 scales stay as they are
     rope.inv_freq = inv_freq.to(device=device, dtype=torch.promote_types(torch.float32, dtype or inv_freq.dtype))
     return model
 
