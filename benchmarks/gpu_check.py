@@ -337,7 +337,8 @@ def _rows(res: dict) -> list[list]:
         for k, what in (("o_max_abs_err", "output"), ("state_max_abs_err", "final state")):
             rows.append(["fla", f"{d} {what} vs fp64", fla[d][k], fla[d].get("error") or fla["candidate"] or ""])
     rows += [["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
-             ["speed", "weights GiB", sp["weights_gib"], f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
+             ["speed", "weights GiB", sp["weights_gib"],
+              f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
              ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"], "batch 1"]]  # fmt: skip
     for key, r in sp["decode"].items():
         rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])

@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     tasks = operator_tasks(args.n)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold, "max_steps": args.max_steps,
-                     "threads": args.threads, "model": args.model or "bundled"}  # fmt: skip
+                     "threads": args.threads, "model": args.model or "bundled",
+                     "device": str(llm.engine.model.lm_head.weight.device),
+                     "dtype": str(llm.engine.model.lm_head.weight.dtype)[6:]}  # fmt: skip
     for t in tasks:
         figures["kinds"][t.kind] = figures["kinds"].get(t.kind, 0) + 1
     per = {}

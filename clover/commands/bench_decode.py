@@ -229,11 +229,12 @@ def run_decode(args: argparse.Namespace) -> int:
     head = f"threshold@{taus[-1]:g}"
     _run(model, tokenizer, cases[:1], SamplingParams(max_tokens=8, block_size=args.block_size), 1)  # warm-up
     big = sizes[-1]
+    w = model.lm_head.weight
     rows, figures = [], {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
-                         "device": str(model.lm_head.weight.device), "dtype": str(model.lm_head.weight.dtype)[6:]}  # fmt: skip
+                         "device": str(w.device), "dtype": str(w.dtype)[6:]}  # fmt: skip
     full = {name: _run(model, tokenizer, cases, p, big) for name, p in configs.items()}  # quality + speed
     by_batch: dict[int, dict] = {}
-    hf = None if args.no_hf else hf_twin(model.config).to(model.lm_head.weight.device, model.lm_head.weight.dtype)
+    hf = None if args.no_hf else hf_twin(model.config).to(w.device, w.dtype)  # where Clover runs, as it runs
     if hf is not None:
         _run_hf(hf, cases[:1], [4], 1)  # warm-up
     for b in sizes:

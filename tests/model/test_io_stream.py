@@ -100,8 +100,9 @@ def test_a_bf16_load_never_holds_the_fp32_checkpoint(tmp_path):
     save_model(m, tmp_path / "ck")
     del m
     save_model(make_model().float(), tmp_path / "tiny")
-    r = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tiny")], capture_output=True, text=True,
-                       timeout=300, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tiny")],
+                       capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["dtypes"] == ["torch.bfloat16"] and d["bytes"] == total // 2
