@@ -9,8 +9,7 @@
 # --dry-run: the same on the CPU with the tiny preset (well under a minute, one thread).
 # PATH: --json, else $GPU_CHECK_JSON, else gpu_check.json.
 set -u
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$ROOT"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"  # no cd: a relative --json PATH is the caller's
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null 2>&1 || PY=python
 
