@@ -129,7 +129,7 @@ def check_invariant(out: dict, device: torch.device, size: dict, left) -> None:
 
 
 # -- 2. fla against the reference kernel -------------------------------------------------------------
-def _fla():
+def _fla_chunk():
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     except Exception:  # noqa: BLE001 - not installed, or no Triton/GPU for it
@@ -138,9 +138,13 @@ def _fla():
 
 
 def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
+    """fla's chunked kernel as it is (bf16 q/k/v, which it requires; fp32 gates and state), and
+    the model's own ``delta_rule`` (fla inside on CUDA when it imports) in fp32 and bf16 with
+    states at every 32nd token, each against ``delta_rule_chunked`` in fp64 on the CPU."""
     import torch.nn.functional as F
 
-    from clover.ops.delta_rule import delta_rule_chunked
+    from clover.ops import delta_rule as ops
+    from clover.ops.delta_rule import delta_rule, delta_rule_chunked
 
     B, T, H, dk, dv = (size[k] for k in ("B", "T", "H", "dk", "dv"))
     gen = torch.Generator().manual_seed(0)
@@ -150,27 +154,40 @@ def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
     g = -F.softplus(torch.randn(B, T, H, generator=gen, dtype=torch.float64))  # log decay < 0
     beta = torch.sigmoid(torch.randn(B, T, H, generator=gen, dtype=torch.float64))
     S0 = 0.1 * torch.randn(B, H, dk, dv, generator=gen, dtype=torch.float64)
-    scale = dk**-0.5
-    ref_o, ref_S = delta_rule_chunked(q, k, v, g, beta, S0, [T - 1], scale)
-    fla = _fla() if device.type == "cuda" else None
-    out["candidate"] = "fla chunk_gated_delta_rule" if fla else f"delta_rule_chunked on {device} (no fla figure)"
-    if fla is None:
-        out["note"] = "fla not importable or no CUDA device: the torch chunked kernel stands in"
+    scale, bounds = dk**-0.5, list(range(BLOCK - 1, T, BLOCK))
+    out["shape"] = f"B {B}, T {T}, H {H}, dk {dk}, dv {dv}; states after every {BLOCK} tokens"
+    ref_o, ref_S = delta_rule_chunked(q, k, v, g, beta, S0, bounds, scale)
+    ref_last = delta_rule_chunked(q, k, v, g, beta, S0, [T - 1], scale)[1][:, 0]
+    chunk = _fla_chunk() if device.type == "cuda" else None
+    kern = out["chunk_kernel"]
+    if chunk is None:
+        kern["error"] = "fla not importable or no CUDA device: not measured"
+        out["note"] = "no fla kernel measured (fla not importable or no CUDA device); delta_rule runs the torch kernel"
+    else:
+        left()
+        try:
+            with torch.no_grad():
+                o, S = chunk(*(t.to(device, torch.bfloat16) for t in (q, k, v)), g=g.to(device, torch.float32),
+                             beta=beta.to(device, torch.float32), scale=scale,
+                             initial_state=S0.to(device, torch.float32), output_final_state=True)  # fmt: skip
+            _sync(device)
+            kern.update(o_max_abs_err=_err(o, ref_o), state_max_abs_err=_err(S, ref_last))
+        except Exception as e:  # noqa: BLE001 - recorded; the model's own path below still runs
+            kern["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    probe = q[:1, :1].to(device, torch.bfloat16)
+    pick = getattr(ops, "_fla_kernels", lambda x: None)  # the dispatch's own choice of kernel
+    inside = "fla" if pick(probe) is not None else "torch chunked"
+    out["candidate"] = f"clover.ops.delta_rule on {device}: {inside}"
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         left()
         args = [t.to(device, dtype) for t in (q, k, v, g, beta)]
         try:
             with torch.no_grad():
-                if fla is not None:
-                    o, S = fla(*args, scale=scale, initial_state=S0.to(device, torch.float32), output_final_state=True)
-                else:
-                    o, S = delta_rule_chunked(*args, S0.to(device, torch.float32), [T - 1], scale)
-                    S = S[:, 0]
+                o, S = delta_rule(*args, S0.to(device, torch.float32), bounds, scale)
             _sync(device)
-            out[name] = {"o_max_abs_err": _err(o, ref_o), "state_max_abs_err": _err(S, ref_S[:, 0])}
-        except Exception as e:  # noqa: BLE001 - one dtype the kernel refuses leaves the other's figure
+            out[name] = {"o_max_abs_err": _err(o, ref_o), "state_max_abs_err": _err(S, ref_S)}
+        except Exception as e:  # noqa: BLE001 - one dtype that fails leaves the other's figure
             out[name] = {"o_max_abs_err": None, "state_max_abs_err": None, "error": f"{type(e).__name__}: {e}"}
-    out["shape"] = f"B {B}, T {T}, H {H}, dk {dk}, dv {dv}"
 
 
 # -- 3. the full shape, random weights -----------------------------------------------------------------
@@ -275,6 +292,8 @@ def _template(dry: bool) -> dict:
                       "reference_max_abs_logit": None, "fp64_train_vs_step": None,
                       "fp32": dict(per), "bf16": dict(per)},
         "fla": {**base, "candidate": None, "reference": "delta_rule_chunked, fp64 on the CPU", "shape": None,
+                "chunk_kernel": {"kernel": "fla chunk_gated_delta_rule, bf16 q/k/v", "o_max_abs_err": None,
+                                 "state_max_abs_err": None, "error": None},
                 "fp32": {"o_max_abs_err": None, "state_max_abs_err": None},
                 "bf16": {"o_max_abs_err": None, "state_max_abs_err": None}},
         "speed": {**base, **SIZES["speed"][mode], "dtype": "bfloat16", "block_size": BLOCK,
@@ -333,9 +352,14 @@ def _rows(res: dict) -> list[list]:
                         ("train_vs_step_max_abs_err", "train vs step")):  # fmt: skip
             rows.append(["invariant", f"{inv[d]['device']} {d}: {what}", inv[d][k], rel(inv[d][k])])
     rows.append(["fla", "status", fla["status"], fla["note"] or fla["shape"] or ""])
+    ck = fla["chunk_kernel"]
+    for k, what in (("o_max_abs_err", "output"), ("state_max_abs_err", "final state")):
+        rows.append(["fla", f"chunk kernel bf16: {what} vs fp64", ck[k], ck["error"] or ck["kernel"]])
     for d in ("fp32", "bf16"):
-        for k, what in (("o_max_abs_err", "output"), ("state_max_abs_err", "final state")):
-            rows.append(["fla", f"{d} {what} vs fp64", fla[d][k], fla[d].get("error") or fla["candidate"] or ""])
+        for k, what in (("o_max_abs_err", "output"), ("state_max_abs_err", "states")):
+            rows.append(
+                ["fla", f"delta_rule {d}: {what} vs fp64", fla[d][k], fla[d].get("error") or fla["candidate"] or ""]
+            )
     rows += [["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
              ["speed", "weights GiB", sp["weights_gib"],
               f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
@@ -379,7 +403,7 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.set_flush_denormal(True)
     mode = "dry" if args.dry_run else "gpu"
-    fla = _fla()
+    fla = _fla_chunk()
     res = {
         "dry_run": args.dry_run,
         "device": str(device),

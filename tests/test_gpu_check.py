@@ -27,6 +27,8 @@ def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
         assert set(s["invariant"][d_]) == {"device", "forward_train_max_abs_err", "step_max_abs_err",
                                            "train_vs_step_max_abs_err"}  # fmt: skip
         assert set(s["fla"][d_]) == {"o_max_abs_err", "state_max_abs_err"}
+    assert set(s["fla"]["chunk_kernel"]) == {"kernel", "o_max_abs_err", "state_max_abs_err", "error"}
+    assert s["fla"]["chunk_kernel"]["error"]  # no fla on a CPU: said, not measured
     assert set(s["speed"]["decode"]) == {"ar_b1", "fixed_b1", "ar_b16", "fixed_b16"}
     for k in ("prefill", "peak_memory_gib", "weights_gib", "params", "seeds_reference_tok_s", "seeds_reference_note"):
         assert k in s["speed"]
