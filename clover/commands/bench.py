@@ -16,6 +16,7 @@ MODULES = (
     "clover.commands.bench_twin",  # twin
     "clover.commands.bench_agent",  # agent
     "clover.commands.bench_quant",  # quant
+    "clover.commands.bench_train",  # train-memory
 )
 
 
