@@ -15,6 +15,7 @@ committed block (docs/architecture.md, Rule 8) comes out of fixed-size chunks, w
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -140,16 +141,21 @@ FLA_RECURRENT_MAX = 64
 _FLA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _fla_kernels(x: torch.Tensor):
-    """fla's (chunked, fused recurrent) gated-delta-rule kernels when ``x`` is a CUDA tensor of
-    a dtype they take and fla imports; else None (the PyTorch kernels run)."""
-    if not x.is_cuda or x.dtype not in _FLA_DTYPES:
-        return None
+@functools.cache
+def _fla_import():
     try:  # optional GPU extra
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     except Exception:  # noqa: BLE001 - any import problem means: use the torch path
         return None
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+def _fla_kernels(x: torch.Tensor):
+    """fla's (chunked, fused recurrent) gated-delta-rule kernels when ``x`` is a CUDA tensor of
+    a dtype they take and fla imports; else None (the PyTorch kernels run)."""
+    if not x.is_cuda or x.dtype not in _FLA_DTYPES:
+        return None
+    return _fla_import()
 
 
 def _chunk_dtype(dtype: torch.dtype) -> torch.dtype:
