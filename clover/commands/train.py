@@ -297,7 +297,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     sharded = world > 1 or args.dtype != "float32"
     if sharded:
         if world == 1:
-            single_process_group()
+            single_process_group(device)
         dtype, fresh = DTYPES[args.dtype], init_dir is None or args.grow  # a warm start sets every weight
         model = build_sharded(config, device, dtype, args.activation_checkpointing, recipe.train.seed, init=fresh)
     else:

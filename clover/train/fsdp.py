@@ -29,10 +29,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _BLOCK_ELEMENTS = 1 << 16  # values drawn per seeded generator (whole rows, at least one)
 
 
-def single_process_group() -> None:
-    """A process group of one (gloo, in-memory store), so FSDP2 runs without torchrun too."""
+def single_process_group(device: torch.device | None = None) -> None:
+    """A process group of one (in-memory store; nccl for a GPU, else gloo, as under torchrun),
+    so FSDP2 runs without torchrun too."""
     if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        cuda = device is not None and device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def is_sharded(model: nn.Module) -> bool:
