@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -128,18 +127,19 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
         raise SystemExit(f"clover: --init-from {src_dir}: its config differs from the recipe's in {diff}")
     if diff and _rank() == 0:
         print(f"clover: --init-from {src_dir}: same tensors, but these config fields change: {diff}", file=sys.stderr)
-    with torch.no_grad(), ExitStack() as stack:
-        handles = {f: stack.enter_context(safe_open(str(f), framework="pt")) for f in sorted(set(files.values()))}
+    with torch.no_grad():
         for k, t in ours.items():
             local, start = local_rows(t)
             if names[k] is None:  # a new layer: its own init, residual writers zeroed
                 if k.endswith(_WRITERS):
                     local.zero_()
                 continue
-            if local.dim() == 0:
-                local.copy_(handles[files[names[k]]].get_tensor(names[k]))
-            elif local.shape[0]:
-                local.copy_(handles[files[names[k]]].get_slice(names[k])[start : start + local.shape[0]])
+            if local.dim() and not local.shape[0]:
+                continue
+            # one file opening per tensor: the mapped pages of the rows read are let go at once
+            with safe_open(str(files[names[k]]), framework="pt") as h:
+                rows = h.get_slice(names[k])[start : start + local.shape[0]] if local.dim() else h.get_tensor(names[k])
+                local.copy_(rows)
     return mapping
 
 
