@@ -28,4 +28,5 @@ if rank == 0:
     with open(sys.argv[1], "w") as f:
         json.dump([h["loss"] for h in hist], f)
 if world > 1:
+    torch.distributed.barrier()  # no rank tears the group down while another still talks to it
     torch.distributed.destroy_process_group()

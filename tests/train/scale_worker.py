@@ -100,4 +100,5 @@ elif rank == 0:
     with open(args.out, "w") as f:
         json.dump(res, f)
 if dist.is_initialized():
+    dist.barrier()  # no rank tears the group down while another still talks to it
     dist.destroy_process_group()
