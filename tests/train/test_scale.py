@@ -173,3 +173,54 @@ def test_the_new_flags_from_the_command_line(tmp_path):
                "--steps", "1", *flag]  # fmt: skip
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode != 0 and flag[0] in r.stderr and "autoregressive recipe" in r.stderr, r.stderr[-1000:]
+
+
+def test_a_tied_sharded_run_checkpoints_and_resumes_sharded_or_plain(group, tmp_path):
+    """Tied embeddings: stored once in a sharded checkpoint; resumed into a sharded model and
+    into a plain one, every weight and moment comes back and the head stays tied."""
+    from clover.model.io import load_model
+    from clover.train.fsdp import build_sharded
+    from clover.train.trainer import TrainConfig, Trainer
+    from tests.train.copy_task import copy_source
+
+    config = preset("tiny", block_size=4, shift_logits=False, tie_word_embeddings=True)
+    cfg = TrainConfig(steps=2, lr=3e-3, warmup=1, block_size=4, log_every=1000, eval_every=10**9, ckpt_every=2)
+    a = Trainer(build_sharded(config, torch.device("cpu")), copy_source(), cfg, tmp_path)
+    a.fit(progress=False)
+    step = tmp_path / "step-00000002"
+    assert "lm_head.weight" not in json.loads((step / "model.safetensors.index.json").read_text())["weight_map"]
+    m = load_model(step)
+    assert m.lm_head.weight is m.model.embed_tokens.weight
+    b = Trainer(build_sharded(config, torch.device("cpu"), seed=7), copy_source(), cfg, tmp_path)
+    c = Trainer(CloverForBlockDiffusion(config), copy_source(), cfg, tmp_path)
+    assert b.resume() and c.resume() and b.step == c.step == 2
+    for name, p in a.model.named_parameters():
+        assert torch.equal(p.full_tensor(), b.model.get_parameter(name).full_tensor()), name
+        assert torch.equal(p.full_tensor(), c.model.get_parameter(name)), name
+        for k, v in a.opt.state[p].items():
+            assert torch.equal(v.full_tensor() if k != "step" else v, c.opt.state[c.model.get_parameter(name)][k])
+    assert c.model.lm_head.weight is c.model.model.embed_tokens.weight
+    assert b.model.lm_head.weight is b.model.model.embed_tokens.weight
+
+
+def test_grow_streams_into_shards_as_into_a_plain_model(group, tmp_path):
+    """--grow on a sharded model: matched layers read from the source, new layers keep their
+    init with zeroed residual writers; the same weights as the plain model's warm start."""
+    from clover.model.io import save_model
+    from clover.train.fsdp import build_sharded
+    from clover.train.warm_start import init_weights
+
+    G, A = "linear_attention", "full_attention"
+    torch.manual_seed(0)
+    save_model(CloverForBlockDiffusion(preset("tiny", num_hidden_layers=2, layer_types=[G, A])), tmp_path)
+    deeper = preset("tiny", num_hidden_layers=3, layer_types=[G, G, A])
+    sharded = build_sharded(deeper, torch.device("cpu"))
+    plain = CloverForBlockDiffusion(deeper)
+    assert init_weights(sharded, tmp_path, grow=True) == init_weights(plain, tmp_path, grow=True) == [0, None, 1]
+    for name, p in plain.named_parameters():
+        q = sharded.get_parameter(name).full_tensor()
+        if name.startswith("model.layers.1."):  # new: its own init (drawn differently), writers zero
+            if name.endswith(("out_proj.weight", "down_proj.weight", "experts.down_proj")):
+                assert not q.any() and not p.any(), name
+        else:
+            assert torch.equal(p, q), name
