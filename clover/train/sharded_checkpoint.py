@@ -172,8 +172,6 @@ def load_sharded_checkpoint(path: Path, model, opt) -> dict:
             )
         dcp.load(target, storage_reader=reader)
         state = json.loads((path / "state.json").read_text())
-    except CheckpointError:
-        raise
     except Exception as e:  # noqa: BLE001 - any failure here means an unusable checkpoint
         raise CheckpointError(f"{path}: unreadable sharded checkpoint ({type(e).__name__}: {e})") from None
     set_model_state_dict(model, weights, options=StateDictOptions(strict=not model.config.tie_word_embeddings))

@@ -178,7 +178,7 @@ def test_the_new_flags_from_the_command_line(tmp_path):
 def test_a_tied_sharded_run_checkpoints_and_resumes_sharded_or_plain(group, tmp_path):
     """Tied embeddings: stored once in a sharded checkpoint; resumed into a sharded model and
     into a plain one, every weight and moment comes back and the head stays tied."""
-    from clover.model.io import load_model
+    from clover.model.io import CheckpointError, load_model
     from clover.train.fsdp import build_sharded
     from clover.train.trainer import TrainConfig, Trainer
     from tests.train.copy_task import copy_source
@@ -201,6 +201,9 @@ def test_a_tied_sharded_run_checkpoints_and_resumes_sharded_or_plain(group, tmp_
             assert torch.equal(v.full_tensor() if k != "step" else v, c.opt.state[c.model.get_parameter(name)][k])
     assert c.model.lm_head.weight is c.model.model.embed_tokens.weight
     assert b.model.lm_head.weight is b.model.model.embed_tokens.weight
+    next((step / "optimizer").glob("*.safetensors")).write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="unreadable sharded checkpoint"):
+        Trainer(CloverForBlockDiffusion(config), copy_source(), cfg, tmp_path).resume()
 
 
 def test_grow_streams_into_shards_as_into_a_plain_model(group, tmp_path):
