@@ -227,3 +227,10 @@ def test_grow_streams_into_shards_as_into_a_plain_model(group, tmp_path):
                 assert not q.any() and not p.any(), name
         else:
             assert torch.equal(p, q), name
+
+
+def test_bench_train_memory_is_a_clover_bench():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "clover", "bench", "train-memory", "--help"], capture_output=True,
+                       text=True, timeout=120, env=env)  # fmt: skip
+    assert r.returncode == 0 and "--world-sizes" in r.stdout and "--malloc-mmap-threshold" in r.stdout
