@@ -76,9 +76,9 @@ def _hwm() -> int:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def _source(out: Path) -> int:
+def _source(out: Path):
     """The warm-start source: the bundled model's config and tokenizer, ``MODEL``'s shape,
-    random weights. Returns its parameter bytes."""
+    random weights. Returns its parameter bytes and config."""
     import shutil
 
     import torch
@@ -94,7 +94,19 @@ def _source(out: Path) -> int:
     save_model(model, out)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(bundled / f, out / f)
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    return sum(p.numel() * p.element_size() for p in model.parameters()), config
+
+
+def _predicted(config, worlds: list[int]) -> dict[int, int]:
+    """The memory model's per-rank bytes of the step (clover/train/memory_model.py): the batch's
+    clean tokens split over the ranks, CPU attention kernels, checkpointing on as in ``FLAGS``."""
+    import torch
+
+    from clover.train.memory_model import activation_terms, estimate
+
+    terms = activation_terms(config, torch.bfloat16)
+    tokens = RUN["data"]["batch_size"] * RUN["data"]["max_len"]
+    return {w: estimate(config, w, tokens // w, True, gpu_attention=False, terms=terms).peak for w in worlds}
 
 
 def _launch(work: Path, src: Path, world: int, mmap_threshold: int) -> tuple[list[dict], float, list[str]]:
@@ -128,15 +140,17 @@ def run(args: argparse.Namespace) -> int:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         (work / "run.json").write_text(json.dumps(RUN))
-        param_bytes = _source(work / "source")
+        param_bytes, config = _source(work / "source")
         figs = {w: _launch(work, work / "source", w, args.malloc_mmap_threshold) for w in worlds}
     peak = {str(w): [r["peak_rss_bytes"] for r in figs[w][0]] for w in worlds}
+    model = _predicted(config, worlds)
     base = {str(w): [r["baseline_rss_bytes"] for r in figs[w][0]] for w in worlds}
     rows = []
     for w in worlds:
         for k, r in enumerate(figs[w][0]):
             rows.append([f"{w} process{'es' if w > 1 else ''}", k, r["baseline_rss_bytes"] >> 20,
-                         r["peak_rss_bytes"] >> 20, r["peak_rss_bytes"] / param_bytes, f"{figs[w][1]:.0f}"])  # fmt: skip
+                         r["peak_rss_bytes"] >> 20, (r["baseline_rss_bytes"] + model[w]) >> 20,
+                         r["peak_rss_bytes"] / param_bytes, f"{figs[w][1]:.0f}"])  # fmt: skip
     res = {
         "preset": "train-memory: hidden 1024, 8 layers (6 GDN + 2 attention), 32 experts of 256, top-2",
         "model": MODEL,
@@ -145,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "world_sizes": worlds,
         "peak_rss_bytes": peak,
         "baseline_rss_bytes": base,
+        "memory_model_bytes": {str(w): model[w] for w in worlds},  # above the baseline
         "malloc_mmap_threshold": args.malloc_mmap_threshold or None,
         "wall_s": {str(w): round(figs[w][1], 1) for w in worlds},
         "commands": {str(w): " ".join(figs[w][2]) for w in worlds},
@@ -156,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         res |= {"ratio_2_over_1": round(ratio, 3), "target": TARGET, "target_met": ratio <= TARGET}
         notes.append(f"per-rank peak at 2 processes / 1 process: {ratio:.2f} (target <= {TARGET}: "
                      f"{'met' if ratio <= TARGET else 'not met'})")  # fmt: skip
-    cols = ["run", "rank", "baseline MiB", "peak MiB", "peak / param bytes", "wall s"]
+    notes.append("memory model: baseline + clover/train/memory_model.py's estimate (docs/memory.md)")
+    cols = ["run", "rank", "baseline MiB", "peak MiB", "memory model MiB", "peak / param bytes", "wall s"]
     print_table("one training step, every scale feature on (clover train under torchrun, gloo)", cols, rows, notes)
     write_json(args.json, res)
     return 0
