@@ -28,24 +28,20 @@ import time
 from pathlib import Path
 
 from clover.bench import BENCHMARKS, print_table, write_json
+from clover.model.config import PRESETS
 
 # params + grads + AdamW moments dominate: wide experts, a small batch of short sequences
-MODEL = dict(
-    hidden_size=1024,
-    num_hidden_layers=8,
-    layer_types=None,
-    num_attention_heads=8,
-    num_key_value_heads=2,
-    head_dim=128,
-    linear_num_key_heads=4,
-    linear_num_value_heads=8,
-    linear_key_head_dim=128,
-    linear_value_head_dim=128,
-    num_experts=32,
-    num_experts_per_tok=2,
-    moe_intermediate_size=256,
-    shared_expert_intermediate_size=512,
-)
+_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+          "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+          "num_experts_per_tok")  # fmt: skip
+# the medium preset's attention and GDN with twice the experts at half the width
+MODEL = {
+    "layer_types": None,
+    **{k: PRESETS["medium"][k] for k in _SHAPE},
+    "num_experts": 32,
+    "moe_intermediate_size": 256,
+    "shared_expert_intermediate_size": 512,
+}
 RUN = {"train": {"micro_batches": 1, "warmup": 1}, "data": {"batch_size": 2, "max_len": 256, "curriculum_steps": 0}}
 FLAGS = ["--dtype", "bfloat16", "--activation-checkpointing"]
 TARGET = 0.6  # per-rank peak at 2 processes over the 1-process peak

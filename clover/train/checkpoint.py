@@ -78,7 +78,14 @@ def save_checkpoint(
             else:
                 scalars[f"{name}::{k}"] = v
     save_file(tensors, str(tmp / "optimizer.safetensors"))
-    (tmp / "state.json").write_text(json.dumps({**state, "step": step, "optimizer_scalars": scalars}, indent=1))
+    return publish(tmp, final, {**state, "step": step, "optimizer_scalars": scalars}, keep)
+
+
+def publish(tmp: Path, final: Path, state: dict, keep: int) -> Path:
+    """Finish a checkpoint written under ``tmp``: its ``state.json``, the rename to ``final``,
+    ``latest`` replaced atomically, then all but the newest ``keep`` step directories removed."""
+    run = final.parent
+    (tmp / "state.json").write_text(json.dumps(state, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     latest_tmp = run / ".latest.tmp"

@@ -22,7 +22,6 @@ sharded or not: DCP reshards on load.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from clover.model.io import INDEX, CheckpointError, load_config
+from clover.train.checkpoint import publish
 
 OPTIM = "optimizer"
 _PREFIX = "optim.state."
@@ -127,14 +127,7 @@ def save_sharded_checkpoint(
     if _rank() == 0:
         if tokenizer is not None:
             tokenizer.save(tmp)
-        (tmp / "state.json").write_text(json.dumps({**state, "step": step, "optimizer_scalars": scalars}, indent=1))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        latest_tmp = run / ".latest.tmp"
-        latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, run / "latest")
-        for old in sorted(run.glob("step-*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        publish(tmp, final, {**state, "step": step, "optimizer_scalars": scalars}, keep)
     _barrier()  # nobody resumes or exits before the checkpoint is complete
     return final
 
