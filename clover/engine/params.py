@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clover.engine.grammar import Grammar
-from clover.engine.policies import POLICIES
+from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 
 MAX_TOP_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
 
@@ -38,8 +38,8 @@ class SamplingParams:
 
     max_tokens: int = 256  # new tokens, >= 0
     block_size: int | None = None  # None: model.config.block_size
-    policy: str = "threshold"  # which positions of the active block to commit each pass
-    threshold: float = 0.9  # "threshold"/"edit": commit where p(chosen) >= threshold
+    policy: str = DEFAULT_POLICY  # which positions of the active block to commit each pass
+    threshold: float = DEFAULT_THRESHOLD  # commit where p(chosen) >= threshold (threshold, prefix, edit, ...)
     steps_per_block: int | None = None  # "fixed": passes per block (None: block_size // 4)
     max_edits: int = 4  # "edit": re-predictions allowed per block
     temperature: float = 0.0  # 0: greedy

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+# The default policy and its threshold: the one definition that SamplingParams, clover.LLM, the
+# server, every command, the benchmarks and the playground take theirs from.
+DEFAULT_POLICY = "threshold"
+DEFAULT_THRESHOLD = 0.9
+
 EDIT_MARGIN = 0.5  # "edit": replace a committed token only if p(new) - p(current) >= this
 
 
