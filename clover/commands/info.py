@@ -41,7 +41,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "hidden_size": config.hidden_size,
         "vocab_size": config.vocab_size,
         "num_experts": config.num_experts,
-        "num_experts_per_tok": config.num_experts_per_tok,
+        "num_experts_per_tok": config.num_experts_per_tok if config.num_experts else 0,
+        "intermediate_size": config.intermediate_size if not config.num_experts else None,
         "shift_logits": config.shift_logits,
         "block_size": config.block_size,
         "quantization": None
@@ -70,7 +71,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         t.add_row(label, f"{n:,} ({n / 1e9:.2f} B)" if n >= 1e9 else f"{n:,} ({n / 1e6:.1f} M)")
     pattern = "".join("A" if x == "full_attention" else "G" for x in config.layer_types)
     t.add_row("layers (G=GDN, A=attention)", pattern)
-    for k in ("hidden_size", "vocab_size", "num_experts", "num_experts_per_tok", "block_size", "shift_logits"):
+    ffn = ("num_experts", "num_experts_per_tok") if config.num_experts else ("intermediate_size",)
+    if not config.num_experts:
+        t.add_row("feed-forward", "dense (no experts)")
+    for k in ("hidden_size", "vocab_size", *ffn, "block_size", "shift_logits"):
         t.add_row(k, str(info[k]))
     Console().print(t)
     if "memory" in info:
@@ -104,7 +108,9 @@ def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
             g["over_bytes"] = over
             rest = w["total"] - w["experts"]
             g["not_fitting"] = (
-                f"{over / 2**30:.1f} GiB over: the routed experts alone are {w['experts'] / 2**30:.1f} GiB; "
+                f"{over / 2**30:.1f} GiB over (a dense model: no routed experts to keep in host memory)"
+                if not w["experts"]
+                else f"{over / 2**30:.1f} GiB over: the routed experts alone are {w['experts'] / 2**30:.1f} GiB; "
                 + (
                     f"the rest of the weights ({rest / 2**30:.1f} GiB) and the cache fit, so "
                     f"{-(-over // per_layer_experts):.0f} of {config.num_hidden_layers} layers' experts would have to "
@@ -160,7 +166,11 @@ def register(sub) -> None:
         "info", help="layer pattern and parameter counts of the bundled model, a checkpoint or a preset shape"
     )
     s.add_argument("--model", help="a checkpoint directory (default: the bundled model, which clover serve runs)")
-    s.add_argument("--preset", help="a preset shape instead of a checkpoint: tiny, small, medium, qwen3.6-35b-a3b")
+    s.add_argument(
+        "--preset",
+        help="a preset shape instead of a checkpoint: tiny, small, medium, qwen3.6-35b-a3b, qwen3.5-0.8b / 2b / 4b "
+        "/ 9b / 27b (dense), qwen3-next-80b-a3b",
+    )
     s.add_argument(
         "--bits",
         type=int,

@@ -1,7 +1,9 @@
 """Typed model configuration with named presets.
 
-Field names follow transformers' ``qwen3_5_moe`` text config, so a converted checkpoint's
-config reads the same; the Clover-only fields are at the end.
+Field names follow transformers' ``qwen3_5_moe`` / ``qwen3_5`` text configs, so a converted
+checkpoint's config reads the same; the Clover-only fields are at the end. ``num_experts = 0``
+gives every layer a dense SwiGLU feed-forward of width ``intermediate_size`` (the dense Qwen3.5
+models); otherwise every layer is a mixture of experts.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ class CloverConfig:
     linear_key_head_dim: int = 128
     linear_value_head_dim: int = 128
     linear_conv_kernel_dim: int = 4
-    # mixture of experts
+    # feed-forward: a mixture of experts, or with num_experts = 0 a dense MLP of intermediate_size
     num_experts: int = 256
     num_experts_per_tok: int = 8
     moe_intermediate_size: int = 512
     shared_expert_intermediate_size: int = 512
     router_aux_loss_coef: float = 0.001
+    intermediate_size: int = 0  # the dense MLP's width (used only when num_experts = 0)
     # tokens
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -93,14 +96,14 @@ class CloverConfig:
             "linear_key_head_dim",
             "linear_value_head_dim",
             "linear_conv_kernel_dim",
-            "num_experts",
-            "num_experts_per_tok",
-            "moe_intermediate_size",
+            *(("num_experts_per_tok", "moe_intermediate_size") if self.num_experts else ("intermediate_size",)),
             "block_size",
             "max_block_size",
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not isinstance(self.num_experts, int) or isinstance(self.num_experts, bool) or self.num_experts < 0:
+            problems.append(f"num_experts must be an integer >= 0 (0: dense feed-forward), got {self.num_experts!r}")
         if self.gdn_block_mixing not in GDN_BLOCK_MIXINGS:
             problems.append(f"gdn_block_mixing must be one of {list(GDN_BLOCK_MIXINGS)}, got {self.gdn_block_mixing!r}")
         for name in ("gdn_right_conv", "gdn_block_calibration"):
@@ -111,7 +114,7 @@ class CloverConfig:
                 problems.append("num_attention_heads must be a multiple of num_key_value_heads")
             if self.linear_num_value_heads % self.linear_num_key_heads:
                 problems.append("linear_num_value_heads must be a multiple of linear_num_key_heads")
-            if self.num_experts_per_tok > self.num_experts:
+            if self.num_experts and self.num_experts_per_tok > self.num_experts:
                 problems.append("num_experts_per_tok cannot exceed num_experts")
             rd = int(self.head_dim * self.partial_rotary_factor)
             if rd % 2 or not 0 < self.partial_rotary_factor <= 1:
@@ -266,6 +269,39 @@ PRESETS: dict[str, dict] = {
     ),
     # the full Clover-35B-A3B shape (Qwen3.6-35B-A3B backbone); all defaults
     "qwen3.6-35b-a3b": dict(mask_token_id=248319),
+    # the dense Qwen3.5 language models (their text_config; vision tower and MTP head not counted)
+    **{
+        name: dict(
+            num_experts=0,
+            hidden_size=hidden,
+            intermediate_size=ffn,
+            num_hidden_layers=layers,
+            num_attention_heads=q_heads,
+            num_key_value_heads=kv_heads,
+            linear_num_key_heads=16,
+            linear_num_value_heads=v_heads,
+            tie_word_embeddings=tied,
+            mask_token_id=248319,
+        )
+        for name, hidden, ffn, layers, q_heads, kv_heads, v_heads, tied in (
+            ("qwen3.5-0.8b", 1024, 3584, 24, 8, 2, 16, True),
+            ("qwen3.5-2b", 2048, 6144, 24, 8, 2, 16, True),
+            ("qwen3.5-4b", 2560, 9216, 32, 16, 4, 32, True),
+            ("qwen3.5-9b", 4096, 12288, 32, 16, 4, 32, False),
+            ("qwen3.5-27b", 5120, 17408, 64, 24, 4, 48, False),
+        )
+    },
+    # Qwen3-Next-80B-A3B: the MoE ancestor (fused GDN projections in its checkpoints, split on conversion)
+    "qwen3-next-80b-a3b": dict(
+        vocab_size=151936,
+        num_hidden_layers=48,
+        linear_num_value_heads=32,
+        num_experts=512,
+        num_experts_per_tok=10,
+        intermediate_size=5120,
+        rope_theta=5_000_000.0,
+        mask_token_id=151935,
+    ),
 }
 
 

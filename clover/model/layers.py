@@ -1,4 +1,4 @@
-"""Shared building blocks: zero-centred RMSNorm, gated RMSNorm, partial RoPE, the MoE FFN."""
+"""Shared building blocks: zero-centred RMSNorm, gated RMSNorm, partial RoPE, the feed-forwards (MoE or dense)."""
 
 from __future__ import annotations
 
@@ -74,6 +74,24 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DenseMLP(MLP):
+    """A layer's dense SwiGLU feed-forward (``num_experts = 0``), called as ``MoE`` is: it takes the
+    ``real`` mask and returns empty routing statistics ``[2, 0]``, so a decoder layer and the
+    balance loss treat both alike (the loss is 0 without experts)."""
+
+    def __init__(self, config: CloverConfig):
+        super().__init__(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ``[..., H]`` → (y ``[..., H]``, stats ``[2, 0]`` float32)."""
+        return super().forward(x), torch.zeros(2, 0, device=x.device)
+
+
+def feed_forward(config: CloverConfig) -> nn.Module:
+    """The feed-forward of every decoder layer: the MoE, or a dense MLP when ``num_experts`` is 0."""
+    return MoE(config) if config.num_experts else DenseMLP(config)
 
 
 class Router(nn.Module):

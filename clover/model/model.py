@@ -1,4 +1,4 @@
-"""The Clover block-diffusion model: embeddings, hybrid GDN/attention layers with MoE, head.
+"""The Clover block-diffusion model: embeddings, hybrid GDN/attention layers with MoE or dense FFNs, head.
 
 Two ways to run, sharing every weight and layer:
 
@@ -24,7 +24,7 @@ from clover.model.attention import Attention
 from clover.model.cache import ModelCache
 from clover.model.config import ATTN, CloverConfig
 from clover.model.gdn import GatedDeltaNetMixer
-from clover.model.layers import MoE, RMSNorm, RotaryEmbedding, balance_loss
+from clover.model.layers import RMSNorm, RotaryEmbedding, balance_loss, feed_forward
 
 
 class DecoderLayer(nn.Module):
@@ -35,7 +35,7 @@ class DecoderLayer(nn.Module):
             self.self_attn = Attention(config)
         else:
             self.linear_attn = GatedDeltaNetMixer(config)
-        self.mlp = MoE(config)
+        self.mlp = feed_forward(config)  # MoE, or dense (num_experts = 0): the same call
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -65,7 +65,7 @@ class DecoderLayer(nn.Module):
             h, stats = self._ffn(hc + yc, valid)
             return h, None, stats
         rc, rn = hc + yc, hn + yn
-        both = torch.cat([rc.reshape(-1, H), rn.reshape(-1, H)])  # one MoE call for both streams
+        both = torch.cat([rc.reshape(-1, H), rn.reshape(-1, H)])  # one feed-forward call for both streams
         y, stats = self.mlp(self.post_attention_layernorm(both), torch.cat([valid.reshape(-1), valid_n.reshape(-1)]))
         # residuals added per stream: fresh tensors, not views of one (FSDP2 warns on views)
         return rc + y[: B * T].reshape(B, T, H), rn + y[B * T :].reshape(hn.shape), stats
@@ -92,8 +92,8 @@ class CloverBackbone(nn.Module):
 class TrainOutput:
     logits: torch.Tensor | None  # [B, T, V], row i predicts token i (None if return_hidden)
     hidden: torch.Tensor  # [B, T, H] the final-norm hidden state that row i's logit comes from
-    aux_loss: torch.Tensor  # MoE load-balancing loss, averaged over layers
-    router_stats: torch.Tensor  # [layers, 2, E] summed routing statistics (for data-parallel aux)
+    aux_loss: torch.Tensor  # MoE load-balancing loss, averaged over layers (0 for a dense model)
+    router_stats: torch.Tensor  # [layers, 2, E] summed routing statistics (for data-parallel aux; E = 0 if dense)
 
 
 class CloverForBlockDiffusion(nn.Module):
@@ -303,5 +303,5 @@ class CloverForBlockDiffusion(nn.Module):
         c = self.config
         total = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
         expert = 3 * c.hidden_size * c.moe_intermediate_size
-        inactive = c.num_hidden_layers * (c.num_experts - c.num_experts_per_tok) * expert
+        inactive = c.num_hidden_layers * max(c.num_experts - c.num_experts_per_tok, 0) * expert  # dense: 0
         return {"total_params": total, "active_params": total - inactive}

@@ -2,7 +2,8 @@
 or int4 (asymmetric) projection weights, computed with PyTorch's CPU weight-only kernels.
 
 Quantized: attention q/k/v/o, the GDN's in_proj_qkv / in_proj_z / out_proj, the shared expert's
-three projections and the packed experts (``gate_up_proj``, ``down_proj``). Full precision:
+three projections and the packed experts (``gate_up_proj``, ``down_proj``), or a dense model's
+MLP projections (``mlp.gate_proj`` / ``up_proj`` / ``down_proj``). Full precision:
 embeddings and head, norms, the router, every gate (shared_expert_gate, the GDN's in_proj_a/b),
 the conv and Clover's own small parameters.
 
@@ -50,6 +51,9 @@ LINEAR_SUFFIXES = (
     "mlp.shared_expert.gate_proj",
     "mlp.shared_expert.up_proj",
     "mlp.shared_expert.down_proj",
+    "mlp.gate_proj",  # the dense feed-forward (num_experts = 0)
+    "mlp.up_proj",
+    "mlp.down_proj",
 )
 EXPERT_SUFFIXES = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 
@@ -335,7 +339,8 @@ def quantizable(model) -> list[str]:
         for suf in LINEAR_SUFFIXES:
             if suf in mods:
                 names.append(f"model.layers.{i}.{suf}")
-        names += [f"model.layers.{i}.{suf}" for suf in EXPERT_SUFFIXES]
+        if "mlp.experts" in mods:
+            names += [f"model.layers.{i}.{suf}" for suf in EXPERT_SUFFIXES]
     return names
 
 
