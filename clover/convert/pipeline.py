@@ -1,4 +1,4 @@
-"""The streaming conversion: plan (``qwen.plan``), then one layer at a time read → assemble →
+"""The streaming conversion: plan (``plan.plan``), then one layer at a time read → assemble →
 calibrate → write, then the config and the tokenizer files."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import torch
 from tqdm.auto import tqdm
 
 from clover.convert.calibrate import ReadoutCalibration, calibration_tokens
-from clover.convert.qwen import DOWN, GATE, HEAD, UP, WHOLE, Plan, Target, clover_config, plan, text_config
+from clover.convert.plan import Plan, Target, assemble, plan
+from clover.convert.qwen import clover_config, family_of, text_config
 from clover.convert.shards import ConversionError, ShardWriter, SourceCheckpoint, read_json
 from clover.convert.tokens import TokenizerInfo, copy_tokenizer, pick_mask, special_ids
-from clover.model.config import CloverConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -26,6 +26,7 @@ class ConversionReport:
     out: Path
     layout: str
     experts: str
+    family: str
     source_tensors: int
     used: int
     skipped: dict[str, int]
@@ -42,7 +43,7 @@ class ConversionReport:
 
     def summary(self) -> str:
         lines = [
-            f"converted {self.layout} checkpoint (experts stored {self.experts}) → {self.out}",
+            f"converted {self.family} {self.layout} checkpoint ({self._ffn()}) → {self.out}",
             f"  source tensors: {self.source_tensors} = {self.used} used + {sum(self.skipped.values())} skipped",
             *[f"    skipped {n}: {why}" for why, n in self.skipped.items()],
             f"  wrote {self.written} tensors ({self.new_params} new Clover parameters) in {len(self.files)} file(s),"
@@ -55,6 +56,9 @@ class ConversionReport:
             lines.append(f"  readout scale ρ over {len(self.rho)} GDN layers: {min(vals):.3g} … {max(vals):.3g}")
         lines.append(f"  {self.seconds:.1f} s")
         return "\n".join(lines)
+
+    def _ffn(self) -> str:
+        return "dense feed-forward" if self.experts == "none" else f"experts stored {self.experts}"
 
 
 def convert(
@@ -84,12 +88,12 @@ def convert(
     if out.resolve() == src.resolve():
         raise ConversionError("--out must differ from --from")
     hf = read_json(src / "config.json")  # existence checked above
-    tc = text_config(hf)
+    family, tc = family_of(hf), text_config(hf)
     ckpt = SourceCheckpoint(src)
     tok = TokenizerInfo.read(src)
     mask = pick_mask(tok, int(tc.get("vocab_size", 248320)))
     config = clover_config(hf, mask.token_id, mask.vocab_size, block_size, special_ids(hf, tc, src))
-    p = plan(config, ckpt, mask.grow)  # every error is raised before anything is written
+    p = plan(config, ckpt, family, mask.grow)  # every error is raised before anything is written
     calib = None
     if calib_seqs > 0:
         n_ids = min(tok.size or config.vocab_size, config.vocab_size)
@@ -102,6 +106,7 @@ def convert(
             "architectures": hf.get("architectures"),
             "layout": p.layout,
             "experts": p.experts,
+            "family": family,
             "dtype": str(dt).removeprefix("torch."),
             "mask_token": mask.note,
             "readout_calibration": None
@@ -130,6 +135,7 @@ def convert(
         out=out,
         layout=p.layout,
         experts=p.experts,
+        family=family,
         source_tensors=len(ckpt.keys()),
         used=used,
         skipped={why: len(ks) for why, ks in p.skipped.items()},
@@ -161,7 +167,7 @@ def _stream(p: Plan, ckpt, writer, config, dt, calib, progress) -> dict[int, lis
     rho: dict[int, list[float]] = {}
     with tqdm(total=writer.total_bytes, unit="B", unit_scale=True, desc="clover convert", disable=not progress) as bar:
         for group in _groups(p.targets):
-            tensors = {t.name: _materialise(t, ckpt, config, dt, p.grow) for t in group}
+            tensors = {t.name: assemble(t, ckpt, config, dt, p.grow) for t in group}
             i = _layer_index(group[0].name)
             if calib is not None and "model.embed_tokens.weight" in tensors:
                 calib.embed(tensors["model.embed_tokens.weight"])
@@ -190,24 +196,6 @@ def _groups(targets: list[Target]):
 def _layer_index(name: str) -> int | None:
     m = re.match(r"model\.layers\.(\d+)\.", name)
     return int(m.group(1)) if m else None
-
-
-def _materialise(t: Target, ckpt: SourceCheckpoint, config: CloverConfig, dt: torch.dtype, grow: int) -> torch.Tensor:
-    if t.new is not None:
-        if t.new == "attn_scale":
-            return torch.full(t.shape, math.sqrt(config.linear_key_head_dim), dtype=dt)
-        return (torch.ones if t.new in ("mem_gamma", "mem_scale") else torch.zeros)(t.shape, dtype=dt)
-    if (None, WHOLE) in t.parts:
-        x = ckpt.get(t.parts[(None, WHOLE)], dt)
-        if grow and t.name in ("model.embed_tokens.weight", HEAD):  # the new [MASK] row: mean init
-            x = torch.cat([x, x.mean(0, keepdim=True, dtype=torch.float32).to(dt).expand(grow, -1)])
-        return x
-    packed = torch.empty(t.shape, dtype=dt)
-    half = t.shape[1] // 2
-    for (e, part), key in t.parts.items():
-        dst = {GATE: packed[e, :half], UP: packed[e, half:], DOWN: packed[e]}[part]
-        ckpt.read_into(key, dst)
-    return packed
 
 
 def _nbytes(shape, dt) -> int:

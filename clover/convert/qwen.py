@@ -1,37 +1,47 @@
-"""Qwen3.5/3.6 hybrid MoE (``qwen3_5_moe``) → Clover: the one name map, the config, the plan.
+"""The Qwen hybrid GDN/attention families → Clover: one declarative name map per family, the
+config translation, and how a fused source tensor splits.
 
-Clover keeps Hugging Face module names, so the map is nearly the identity; what it adds is the
-text prefix of each layout, stacking per-expert tensors into the packed layout, the tensors
-that are skipped (vision tower, MTP head) and Clover's own parameters with their design init.
-Every source tensor is used or skipped by a named rule; anything else is an error.
+Families, by the ``model_type`` of config.json:
+
+* ``qwen3_5_moe`` (Qwen3.5/3.6 MoE, e.g. 35B-A3B): GDN projections stored apart, MoE feed-forward;
+* ``qwen3_5`` (the dense Qwen3.5 models, 0.8B to 27B): the same backbone with a dense SwiGLU MLP;
+* ``qwen3_next`` (Qwen3-Next-80B-A3B): the MoE ancestor, whose GDN input projections are fused
+  per key head (``in_proj_qkvz``, ``in_proj_ba``) and are split here into Clover's four.
+
+Clover keeps Hugging Face module names, so each map is nearly the identity; what a map adds is
+stacking per-expert tensors into the packed layout and the fused tensors' split. The text prefix
+of each layout, the tensors that are skipped (vision tower, MTP head) and Clover's own parameters
+with their starting values are shared by every family. Every source tensor is used or skipped by
+a named rule (clover/convert/plan.py); anything else is an error.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-
 import torch
 
-from clover.convert.shards import ConversionError, SourceCheckpoint
+from clover.convert.shards import ConversionError
 from clover.model.config import ATTN, GDN, CloverConfig, ConfigError
-from clover.model.model import CloverForBlockDiffusion
 
-# -- the name map ------------------------------------------------------------------------------
-# Source names after the text prefix is removed → Clover names. {i}: layer, {e}: expert.
-# The part says where a source tensor lands: the whole tensor, or one expert's slice of a packed
-# tensor (gate_up_proj[e] = [gate_e; up_e] along rows, down_proj[e] = down_e).
+# -- the name maps -----------------------------------------------------------------------------
+# Source names after the text prefix → Clover names ({i}: layer, {e}: expert). A value is the
+# Clover name (the whole tensor), or (name, part): one expert's slice of a packed tensor
+# (gate_up_proj[e] = [gate_e; up_e] along rows, down_proj[e] = down_e), or a list of
+# (name, part) for a fused source tensor that several Clover tensors are cut from (split_rows).
 WHOLE, GATE, UP, DOWN = "whole", "gate", "up", "down"
-_SAME_NAME = [
+QKV, Z, B, A = "qkv", "z", "b", "a"  # Qwen3-Next's fused in_proj_qkvz / in_proj_ba, split
+SPLIT_PARTS = (QKV, Z, B, A)
+
+
+def _same(*names: str) -> dict[str, str]:
+    return {n: "model." + n for n in names}
+
+
+_BACKBONE = _same(
     "embed_tokens.weight",
     "norm.weight",
     "layers.{i}.input_layernorm.weight",
     "layers.{i}.post_attention_layernorm.weight",
-    "layers.{i}.linear_attn.in_proj_qkv.weight",
-    "layers.{i}.linear_attn.in_proj_z.weight",
-    "layers.{i}.linear_attn.in_proj_b.weight",
-    "layers.{i}.linear_attn.in_proj_a.weight",
-    "layers.{i}.linear_attn.conv1d.weight",
+    "layers.{i}.linear_attn.conv1d.weight",  # channels [q, k, v] in every family
     "layers.{i}.linear_attn.dt_bias",
     "layers.{i}.linear_attn.A_log",
     "layers.{i}.linear_attn.norm.weight",
@@ -42,29 +52,65 @@ _SAME_NAME = [
     "layers.{i}.self_attn.o_proj.weight",
     "layers.{i}.self_attn.q_norm.weight",
     "layers.{i}.self_attn.k_norm.weight",
-    "layers.{i}.mlp.gate.weight",
-    "layers.{i}.mlp.shared_expert.gate_proj.weight",
-    "layers.{i}.mlp.shared_expert.up_proj.weight",
-    "layers.{i}.mlp.shared_expert.down_proj.weight",
-    "layers.{i}.mlp.shared_expert_gate.weight",
-    "layers.{i}.mlp.experts.gate_up_proj",  # packed experts [E, 2I, H]
-    "layers.{i}.mlp.experts.down_proj",  # [E, H, I]
-]
-NAME_MAP: dict[str, tuple[str, str]] = {
-    **{s: ("model." + s, WHOLE) for s in _SAME_NAME},
+)
+_GDN_APART = _same(
+    "layers.{i}.linear_attn.in_proj_qkv.weight",
+    "layers.{i}.linear_attn.in_proj_z.weight",
+    "layers.{i}.linear_attn.in_proj_b.weight",
+    "layers.{i}.linear_attn.in_proj_a.weight",
+)
+_GDN_FUSED = {
+    "layers.{i}.linear_attn.in_proj_qkvz.weight": [
+        ("model.layers.{i}.linear_attn.in_proj_qkv.weight", QKV),
+        ("model.layers.{i}.linear_attn.in_proj_z.weight", Z),
+    ],
+    "layers.{i}.linear_attn.in_proj_ba.weight": [
+        ("model.layers.{i}.linear_attn.in_proj_b.weight", B),
+        ("model.layers.{i}.linear_attn.in_proj_a.weight", A),
+    ],
+}
+_MOE = {
+    **_same(
+        "layers.{i}.mlp.gate.weight",
+        "layers.{i}.mlp.shared_expert.gate_proj.weight",
+        "layers.{i}.mlp.shared_expert.up_proj.weight",
+        "layers.{i}.mlp.shared_expert.down_proj.weight",
+        "layers.{i}.mlp.shared_expert_gate.weight",
+        "layers.{i}.mlp.experts.gate_up_proj",  # packed experts [E, 2I, H]
+        "layers.{i}.mlp.experts.down_proj",  # [E, H, I]
+    ),
     # one tensor per expert, stacked into the packed layout
     "layers.{i}.mlp.experts.{e}.gate_proj.weight": ("model.layers.{i}.mlp.experts.gate_up_proj", GATE),
     "layers.{i}.mlp.experts.{e}.up_proj.weight": ("model.layers.{i}.mlp.experts.gate_up_proj", UP),
     "layers.{i}.mlp.experts.{e}.down_proj.weight": ("model.layers.{i}.mlp.experts.down_proj", DOWN),
 }
-HEAD = "lm_head.weight"  # outside the text prefix in both layouts
-TEXT_PREFIXES = {"model.language_model.": "vision+text (Qwen3_5MoeForConditionalGeneration)", "model.": "text-only"}
-SKIP: dict[str, str] = {  # full source names
-    r"^model\.visual\.": "vision tower (Clover is text-only)",
-    r"^mtp\.": "multi-token-prediction head (block diffusion predicts in parallel without it)",
+_DENSE = _same("layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.up_proj.weight", "layers.{i}.mlp.down_proj.weight")
+
+NAME_MAPS: dict[str, dict] = {
+    "qwen3_5_moe": {**_BACKBONE, **_GDN_APART, **_MOE},
+    "qwen3_5": {**_BACKBONE, **_GDN_APART, **_DENSE},
+    "qwen3_next": {**_BACKBONE, **_GDN_FUSED, **_MOE},
+}
+NAME_MAP = NAME_MAPS["qwen3_5_moe"]
+# model_type → family; the first two families nest the language model's config in text_config
+FAMILY_OF = {
+    "qwen3_5_moe": "qwen3_5_moe",
+    "qwen3_5_moe_text": "qwen3_5_moe",
+    "qwen3_5": "qwen3_5",
+    "qwen3_5_text": "qwen3_5",
+    "qwen3_next": "qwen3_next",
+}
+NESTED = ("qwen3_5_moe", "qwen3_5")
+DENSE_FAMILIES = ("qwen3_5",)
+
+HEAD = "lm_head.weight"  # outside the text prefix in every layout
+TEXT_PREFIXES = {"model.language_model.": "vision+text", "model.": "text-only"}
+SKIP: dict[str, str] = {  # full source names → why; each reason is printed with its count
+    r"^model\.visual\.": "vision tower left out (Clover is text-only)",
+    r"^mtp\.": "multi-token-prediction head dropped (block diffusion predicts a block in parallel without it)",
     r"(^|\.)rotary_emb\.inv_freq$": "rotary frequencies (recomputed from the config)",
 }
-# Clover's own parameters (design §2.2, §2.5 rule 6): how a converted model starts
+# Clover's own parameters (docs/architecture.md, Rule 6): how a converted model starts
 NEW_PARAMS = {
     "conv_right": "zeros: the right-context conv starts off, the causal conv is the base's",
     "attn_scale": "√dk: in-block logits s_h·q̂·k̂ start as scaled dot products",
@@ -73,36 +119,60 @@ NEW_PARAMS = {
     "mem_gamma": "ones: block-size calibration γ_h·ln n",
     "mem_scale": "ρ_h = RMS(v_h)/RMS(Sᵀq̂_h) measured on calibration tokens (1 without calibration)",
 }
-SUPPORTED = ("qwen3_5_moe", "qwen3_5_moe_text")
 
 
-def _compile(template: str) -> re.Pattern:
-    pat = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{e\}", r"(?P<e>\d+)")
-    return re.compile(pat + "$")
+def targets_of(value) -> list[tuple[str, str]]:
+    """A name-map value as its list of (Clover name, part)."""
+    if isinstance(value, str):
+        return [(value, WHOLE)]
+    return [value] if isinstance(value[0], str) else list(value)
 
 
-_RULES = [(_compile(s), dst, part) for s, (dst, part) in NAME_MAP.items()]
-_SKIPS = [(re.compile(p), why) for p, why in SKIP.items()]
+# -- fused tensors -----------------------------------------------------------------------------
+def split_rows(part: str, c: CloverConfig) -> tuple[int, torch.Tensor]:
+    """Qwen3-Next's fused GDN projections hold, for each key head g (Hk of them, with r = Hv/Hk
+    value heads each), the rows ``[q_g (dk), k_g (dk), v_g (r·dv), z_g (r·dv)]`` (in_proj_qkvz)
+    and ``[b_g (r), a_g (r)]`` (in_proj_ba); value head g·r + j is the j-th of group g.
+
+    Returns (the fused tensor's row count, the source rows ``[n]`` that make Clover's tensor in
+    order): in_proj_qkv is all q, then all k, then all v (key-head order), in_proj_z all z."""
+    Hk, dk, dv = c.linear_num_key_heads, c.linear_key_head_dim, c.linear_value_head_dim
+    r = c.linear_num_value_heads // Hk
+    if part in (QKV, Z):
+        sizes, pieces = [dk, dk, r * dv, r * dv], {QKV: (0, 1, 2), Z: (3,)}[part]
+    else:
+        sizes, pieces = [r, r], {B: (0,), A: (1,)}[part]
+    group = sum(sizes)  # rows per key head
+    starts = [sum(sizes[:p]) for p in range(len(sizes))]
+    rows = [torch.arange(sizes[p]) + g * group + starts[p] for p in pieces for g in range(Hk)]
+    return Hk * group, torch.cat(rows)
 
 
 # -- config ------------------------------------------------------------------------------------
-def text_config(hf: dict) -> dict:
-    """The text config of either layout, with a clear error for anything else."""
+def family_of(hf: dict) -> str:
+    """The family of a source config.json, with a clear error naming the supported ones."""
     mt = hf.get("model_type")
-    if mt not in SUPPORTED:
+    if mt not in FAMILY_OF:
         arch = hf.get("architectures")
         raise ConversionError(
-            f"unsupported architecture: model_type {mt!r} {arch or ''}; clover convert reads the Qwen3.5/3.6 "
-            f"hybrid MoE family ({' / '.join(SUPPORTED)})"
+            f"unsupported architecture: model_type {mt!r} {arch or ''}; clover convert reads "
+            f"{', '.join(FAMILY_OF)} (the Qwen3.5/3.6 hybrid models, dense and MoE, and Qwen3-Next)"
         )
-    tc = hf.get("text_config") if mt == "qwen3_5_moe" else hf
+    return FAMILY_OF[mt]
+
+
+def text_config(hf: dict) -> dict:
+    """The language model's config of any supported layout."""
+    mt = hf.get("model_type")
+    family_of(hf)
+    tc = hf.get("text_config") if mt in NESTED else hf
     if not isinstance(tc, dict):
-        raise ConversionError("config.json of a qwen3_5_moe model has no text_config")
+        raise ConversionError(f"config.json of a {mt} model has no text_config")
     return tc
 
 
 def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, specials: dict) -> CloverConfig:
-    tc = text_config(hf)
+    family, tc = family_of(hf), text_config(hf)
     problems = []
     if hf.get("quantization_config") or tc.get("quantization_config"):
         problems.append("quantized checkpoints are not supported (convert the bf16 release)")
@@ -110,6 +180,13 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
         problems.append(f"hidden_act {tc['hidden_act']!r} (Clover uses silu)")
     if tc.get("attention_bias"):
         problems.append("attention_bias=true (Clover's attention has no biases)")
+    if tc.get("attn_output_gate", True) is False:
+        problems.append("attn_output_gate=false (Clover's attention always has the sigmoid output gate)")
+    if family not in DENSE_FAMILIES and tc.get("norm_topk_prob", True) is False:
+        problems.append("norm_topk_prob=false (Clover renormalises the top-k router weights)")
+    if family == "qwen3_next" and (tc.get("mlp_only_layers") or tc.get("decoder_sparse_step", 1) != 1):
+        problems.append("dense MLP layers among MoE layers (mlp_only_layers / decoder_sparse_step): Clover's "
+                        "layers are all MoE or all dense")  # fmt: skip
     rope = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
@@ -128,8 +205,11 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
         "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
         "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts",
         "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "router_aux_loss_coef",
+        "intermediate_size",
     ]  # fmt: skip
     kw = {k: tc[k] for k in keys if k in tc}
+    if family in DENSE_FAMILIES:
+        kw["num_experts"] = 0
     tie = hf.get("tie_word_embeddings", tc.get("tie_word_embeddings", False))
     try:
         return CloverConfig(
@@ -148,117 +228,3 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
         )
     except (ConfigError, TypeError) as e:
         raise ConversionError(f"the source config does not describe a valid Clover model: {e}") from None
-
-
-# -- the plan ----------------------------------------------------------------------------------
-@dataclass
-class Target:
-    """One Clover tensor and where it comes from: ``parts[(expert or None, part)] = source key``."""
-
-    name: str
-    shape: tuple[int, ...]
-    parts: dict[tuple[int | None, str], str] = field(default_factory=dict)
-    new: str | None = None  # a Clover-only parameter: its leaf name in NEW_PARAMS
-
-
-@dataclass
-class Plan:
-    targets: list[Target]
-    skipped: dict[str, list[str]]  # reason → source keys
-    layout: str
-    experts: str  # how the source stores experts: "packed" | "per-expert"
-    grow: int = 0
-
-
-def plan(config: CloverConfig, src: SourceCheckpoint, grow: int = 0) -> Plan:
-    """Map every source tensor to its Clover tensor (or a skip rule) and check completeness and shapes."""
-    with torch.device("meta"):
-        model = CloverForBlockDiffusion(config)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if config.tie_word_embeddings:
-        shapes.pop(HEAD)
-    targets = {k: Target(k, s) for k, s in shapes.items()}
-    prefix = "model.language_model." if any(k.startswith("model.language_model.") for k in src.keys()) else "model."
-    skipped: dict[str, list[str]] = {}
-    unmapped, unknown, dup = [], [], []
-    experts = set()
-    for key in src.keys():
-        why = next((w for p, w in _SKIPS if p.search(key)), None)
-        if why is None and key == HEAD and config.tie_word_embeddings:
-            why = "lm_head tied to embed_tokens (tie_word_embeddings)"
-        if why is not None:
-            skipped.setdefault(why, []).append(key)
-            continue
-        rel = key[len(prefix) :] if key.startswith(prefix) else None
-        hit = (HEAD, WHOLE, None) if key == HEAD else _match(rel) if rel is not None else None
-        if hit is None:
-            unmapped.append(key)
-            continue
-        name, part, e = hit
-        if name not in targets:
-            unknown.append(f"{key} → {name}")
-            continue
-        slot = (e, part)
-        if slot in targets[name].parts:
-            dup.append(key)
-        targets[name].parts[slot] = key
-        if ".mlp.experts." in name:
-            experts.add("packed" if part == WHOLE else "per-expert")
-    problems = []
-    if unmapped:
-        problems.append(f"{len(unmapped)} source tensors match no rule of the name map: {unmapped[:6]}")
-    if unknown:
-        problems.append(
-            f"{len(unknown)} source tensors map to tensors this config does not have "
-            f"(layer_types / num_hidden_layers disagree with the weights?): {unknown[:4]}"
-        )
-    if dup:
-        problems.append(f"{len(dup)} source tensors map to an already-filled place: {dup[:4]}")
-    for t in targets.values():
-        leaf = t.name.rsplit(".", 1)[-1]
-        if leaf in NEW_PARAMS and ".linear_attn." in t.name:
-            t.new = leaf
-            continue
-        problems += _check(t, src, grow)
-    if problems:
-        raise ConversionError(f"{src.path}: " + "\n  ".join(["cannot convert:", *problems]))
-    layout = TEXT_PREFIXES[prefix]
-    return Plan(list(targets.values()), skipped, layout, "/".join(sorted(experts)) or "none", grow)
-
-
-def _match(rel: str):
-    for pat, dst, part in _RULES:
-        m = pat.match(rel)
-        if m:
-            g = m.groupdict()
-            return dst.format(i=g.get("i")), part, int(g["e"]) if "e" in g else None
-    return None
-
-
-def _check(t: Target, src: SourceCheckpoint, grow: int) -> list[str]:
-    """Missing parts and shape mismatches of one target."""
-    if not t.parts:
-        return [f"no source tensor for {t.name}"]
-    if (None, WHOLE) in t.parts:
-        if len(t.parts) > 1:
-            return [f"{t.name}: both a packed tensor and per-expert tensors in the source"]
-        want = t.shape
-        if grow and t.name in ("model.embed_tokens.weight", HEAD):
-            want = (t.shape[0] - grow, *t.shape[1:])
-        key = t.parts[(None, WHOLE)]
-        got = src.shapes[key]
-        return [] if got == want else [f"shape mismatch: {key} is {got}, the config implies {want} ({t.name})"]
-    E, rows = t.shape[0], t.shape[1]
-    need = (GATE, UP) if t.name.endswith("gate_up_proj") else (DOWN,)
-    want = (rows // len(need), *t.shape[2:])
-    missing = [f"{p}_proj of expert {e}" for e in range(E) for p in need if (e, p) not in t.parts]
-    extra = sorted({e for e, _ in t.parts if e >= E})
-    out = []
-    if missing:
-        out.append(f"{t.name}: missing {len(missing)} per-expert tensors ({missing[:3]})")
-    if extra:
-        out.append(f"{t.name}: experts {extra[:4]} beyond num_experts={E}")
-    bad = [(k, src.shapes[k]) for k in t.parts.values() if src.shapes[k] != want]
-    if bad:
-        out.append(f"shape mismatch: {bad[0][0]} is {bad[0][1]}, the config implies {want} ({len(bad)} such)")
-    return out
