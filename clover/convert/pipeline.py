@@ -130,7 +130,7 @@ def convert(
         raise
     config.save(out / "config.json")
     copied = copy_tokenizer(src, out, mask)
-    used = sum(len(t.parts) for t in p.targets)
+    used = len({key for t in p.targets for key in t.parts.values()})  # a fused tensor feeds two targets
     return ConversionReport(
         out=out,
         layout=p.layout,

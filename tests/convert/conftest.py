@@ -7,12 +7,19 @@ pytest.importorskip("transformers.models.qwen3_5_moe", reason="needs transformer
 def hf_models():
     from tests.convert.helpers import hf_model
 
-    return {"text": hf_model("text"), "vl": hf_model("vl", seed=1)}
+    return {
+        "text": hf_model("text"),
+        "vl": hf_model("vl", seed=1),
+        "dense": hf_model("dense", seed=2),
+        "dense_vl": hf_model("dense_vl", seed=3),
+        "next": hf_model("next", seed=4),
+    }
 
 
 @pytest.fixture(scope="session")
 def sources(hf_models, tmp_path_factory):
-    """Source checkpoint directories: per-expert multi-shard text, per-expert vision+text, packed text + MTP."""
+    """Source checkpoint directories: per-expert multi-shard text, per-expert vision+text, packed text + MTP;
+    dense text (sharded), dense vision+text + MTP, Qwen3-Next (fused GDN projections)."""
     import torch
 
     from tests.convert.helpers import save_hf, save_packed
@@ -23,6 +30,9 @@ def sources(hf_models, tmp_path_factory):
         "text": save_hf(hf_models["text"], root / "text", max_shard_size="20KB"),
         "vl": save_hf(hf_models["vl"], root / "vl"),
         "packed": save_packed(hf_models["text"], root / "packed", extra=mtp),
+        "dense": save_hf(hf_models["dense"], root / "dense", max_shard_size="20KB"),
+        "dense_vl": save_packed(hf_models["dense_vl"], root / "dense_vl", extra=mtp),
+        "next": save_hf(hf_models["next"], root / "next", max_shard_size="20KB"),
     }
 
 

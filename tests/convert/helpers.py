@@ -1,4 +1,5 @@
-"""Tiny random Qwen3.5-MoE checkpoints (both layouts, packed or per-expert experts) to convert."""
+"""Tiny random checkpoints to convert: Qwen3.5-MoE (both layouts, packed or per-expert experts),
+dense Qwen3.5 (both layouts) and Qwen3-Next (fused GDN projections)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ TEXT = dict(
     max_position_embeddings=512,
     initializer_range=0.2,  # large enough that every mechanism shows in the outputs
 )
+DENSE = {k: v for k, v in TEXT.items() if "expert" not in k and "moe" not in k} | dict(intermediate_size=48)  # dense Qwen3.5
 VISION = dict(
     depth=1,
     hidden_size=16,
@@ -43,19 +45,23 @@ CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }
 
 
 def hf_model(kind: str, seed: int = 0):
-    """A random ``Qwen3_5MoeForCausalLM`` ("text") or ``Qwen3_5MoeForConditionalGeneration`` ("vl"), eval, fp32."""
-    from transformers import (
-        Qwen3_5MoeConfig,
-        Qwen3_5MoeForCausalLM,
-        Qwen3_5MoeForConditionalGeneration,
-        Qwen3_5MoeTextConfig,
-    )
+    """A random model, eval, fp32: ``Qwen3_5MoeForCausalLM`` ("text"), ``Qwen3_5MoeForConditionalGeneration``
+    ("vl"), ``Qwen3_5ForCausalLM`` ("dense"), ``Qwen3_5ForConditionalGeneration`` ("dense_vl") or
+    ``Qwen3NextForCausalLM`` ("next")."""
+    import transformers as tf
 
     torch.manual_seed(seed)
-    if kind == "text":
-        m = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**TEXT))
-    else:
-        m = Qwen3_5MoeForConditionalGeneration(Qwen3_5MoeConfig(text_config=TEXT, vision_config=VISION))
+    m = {
+        "text": lambda: tf.Qwen3_5MoeForCausalLM(tf.Qwen3_5MoeTextConfig(**TEXT)),
+        "vl": lambda: tf.Qwen3_5MoeForConditionalGeneration(
+            tf.Qwen3_5MoeConfig(text_config=TEXT, vision_config=VISION)
+        ),
+        "dense": lambda: tf.Qwen3_5ForCausalLM(tf.Qwen3_5TextConfig(**DENSE)),
+        "dense_vl": lambda: tf.Qwen3_5ForConditionalGeneration(
+            tf.Qwen3_5Config(text_config=DENSE, vision_config=VISION)
+        ),
+        "next": lambda: tf.Qwen3NextForCausalLM(tf.Qwen3NextConfig(**TEXT)),
+    }[kind]()
     with torch.no_grad():  # HF zero-inits norms and the router: perturb so that each one matters
         for n, p in m.named_parameters():
             if n.endswith(("norm.weight", "mlp.gate.weight", "dt_bias")):
@@ -64,7 +70,7 @@ def hf_model(kind: str, seed: int = 0):
 
 
 def text_model(m):
-    """The ``Qwen3_5MoeTextModel`` inside either layout."""
+    """The language model (``...TextModel`` / ``Qwen3NextModel``) inside any layout."""
     return m.model.language_model if hasattr(m.model, "language_model") else m.model
 
 
@@ -114,7 +120,7 @@ def save_packed(m, d: Path, n_shards: int = 3, extra: dict | None = None) -> Pat
 
 
 def capture(m, ids: torch.Tensor):
-    """Run the HF model with a cache; capture every layer's mixer and MoE input/output.
+    """Run the HF model with a cache; capture every layer's mixer and feed-forward input/output.
 
     Returns (cache, {layer: {"mixer": (x, y), "mlp": (x, y), "rope": (cos, sin) for attention}}, logits).
     """

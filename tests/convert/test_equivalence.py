@@ -1,8 +1,10 @@
-"""A converted checkpoint computes what its source computes, piece by piece (issue 6).
+"""A converted checkpoint computes what its source computes, piece by piece, for every family
+(Qwen3.5-MoE, dense Qwen3.5, Qwen3-Next).
 
-Every comparison feeds both models the same inputs: embedding, final norm and head; each MoE
-block; each attention layer run causally (block size 1); and each GDN layer's history state
-against the recurrent state transformers leaves in its cache.
+Every comparison feeds both models the same inputs: embedding, final norm and head; each
+feed-forward block (MoE or dense); each attention layer run causally (block size 1); and each GDN
+layer's history state against the recurrent state transformers leaves in its cache (for
+Qwen3-Next this checks the split of its fused projections).
 """
 
 import copy
@@ -14,14 +16,15 @@ from clover.model.cache import GDNCache
 from clover.model.io import load_model
 from tests.convert.helpers import capture, text_model
 
-KINDS = ["text", "vl", "packed"]  # per-expert multi-shard, vision+text, packed + MTP
+# converted source → the transformers model it was saved from
+KINDS = {"text": "text", "vl": "vl", "packed": "text", "dense": "dense", "dense_vl": "dense_vl", "next": "next"}
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=list(KINDS))
 def pair(request, hf_models, converted):
     """(source, Clover) models in fp64, the same random prompt run through the source with a cache."""
     kind = request.param
-    hf = copy.deepcopy(hf_models["vl" if kind == "vl" else "text"]).double()
+    hf = copy.deepcopy(hf_models[KINDS[kind]]).double()
     for c in {id(hf.config): hf.config, id(text_model(hf).config): text_model(hf).config}.values():
         c._experts_implementation = "eager"  # the reference loop (grouped_mm has no fp64)
     cl = load_model(converted[kind][0], dtype=torch.float64)
@@ -41,7 +44,7 @@ def test_embedding_final_norm_and_head_are_identical(pair):
     assert torch.equal(cl.lm_head(x)[..., :V], hf.lm_head(x))
 
 
-def test_each_moe_block_matches_the_source(pair):
+def test_each_feed_forward_block_matches_the_source(pair):
     _, hf, cl, _, _, seen = pair
     for i, layer in enumerate(text_model(hf).layers):
         x, y = seen[i]["mlp"]  # the source's own input to this block
@@ -62,7 +65,8 @@ def test_each_attention_layer_run_causally_matches_the_source(pair):
         if layer.layer_type != "full_attention":
             continue
         x, y = seen[i]["mixer"]
-        hf_rope = seen[i]["rope"]  # the source's cos/sin [B, T, rotary_dim]: computed in fp32 there
+        # the source's cos/sin [B or 1, T, rotary_dim], computed in fp32 there
+        hf_rope = tuple(t.expand(B, -1, -1) for t in seen[i]["rope"])
         for a, b in zip(ours_rope, hf_rope):
             assert a.shape == b.shape and torch.allclose(a, b, rtol=0, atol=1e-6)
         ours, _ = layer.self_attn.forward_train(x, hf_rope, valid, 1)
