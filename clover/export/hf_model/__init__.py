@@ -1,0 +1,1 @@
+"""The modeling code ``clover export hf`` copies beside exported weights (torch and transformers only)."""
