@@ -10,9 +10,9 @@ from clover.model.config import ATTN, CloverConfig
 
 def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
     """The card's Markdown for a model of ``config`` exported from ``src``, stopping at ``stops``."""
-    from clover.model.model import CloverForBlockDiffusion
-
     import torch
+
+    from clover.model.model import CloverForBlockDiffusion
 
     with torch.device("meta"):
         counts = CloverForBlockDiffusion(config).num_parameters()

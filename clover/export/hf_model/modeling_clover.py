@@ -660,7 +660,9 @@ class CloverForCausalLM(BlockDiffusionGenerationMixin, CloverPreTrainedModel, Ge
         if n_c % bs or cache.length % bs or n_d > bs:
             raise ValueError(f"commit whole blocks of {bs} after whole blocks, and denoise at most one block")
         h = self.model.embed_tokens(x)
-        r = rope(self.config, (cache.length + torch.arange(x.shape[1], device=x.device))[None].expand(len(x), -1), h.dtype)
+        r = rope(
+            self.config, (cache.length + torch.arange(x.shape[1], device=x.device))[None].expand(len(x), -1), h.dtype
+        )
         for layer, c in zip(self.model.layers, cache.layers):
             h = layer.forward_step(h, r, c, n_c, bs)
         h = self.model.norm(h)
