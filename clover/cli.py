@@ -15,6 +15,7 @@ COMMANDS = (
     "clover.commands.train",
     "clover.commands.serve",
     "clover.commands.convert",
+    "clover.commands.export",
     "clover.commands.quantize",
     "clover.commands.tools",
     "clover.commands.bench",

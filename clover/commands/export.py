@@ -1,0 +1,51 @@
+"""``clover export hf --model DIR --out HF_DIR``: a Clover checkpoint → a folder that Hugging Face
+transformers loads with ``trust_remote_code`` (``clover.export``; docs/hf-export.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    from clover.export import ExportError, export_hf
+
+    model_dir = args.model
+    if model_dir is None:
+        from clover.data import default_model_dir
+
+        model_dir = default_model_dir()
+    try:
+        report = export_hf(model_dir, args.out, max_shard_bytes=int(args.max_shard_gb * 2**30))
+    except ExportError as e:
+        print(f"clover export: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({k: (str(v) if k == "out" else v) for k, v in vars(report).items()}))
+    else:
+        print(report.summary())
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a Clover checkpoint for other libraries (hf: Hugging Face transformers)",
+        description="Write a Clover checkpoint in another library's format.",
+    )
+    formats = p.add_subparsers(dest="format", required=True)
+    hf = formats.add_parser(
+        "hf",
+        help="a folder that transformers loads with AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)",
+        description="Writes config.json (model_type clover, auto_map), the weights in safetensors shards with an "
+        "index, generation_config.json, the tokenizer files with the chat template, the modeling code (torch and "
+        "transformers only) and a model card. A quantized checkpoint, or one using a config feature the modeling "
+        "code does not implement, is refused with the reason (exit 2).",
+        formatter_class=p.formatter_class,
+    )
+    hf.add_argument("--model", metavar="DIR", help="Clover checkpoint directory (default: the bundled model)")
+    hf.add_argument("--out", required=True, metavar="HF_DIR", help="output folder")
+    hf.add_argument("--max-shard-gb", type=float, default=2.0, help="largest weight shard in GiB")
+    hf.add_argument("--json", action="store_true", help="print the report as JSON")
+    hf.set_defaults(func=cmd_export_hf)
