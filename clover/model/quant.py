@@ -19,8 +19,9 @@ no longer than it):
 The kernels (``torch.ops.aten._weight_int8pack_mm``, ``_weight_int4pack_mm_for_cpu``) take bf16
 activations: a quantized layer rounds its input to bf16, multiplies with fp32 accumulation and
 returns the result in the input's dtype. Where a kernel cannot run (not on CPU, fp64 inputs, an
-int4 shape the kernel refuses: output rows not a multiple of 16, or a group not 32/64/128/256)
-the layer runs its reference: dequantize, then an ordinary matmul in the input's dtype.
+int4 shape the kernel refuses: output rows not a multiple of 16, or a group not 32/64/128/256;
+an int8 group not a multiple of 16) the layer runs its reference: dequantize, then an ordinary
+matmul in the input's dtype.
 """
 
 from __future__ import annotations
@@ -185,7 +186,9 @@ class QuantWeight(nn.Module):
             return False
         if self.bits == 4:
             return self.out_features % 16 == 0 and self.group in INT4_KERNEL_GROUPS
-        return True
+        # each int8 call reads G inputs; with G not a multiple of 16 its vector loop returns wrong
+        # sums (measured: G = 8, 24, 40, 72) and can read past the buffer
+        return self.group % 16 == 0
 
     def prepare(self) -> QuantWeight:
         """Build the kernel layout from the stored tensors (after loading or quantizing)."""
