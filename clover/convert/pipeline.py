@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from clover.convert.calibrate import ReadoutCalibration, calibration_tokens
+from clover.convert.clover_hf import from_export, is_clover_export
 from clover.convert.plan import Plan, Target, assemble, plan
 from clover.convert.qwen import clover_config, family_of, text_config
 from clover.convert.shards import ConversionError, ShardWriter, SourceCheckpoint, read_json
@@ -87,6 +88,8 @@ def convert(
         raise ConversionError(f"{src}: no config.json (is this a Hugging Face checkpoint directory?)")
     if out.resolve() == src.resolve():
         raise ConversionError("--out must differ from --from")
+    if is_clover_export(src):  # a `clover export hf` folder: its weights go back as they are
+        return from_export(src, out, max_shard_bytes)
     hf = read_json(src / "config.json")  # existence checked above
     family, tc = family_of(hf), text_config(hf)
     ckpt = SourceCheckpoint(src)
