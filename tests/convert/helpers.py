@@ -28,7 +28,9 @@ TEXT = dict(
     max_position_embeddings=512,
     initializer_range=0.2,  # large enough that every mechanism shows in the outputs
 )
-DENSE = {k: v for k, v in TEXT.items() if "expert" not in k and "moe" not in k} | dict(intermediate_size=48)  # dense Qwen3.5
+DENSE = {k: v for k, v in TEXT.items() if "expert" not in k and "moe" not in k} | dict(
+    intermediate_size=48
+)  # dense Qwen3.5
 VISION = dict(
     depth=1,
     hidden_size=16,
