@@ -1,4 +1,5 @@
-"""``clover convert --from HF_DIR --out DIR``: a Qwen3.5/3.6 hybrid MoE checkpoint → a Clover checkpoint."""
+"""``clover convert --from HF_DIR --out DIR``: a Qwen3.5/3.6 (dense or MoE) or Qwen3-Next checkpoint → a
+Clover checkpoint (docs/conversion.md)."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "convert",
-        help="convert a Qwen3.5/3.6 hybrid MoE checkpoint (Hugging Face, safetensors) into a Clover checkpoint",
-        description="Streams the checkpoint tensor by tensor (one layer in memory at a time), maps every tensor "
-        "through one name map, initialises Clover's new parameters as the design says, picks or adds the "
-        "[MASK] token and copies the tokenizer files and chat template.",
+        help="convert a Qwen3.5/3.6 (dense or MoE) or Qwen3-Next checkpoint (Hugging Face, safetensors) into a "
+        "Clover checkpoint",
+        description="Reads model_type qwen3_5_moe, qwen3_5 (dense) or qwen3_next. Streams the checkpoint tensor "
+        "by tensor (one layer in memory at a time), maps every tensor through its family's name map (the vision "
+        "tower is left out and the MTP head dropped, each reported), initialises Clover's new parameters as the "
+        "design says, picks or adds the [MASK] token and copies the tokenizer files and chat template.",
     )
     p.add_argument("--from", dest="source", required=True, metavar="HF_DIR", help="Hugging Face checkpoint directory")
     p.add_argument("--out", required=True, metavar="DIR", help="output Clover checkpoint directory")
