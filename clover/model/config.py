@@ -269,7 +269,9 @@ PRESETS: dict[str, dict] = {
     ),
     # the full Clover-35B-A3B shape (Qwen3.6-35B-A3B backbone); all defaults
     "qwen3.6-35b-a3b": dict(mask_token_id=248319),
-    # the dense Qwen3.5 language models (their text_config; vision tower and MTP head not counted)
+    # the dense Qwen3.5 language models (their text_config; vision tower and MTP head not counted).
+    # The 2B's tied head is taken from its neighbours (0.8B and 4B tie theirs); the others are as
+    # their configs give them. Head dims 256 (attention) and 128 (GDN) as in every size.
     **{
         name: dict(
             num_experts=0,
@@ -299,7 +301,7 @@ PRESETS: dict[str, dict] = {
         num_experts=512,
         num_experts_per_tok=10,
         intermediate_size=5120,
-        rope_theta=5_000_000.0,
+        rope_theta=5_000_000.0,  # as its config.json gives it (not the 1e7 of Qwen3.5)
         mask_token_id=151935,
     ),
 }
