@@ -18,10 +18,10 @@ import time
 
 import torch
 
+from clover.airspace.recipes import AirspaceRecipe
 from clover.bench import print_table, set_threads, write_json
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.train.objective import MaskingConfig
-from clover.train.recipes import AirspaceRecipe
 from clover.train.trainer import TrainConfig, Trainer
 
 VARIANTS = {

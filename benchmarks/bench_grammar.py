@@ -16,12 +16,12 @@ import time
 
 import torch
 
+from clover.airspace.corpus import gold_calls, load_split, score_tool_calls
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import parse_assistant, render
-from clover.data.corpus import gold_calls, load_split, score_tool_calls
-from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}

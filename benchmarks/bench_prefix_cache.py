@@ -16,11 +16,11 @@ import argparse
 import json
 import time
 
+from clover.airspace.corpus import load_split
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.bench import print_table, set_threads, write_json
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
-from clover.data.corpus import load_split
-from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
 
 RULES = (

@@ -20,12 +20,12 @@ import time
 import torch
 import torch.nn.functional as F
 
+from clover.airspace.recipes import AirspaceRecipe, airspace_source
 from clover.bench import print_table, set_threads, write_json
 from clover.data import default_model_dir
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverForBlockDiffusion
 from clover.train.objective import MaskingConfig, build_batch, loss_normalizer
-from clover.train.recipes import AirspaceRecipe, airspace_source
 from clover.train.trainer import Trainer
 
 

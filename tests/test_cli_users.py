@@ -265,9 +265,9 @@ def test_chat_shows_each_tool_call_once():
     live view's raw ``<tool_call>`` markup does not stay on screen above it)."""
     from rich.console import Console
 
+    from clover.airspace.tools import AIRSPACE_TOOLS
     from clover.api.structured import tools_grammar
     from clover.commands.chat import run_chat
-    from clover.data.tools import AIRSPACE_TOOLS
     from clover.engine import SamplingParams
     from clover.loading import load_checkpoint
 

@@ -66,7 +66,7 @@ def test_eval_scores_hand_written_cases(tmp_path):
 
 
 def test_eval_under_the_tool_call_grammar_reports_both_and_only_valid_calls(tmp_path):
-    from clover.data.tools import AIRSPACE_TOOLS
+    from clover.airspace.tools import AIRSPACE_TOOLS
 
     props = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
     errors = tmp_path / "errors.jsonl"

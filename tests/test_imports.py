@@ -1,7 +1,7 @@
-"""How the package is layered (docs/architecture.md): ``ops <- model <- engine <- api <- server``;
-``data``, ``train`` and ``convert`` build on ``model``; the airspace ``agent`` on ``data`` and
-``llm``, and the server uses only its world (the playground's agent mode); the command line sits
-on top and nothing imports it."""
+"""How the package is layered (docs/architecture.md, Layers): ``ops <- model <- engine <- api <-
+server``; ``data``, ``train`` and ``convert`` build on ``model``; the airspace task plugs in
+through ``clover.data.task`` and no generic layer imports it; the command line sits on top and
+nothing imports it."""
 
 import ast
 import subprocess
@@ -91,8 +91,9 @@ def _part(module: str) -> str:
     return module.split(".")[1] if "." in module else "clover"
 
 
-# what each part may import, deferred imports included (docs/architecture.md: ops <- model <- engine
-# <- api <- server; data, train and convert build on model; the command line on everything)
+# what each part may import, deferred imports included (docs/architecture.md, Layers: ops <- model <-
+# engine <- api <- server; data, train and convert build on model; a task such as airspace plugs in
+# through clover.data.task; the command line on everything)
 MAY_IMPORT = {
     "ops": set(),
     "model": {"ops"},
@@ -101,11 +102,13 @@ MAY_IMPORT = {
     "api": {"ops", "model", "data", "engine"},
     "loading": {"ops", "model", "data", "engine"},
     "llm": {"ops", "model", "data", "engine", "api", "loading"},
-    "server": {"clover", "ops", "model", "data", "engine", "api", "loading", "agent"},
-    "agent": {"data", "llm"},  # llm: LocalModel, deferred
+    "server": {"clover", "ops", "model", "data", "engine", "api", "loading"},
     "train": {"ops", "model", "data"},
     "convert": {"ops", "model", "data"},
+    # a task sits beside the command line: it may use any library layer, never a command
+    "airspace": {"ops", "model", "data", "engine", "api", "loading", "llm", "train", "evaluate", "bench"},
 }
+GENERIC = ("ops", "model", "data", "engine", "api", "loading", "llm", "server", "train", "convert")
 
 
 def test_each_part_imports_only_the_parts_below_it():
@@ -117,13 +120,24 @@ def test_each_part_imports_only_the_parts_below_it():
     assert wrong == []
 
 
-def test_the_server_uses_only_the_agents_world_which_builds_on_data_alone():
-    """``/v1/agent/*`` run tool calls with ``clover.agent.world``; that module needs nothing above
-    ``clover.data`` (no model, engine or server), so the server's import of it pulls in no loop."""
-    server = {n for m, p in MODULES.items() if _part(m) == "server" for n in _imports(p, deferred=True)}
-    assert {n for n in server if _part(n) == "agent"} == {"clover.agent.world"}
-    assert {_part(n) for n in _imports(MODULES["clover.agent.world"], deferred=True)} <= {"data", "agent"}
-    assert "clover.engine" not in _imported_after("import clover.agent.world")
+def test_no_generic_layer_imports_the_airspace_task():
+    """ops, model, engine, api and server (and data, train, convert) reach the airspace demo only
+    through the task seam, ``clover.data.task``, which imports a task's module by the name
+    ``TASKS`` gives it, on first use; so importing the server loads no task."""
+    wrong = [(m, n) for m, path in MODULES.items() if _part(m) in GENERIC
+             for n in _imports(path, deferred=True) if _part(n) == "airspace"]  # fmt: skip
+    assert wrong == []
+    assert not [m for m in _imported_after("import clover.server.app, clover.llm") if m.startswith("clover.airspace")]
+
+
+def test_the_task_seam_finds_airspace_by_name():
+    from clover.data.task import get_task, model_task
+    from clover.model import preset
+
+    task = get_task("airspace")
+    assert task.name == "airspace" and {t["function"]["name"] for t in task.tools()} >= {"recall_drone"}
+    assert model_task(preset("tiny")) is None and model_task(preset("tiny"), default=True) is task
+    assert model_task(preset("tiny", extra={"recipe": "airspace-ar"})) is task
 
 
 def test_nothing_in_the_library_imports_a_command():

@@ -1,14 +1,56 @@
-"""The airspace agent: a world the six airspace tools act on (``world``), an agent loop that runs
-a model's tool calls against it until the model answers in words (``loop``), and operator tasks
-scored by the state they leave (``tasks``). See docs/agent.md.
+"""The airspace demo, one plug-in task (``clover.data.task``): the six airspace tools (``tools``),
+the seeded corpus of operator chats (``corpus``, ``phrasing``) and decision groups
+(``decisions``), the model's tokenizer (``tokenizer``) and training recipes (``recipes``), a world
+the tools act on (``world``), an agent loop that runs a model's tool calls against it until the
+model answers in words (``loop``), operator tasks scored by the state they leave (``tasks``) and
+the evaluation ``clover eval`` runs (``evaluate``). See docs/agent.md.
 
-Built on ``clover.llm`` (in process) or any OpenAI-compatible endpoint, never on the server's code.
+Nothing in the generic layers imports this package: they reach it through ``TASK``.
 """
 
 from __future__ import annotations
 
-from clover.agent.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
-from clover.agent.world import Drone, Mission, Waypoint, World, Zone, execute
+from clover.airspace.corpus import generate
+from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
+from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
+from clover.data.task import Task
 
-__all__ = ["AgentResult", "CallRecord", "Drone", "LocalModel", "Mission", "ModelReply", "OpenAIModel", "Waypoint",
-           "World", "Zone", "execute", "run_agent"]  # fmt: skip
+__all__ = ["TASK", "AgentResult", "CallRecord", "Drone", "LocalModel", "Mission", "ModelReply", "OpenAIModel",
+           "Waypoint", "World", "Zone", "execute", "run_agent"]  # fmt: skip
+
+
+def _recipes() -> dict[str, type]:
+    # deferred: the recipes import torch
+    from clover.airspace.recipes import RECIPES
+
+    return RECIPES
+
+
+def _evaluate(*args, **kwargs) -> dict:
+    # deferred: the evaluation imports the engine
+    from clover.evaluate import evaluate_airspace
+
+    return evaluate_airspace(*args, **kwargs)
+
+
+def _tokenizer(vocab_size: int = 3072, **kwargs):
+    # deferred: the tokenizer needs the tokenizers library
+    from clover.airspace.tokenizer import build_default_tokenizer
+
+    return build_default_tokenizer(vocab_size, **kwargs)
+
+
+TASK = Task(
+    name="airspace",
+    summary="an airspace-operations assistant: no-fly zones, waypoints, missions, recalls and drone status "
+    "through six tools, and joint yes/no decisions about a flight",
+    tools=lambda: AIRSPACE_TOOLS,
+    corpus=lambda split, n, seed=0: generate(split, n, seed=seed),
+    world=lambda seed=0, area_deg=None: World.seeded(seed, area_deg=area_deg),
+    world_from_dict=World.from_request,
+    execute=execute,
+    evaluate=_evaluate,
+    recipes=_recipes,
+    tokenizer=_tokenizer,
+)

@@ -3,7 +3,7 @@
 An operator writes a free-form message; the assistant answers with tool calls (1 to 5 parallel
 calls, in the order mentioned), a short text when no tool fits or an argument is missing, or a
 one-sentence summary of a tool result. Gold arguments follow the conventions of
-``clover.data.tools`` (``D-<n>`` ids, whole metres rounded half up, ``HH:MM``, signed degrees
+``clover.airspace.tools`` (``D-<n>`` ids, whole metres rounded half up, ``HH:MM``, signed degrees
 with the digits as written, names and targets copied verbatim).
 
 Generalisation is measured, not memorised:
@@ -27,8 +27,7 @@ import random
 import re
 from collections.abc import Iterator
 
-from clover.data.chat import is_answer
-from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus API names them
+from clover.airspace.phrasing import (  # noqa: F401 - also re-exported: the corpus API names them
     _ALT,
     _MISSION_WORDS,
     _WHEN,
@@ -63,7 +62,8 @@ from clover.data.phrasing import (  # noqa: F401 - also re-exported: the corpus 
     to_metres,
     zone_name,
 )
-from clover.data.tools import AIRSPACE_TOOLS, MISSION_TYPES
+from clover.airspace.tools import AIRSPACE_TOOLS, MISSION_TYPES
+from clover.data.chat import is_answer
 
 SPLITS = ("train", "validation", "test")
 KINDS = ("tool_call", "compound", "tool_result", "no_tool", "missing_tool", "clarify", "no_tools", "multi_turn")

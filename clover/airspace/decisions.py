@@ -23,36 +23,13 @@ split pools, so groups of different splits never share a context.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
-from clover.data.corpus import SPLITS, drone_number, zone_name
+from clover.airspace.corpus import SPLITS, drone_number, zone_name
+from clover.data.decisions import DecisionGroup, Question, decision_messages, single_question
 
 YES_NO = ["yes", "no"]
 ACTIONS = ["approve", "hold", "reroute", "deny"]
 HOLD_MINUTES = (15, 20, 30, 45, 60)
-
-
-@dataclass
-class Question:
-    text: str
-    options: list[str]
-    answer: int | None = None  # index into options; None for a client's unanswered question
-
-    def __post_init__(self):
-        if not 2 <= len(self.options) <= 8 or len(set(self.options)) != len(self.options):
-            raise ValueError(f"a question needs 2-8 distinct options, got {self.options}")
-        if self.answer is not None and not 0 <= self.answer < len(self.options):
-            raise ValueError(f"answer {self.answer} out of range for {self.options}")
-
-
-@dataclass
-class DecisionGroup:
-    context: str
-    questions: list[Question] = field(default_factory=list)
-
-    @property
-    def answers(self) -> list[int | None]:
-        return [q.answer for q in self.questions]
 
 
 def _hm(minutes: int) -> str:
@@ -162,81 +139,6 @@ def generate_groups(split: str, n: int, seed: int = 0) -> list[DecisionGroup]:
 def load_groups(split: str, n: int = 200) -> list[DecisionGroup]:
     """The fixed evaluation groups of a split."""
     return generate_groups(split, n, seed=2_000_003 + SPLITS.index(split))
-
-
-# -- chat renderings ----------------------------------------------------------------------------
-def question_line(q: Question) -> str:
-    return f"{q.text} ({'/'.join(q.options)})"
-
-
-def joint_user(group: DecisionGroup) -> str:
-    lines = [f"{i + 1}. {question_line(q)}" for i, q in enumerate(group.questions)]
-    return group.context + "\nAnswer each question:\n" + "\n".join(lines)
-
-
-def answer_slots(group: DecisionGroup, mode: str = "joint") -> list[tuple[str, list[str]]]:
-    """The assistant answer's layout as ``[(prefix, options), ...]``: the answer text is
-    ``prefix_1 + option_1 + prefix_2 + option_2 + ...`` (then ``<|im_end|>``), so an engine can
-    force the prefixes and put one constrained slot per question.
-
-    joint: ``[("1: ", opts1), ("\\n2: ", opts2), ...]``; independent (a one-question group): ``[("", opts)]``.
-    """
-    if mode == "joint":
-        return [(("\n" if i else "") + f"{i + 1}: ", q.options) for i, q in enumerate(group.questions)]
-    if mode == "independent":
-        if len(group.questions) != 1:
-            raise ValueError("independent mode renders one question: use single_question(group, i)")
-        return [("", group.questions[0].options)]
-    raise ValueError(f"unknown mode {mode!r}; choose 'joint' or 'independent'")
-
-
-def answer_text(group: DecisionGroup, choices: list[int] | None = None, mode: str = "joint") -> str:
-    """The assistant answer for ``choices`` (default: the gold answers)."""
-    choices = group.answers if choices is None else choices
-    if any(c is None for c in choices):
-        raise ValueError("every question needs an answer to render the answer text")
-    return "".join(p + opts[c] for (p, opts), c in zip(answer_slots(group, mode), choices))
-
-
-def single_question(group: DecisionGroup, index: int) -> DecisionGroup:
-    """The group reduced to question ``index`` (same context), for independent mode."""
-    return DecisionGroup(group.context, [group.questions[index]])
-
-
-def decision_messages(group: DecisionGroup, mode: str = "joint", with_answer: bool = True) -> list[dict]:
-    """Chat messages for a group: ``joint`` (all questions, one ``i: option`` line each) or
-    ``independent`` (a one-question group, see :func:`single_question`; the bare option).
-    Without ``with_answer`` the messages end with the user turn (the engine's prompt)."""
-    if mode == "joint":
-        user = joint_user(group)
-    elif mode == "independent":
-        answer_slots(group, mode)  # validates: one question
-        user = group.context + "\n" + question_line(group.questions[0])
-    else:
-        raise ValueError(f"unknown mode {mode!r}; choose 'joint' or 'independent'")
-    msgs = [{"role": "user", "content": user}]
-    if with_answer:
-        msgs.append({"role": "assistant", "content": answer_text(group, mode=mode)})
-    return msgs
-
-
-def parse_answers(text: str, group: DecisionGroup, mode: str = "joint") -> list[int | None]:
-    """Chosen option index per question from an answer text (None where unreadable)."""
-    text = text.split("<|im_end|>")[0].strip()
-    if mode == "independent":
-        opts = group.questions[0].options
-        return [opts.index(text) if text in opts else None]
-    got: dict[int, str] = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        if k.strip().isdigit():
-            got[int(k) - 1] = v.strip()
-    return [q.options.index(got[i]) if got.get(i) in q.options else None for i, q in enumerate(group.questions)]
-
-
-def parse_joint(text: str, questions: list[Question]) -> list[int | None]:
-    """``parse_answers`` for a joint answer, given the questions only."""
-    return parse_answers(text, DecisionGroup("", questions), "joint")
 
 
 def decision_examples(split: str, n: int, seed: int = 0, joint_frac: float = 0.6) -> list[dict]:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from clover.agent.world import World, execute
-from clover.data.tools import AIRSPACE_TOOLS
+from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.world import World, execute
 
 MAX_STEPS = 4
 MAX_TOKENS = 320  # a compound message's five calls fit (clover eval's budget)

@@ -1,6 +1,6 @@
 """The phrasing side of the airspace corpus: entity pools split by train/validation/test,
 surface forms of radii, times, coordinates and drone ids (each a ``(form id, text, gold)``),
-message templates, and how a template is filled and styled. ``clover.data.corpus`` builds
+message templates, and how a template is filled and styled. ``clover.airspace.corpus`` builds
 whole examples from these pieces.
 """
 

@@ -14,8 +14,8 @@ import json
 import zlib
 from dataclasses import dataclass
 
-from clover.agent.loop import AgentResult
-from clover.agent.world import READ_ONLY, World, execute
+from clover.airspace.loop import AgentResult
+from clover.airspace.world import READ_ONLY, World, execute
 
 TASK_KINDS = ("tool_call", "compound", "tool_result")
 
@@ -33,8 +33,8 @@ class Task:
 
 def task_from_example(ex: dict, seed: int | None = None) -> Task:
     """The task of one corpus chat (its first answer turn must be calls)."""
+    from clover.airspace.corpus import gold_calls
     from clover.data.chat import is_answer
-    from clover.data.corpus import gold_calls
 
     prompt = []
     for m in ex["messages"]:
@@ -61,7 +61,7 @@ def task_from_example(ex: dict, seed: int | None = None) -> Task:
 
 def operator_tasks(n: int, split: str = "test") -> list[Task]:
     """The first ``n`` operator tasks of ``split``'s fixed evaluation set (``load_split``)."""
-    from clover.data.corpus import load_split
+    from clover.airspace.corpus import load_split
 
     size, tasks = max(64, 3 * n), []
     while len(tasks) < n:

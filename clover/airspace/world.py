@@ -1,4 +1,4 @@
-"""The airspace world the six tools of ``clover.data.tools`` act on: no-fly zones, drones, a clock.
+"""The airspace world the six tools of ``clover.airspace.tools`` act on: no-fly zones, drones, a clock.
 
 ``execute(world, name, arguments)`` runs one tool call. A call is checked against the tool's JSON
 schema (required arguments, types, enums, no unknown arguments) and against the world (a drone
@@ -32,13 +32,15 @@ import re
 import zlib
 from dataclasses import asdict, dataclass, field
 
-from clover.data.phrasing import drone_number, zone_name
-from clover.data.tools import MISSION_TYPES, tool_by_name
+from clover.airspace.phrasing import drone_number, zone_name
+from clover.airspace.tools import MISSION_TYPES, tool_by_name
+from clover.data.task import StateTooLarge
 
 STATES = ("en route", "hovering", "on the ground", "returning to base", "charging", "holding")  # the corpus's states
 AIRBORNE = ("en route", "hovering", "holding")
 MIN_MISSION_BATTERY = 20  # percent
 SPEED_M_S = 15.0  # a drone's speed home, for a recall's ETA
+MAX_ITEMS = 64  # drones, zones and a drone's waypoints in a world sent over HTTP (World.from_request)
 _HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 _DRONE_ID = re.compile(r"^D-\d+$")
 
@@ -127,6 +129,27 @@ class World:
         d["zones"] = dict(sorted(d["zones"].items()))
         d["drones"] = dict(sorted(d["drones"].items(), key=lambda kv: _id_key(kv[0])))
         return d
+
+    def view(self) -> dict:
+        """The state and what a map draws from it that only the world's rules know: the zones in force."""
+        return {
+            "world": self.to_dict(),
+            "active_zones": [z.name for z in self.zones.values() if z.active_at(self.clock)],
+        }
+
+    @classmethod
+    def from_request(cls, state: dict) -> World:
+        """``from_dict`` for a state sent over HTTP, first bounded: a world of a few dozen drones
+        and zones (``StateTooLarge`` naming the part that is not), each with a few dozen waypoints."""
+        drones, zones = state.get("drones"), state.get("zones")
+        for what, items in (("drones", drones), ("zones", zones)):
+            if isinstance(items, dict) and len(items) > MAX_ITEMS:
+                raise StateTooLarge(f"the world has {len(items)} {what}: at most {MAX_ITEMS}", f"world.{what}")
+        for did, d in drones.items() if isinstance(drones, dict) else ():
+            wps = d.get("waypoints") if isinstance(d, dict) else None
+            if isinstance(wps, list) and len(wps) > MAX_ITEMS:
+                raise StateTooLarge(f"drone {did} has {len(wps)} waypoints: at most {MAX_ITEMS}", "world")
+        return cls.from_dict(state)
 
     @classmethod
     def from_dict(cls, d: dict) -> World:

@@ -52,7 +52,7 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
     """The interactive loop: read a message, run the agent on it, print what happened."""
     from rich.markup import escape
 
-    from clover.agent.loop import run_agent
+    from clover.airspace.loop import run_agent
 
     start = world.copy()
     base = [{"role": "system", "content": system}] if system else []
@@ -99,8 +99,8 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
 def cmd_agent(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from clover.agent.loop import LocalModel, OpenAIModel
-    from clover.agent.world import World
+    from clover.airspace.loop import LocalModel, OpenAIModel
+    from clover.airspace.world import World
 
     if args.model_dir is not None:
         if args.model is not None and args.model != args.model_dir:

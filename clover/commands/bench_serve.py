@@ -1,6 +1,6 @@
 """``clover bench decisions`` and ``clover bench serve``.
 
-decisions: on the decision test groups (``clover.data.decisions.load_groups("test")``), the
+decisions: on the decision test groups (``clover.airspace.decisions.load_groups("test")``), the
 same model answers each group ``joint`` (one request, all answer slots in one block) and
 ``independent`` (one request per question, submitted together; and, as a client without joint
 decisions would do it, one call after another): group all-correct rate, per-question
@@ -101,8 +101,8 @@ def _expressible(engine, tok, groups) -> list:
 
 
 def run_decisions(args: argparse.Namespace) -> int:
+    from clover.airspace.decisions import load_groups
     from clover.api.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.data.decisions import load_groups
     from clover.loading import load_engine
 
     device_setup(args, "clover bench decisions")
@@ -198,7 +198,7 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
 
 def _prompts(n: int) -> list[dict]:
-    from clover.data.corpus import load_split
+    from clover.airspace.corpus import load_split
 
     out = []
     for ex in load_split("test", 4 * n):

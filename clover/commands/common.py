@@ -12,6 +12,8 @@ import argparse
 import copy
 import sys
 
+from clover.data.task import get_task, model_task, task_names
+
 
 class HelpFormatter(argparse.HelpFormatter):
     """Every flag's help ends with its default (``--port 8000``, the threshold), unless its text
@@ -131,9 +133,9 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument(
         "--tools",
-        choices=["auto", "airspace", "none"],
+        choices=["auto", *task_names(), "none"],
         default="auto",
-        help="tools offered in chat (auto: the airspace set for a model trained on it)",
+        help="a task's tools offered in chat (auto: those of the task the model was trained for, if any)",
     )
     p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     add_device_args(p)
@@ -155,15 +157,13 @@ def sampling_params(args: argparse.Namespace):
     )
 
 
-def offered_tools(args, model=None):
-    """The tools offered in --chat: --tools airspace|none, or by default (auto) the airspace tool
-    set when the model was trained for it (the bundled default), so its first run calls tools."""
-    trained_for = ((model.config.extra or {}).get("recipe") if model is not None else None) == "airspace"
-    if args.tools == "none" or (args.tools == "auto" and not trained_for):
+def offered_tools(args, model=None) -> list[dict] | None:
+    """The tools offered in --chat: --tools TASK|none, or by default (auto) those of the task the
+    model was trained for (the bundled default's airspace set), so its first run calls tools."""
+    if args.tools == "none":
         return None
-    from clover.data.tools import AIRSPACE_TOOLS
-
-    return AIRSPACE_TOOLS
+    task = model_task(model.config if model is not None else None) if args.tools == "auto" else get_task(args.tools)
+    return task.tools() if task is not None else None
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:

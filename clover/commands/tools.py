@@ -1,25 +1,26 @@
-"""``clover tools airspace [--json]``: the default model's tool set."""
+"""``clover tools TASK [--json]``: a task's tool set (the bundled model's is ``airspace``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from clover.data.chat import tool_signature
+from clover.data.task import get_task, task_names
+
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    from clover.data.chat import tool_signature
-    from clover.data.tools import AIRSPACE_TOOLS
-
+    tools = get_task(args.name).tools()
     if args.json:
-        print(json.dumps(AIRSPACE_TOOLS, indent=1))
+        print(json.dumps(tools, indent=1))
     else:
-        for t in AIRSPACE_TOOLS:
+        for t in tools:
             print(tool_signature(t))
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tools", help="print a bundled tool set (OpenAI format with --json)")
-    p.add_argument("name", choices=["airspace"])
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("tools", help="print a task's tool set (OpenAI format with --json)")
+    p.add_argument("name", choices=task_names())
+    p.add_argument("--json", action="store_true", help="the OpenAI-format tools list, not one signature a line")
     p.set_defaults(func=cmd_tools)

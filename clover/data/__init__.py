@@ -1,4 +1,6 @@
-"""Data for Clover's default model: the airspace tool set, corpus, decisions, tokenizer, chat template."""
+"""Text as the model sees it, for any task: the chat template and tool-call markup (``chat``), the
+tokenizer (``tokenizer``), joint decisions as chat text (``decisions``), the task seam (``task``)
+and where the bundled model lives. A task's own data (the airspace corpus) is its package's."""
 
 from pathlib import Path
 

@@ -38,26 +38,10 @@ CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
 MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mask_token|>")
 # one pre-token per letter run, per digit, per whitespace char, per other char
 PRE_TOKEN_PATTERN = r"\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
-# keys of the corpus's tool results, which fill the prompt side of tool-result chats
-RESULT_KEYS = (
-    "drone_id",
-    "battery_pct",
-    "lat",
-    "lon",
-    "altitude_m",
-    "state",
-    "status",
-    "eta_min",
-    "zone_name",
-    "waypoint_index",
-    "mission_id",
-    "error",
-)
-
-
-def json_fragments(tools: list[dict], extra_keys: Iterable[str] = RESULT_KEYS) -> list[str]:
+def json_fragments(tools: list[dict], extra_keys: Iterable[str] = ()) -> list[str]:
     """Whole JSON fragments as canonical ``json.dumps`` writes them: the call envelope, each key
     with the separator before it and the opening quote after it, the closers, the tool names.
+    ``extra_keys``: other keys the texts carry (e.g. those of a task's tool results).
 
     The separator belongs to the key's fragment (``", "lat": ``) because added tokens match
     leftmost-longest: a separate ``", "`` token would split every key.
@@ -77,14 +61,6 @@ def json_fragments(tools: list[dict], extra_keys: Iterable[str] = RESULT_KEYS) -
         ]
     frags += [t.get("function", t)["name"] for t in tools]
     return list(dict.fromkeys(frags))
-
-
-def default_added_tokens() -> list[str]:
-    """The default model's added tokens: JSON fragments, tool names, one token per signature line."""
-    from clover.data.chat import tool_signature
-    from clover.data.tools import AIRSPACE_TOOLS
-
-    return json_fragments(AIRSPACE_TOOLS) + [tool_signature(t) for t in AIRSPACE_TOOLS]
 
 
 def train_tokenizer(
@@ -229,7 +205,7 @@ class CloverTokenizer:
 
     def word_pieces(self) -> tuple[str, ...]:
         """The text of every vocabulary token that is a run of letters (added tokens aside), in
-        id order: what training coins made-up names from (``clover.data.phrasing.coined_word``)."""
+        id order: what training coins made-up names from (``clover.airspace.phrasing.coined_word``)."""
         added = set(self.tok.get_added_tokens_decoder())
         pieces = (self.decode([i]) for i in range(self.vocab_size) if i not in added)
         return tuple(p for p in pieces if p.isalpha())
@@ -301,16 +277,10 @@ class CloverTokenizer:
     from_pretrained = load
 
 
-def training_texts(n_texts: int = 4000, seed: int = 0) -> list[str]:
-    """Rendered training chats (corpus + decision groups) to train the tokenizer on."""
-    from clover.data.chat import render
-    from clover.data.corpus import generate
-    from clover.data.decisions import decision_examples
+def __getattr__(name: str):
+    # transitional: the airspace tokenizer moved to clover.airspace.tokenizer (goes once every caller uses it)
+    import importlib
 
-    exs = generate("train", n_texts, seed=seed) + decision_examples("train", max(1, n_texts // 5), seed=seed)
-    return [render(e["messages"], e["tools"]) for e in exs]
-
-
-def build_default_tokenizer(vocab_size: int = 3072, n_texts: int = 4000, seed: int = 0) -> CloverTokenizer:
-    """The default model's tokenizer, trained on train-split chats only (a few seconds)."""
-    return CloverTokenizer(train_tokenizer(training_texts(n_texts, seed), vocab_size, default_added_tokens()))
+    if name == "build_default_tokenizer":
+        return importlib.import_module("clover.airspace.tokenizer").build_default_tokenizer
+    raise AttributeError(name)

@@ -102,11 +102,9 @@ async def playground():
 
 @router.get("/playground/config")
 async def playground_config(request: Request):
-    from clover.data.tools import AIRSPACE_TOOLS
-
     s = _state(request)
     return {"model": s.model_name, "block_size": s.config.block_size, "max_block_size": s.config.max_block_size,
-            "auth": s.api_key is not None, "tools": AIRSPACE_TOOLS}  # fmt: skip
+            "auth": s.api_key is not None, "tools": s.task.tools() if s.task else []}  # fmt: skip
 
 
 # -- the tokenizer (vLLM's /tokenize, /detokenize, /tokenizer_info: what scoring tools such as

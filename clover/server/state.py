@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation, queue_full, too_large
 from clover.api.protocol import Limits, as_api_error, chat_stop_ids
+from clover.data.task import model_task
 from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
 from clover.server.metrics import Metrics
@@ -34,6 +35,9 @@ class ServerState:
         self.api_key = api_key
         self.started = int(time.time())
         self.chat_stop_ids = chat_stop_ids(tokenizer)
+        # the task the model was trained for (the bundled model's when it names none): the
+        # playground's tools and its agent mode's world
+        self.task = model_task(self.config, default=True)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:

@@ -1,5 +1,6 @@
 """The autoregressive base: a Qwen3.5-MoE causal LM (transformers' ``Qwen3_5MoeForCausalLM``)
-trained with a next-token loss on the airspace corpus, saved as a Hugging Face checkpoint.
+trained with a next-token loss on a recipe's corpus (``Recipe.autoregressive``), saved as a Hugging
+Face checkpoint.
 
 This is the first half of the way Clover models are made: an AR model learns language and
 copying cheaply, ``clover convert`` turns it into a Clover checkpoint, and ``clover train
@@ -9,73 +10,29 @@ quality and speed figure is measured against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 
 from clover.data.tokenizer import CloverTokenizer
-from clover.train.recipes import AirspaceRecipe
-from clover.train.trainer import KindCE, TrainConfig, Trainer, length_groups
+from clover.train.trainer import KindCE, Trainer, length_groups
 
 ARCHITECTURE = "Qwen3_5MoeForCausalLM"
 
 
-@dataclass
-class AirspaceArRecipe(AirspaceRecipe):
-    """The airspace corpus (the same mix the diffusion recipe draws) for a next-token model.
-    ``model`` holds ``Qwen3_5MoeTextConfig`` fields."""
+def hf_config(tok: CloverTokenizer, fields: dict):
+    """A ``Qwen3_5MoeTextConfig`` of ``fields`` (a recipe's ``model``) for ``tok``'s vocabulary."""
+    from transformers import Qwen3_5MoeTextConfig  # deferred: transformers is a test/optional dependency
 
-    model: dict = field(
-        default_factory=lambda: dict(
-            hidden_size=128,
-            num_hidden_layers=8,
-            layer_types=None,  # None: from full_attention_interval
-            full_attention_interval=4,  # three GDN layers to one attention layer, as Qwen3.5
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=32,
-            linear_value_head_dim=32,
-            linear_conv_kernel_dim=4,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=128,
-            shared_expert_intermediate_size=128,
-            max_position_embeddings=4096,
-            partial_rotary_factor=1.0,  # every head dimension rotates (a small head_dim copies by position)
-            rope_theta=10_000.0,
-            router_aux_loss_coef=0.001,
-        )
+    cfg = Qwen3_5MoeTextConfig(
+        vocab_size=tok.vocab_size,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+        **fields,
     )
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            steps=3_000, lr=2e-3, warmup=100, block_size=1, eval_every=200, ckpt_every=50, log_every=10,
-            micro_batches=4,
-        )
-    )  # fmt: skip
-    batch_size: int = 32
-    max_len: int = 1024
-    decision_frac: float = 0.3
-    toolless_frac: float = 0.1
-    multiturn_frac: float = 0.25
-    curriculum_steps: int = 0
-
-    def hf_config(self, tok: CloverTokenizer):
-        from transformers import Qwen3_5MoeTextConfig
-
-        cfg = Qwen3_5MoeTextConfig(
-            vocab_size=tok.vocab_size,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=None,
-            tie_word_embeddings=False,
-            **self.model,
-        )
-        cfg.architectures = [ARCHITECTURE]
-        return cfg
+    cfg.architectures = [ARCHITECTURE]
+    return cfg
 
 
 def build_model(config):

@@ -1,89 +1,42 @@
-"""Training recipes. ``airspace`` trains the bundled default model from scratch on CPU."""
+"""Training recipes (``Recipe``: a model shape, a schedule and a data mix; a task brings its own,
+``clover.data.task``) and how chats become training batches: one answer per sequence, its block
+filled with EOS, chats read from OpenAI's fine-tuning JSONL."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from clover.data.chat import content_text, is_answer, render_segments
-from clover.data.corpus import example, multi_turn
-from clover.data.decisions import decision_examples
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
-from clover.train.objective import MaskingConfig
 from clover.train.trainer import TrainConfig
 
 
 @dataclass
-class AirspaceRecipe:
-    model: dict = field(
-        default_factory=lambda: dict(
-            hidden_size=128,
-            num_hidden_layers=4,
-            layer_types=None,  # None: from full_attention_interval
-            full_attention_interval=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=32,
-            linear_value_head_dim=32,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=128,
-            shared_expert_intermediate_size=128,
-            max_position_embeddings=4096,
-            # every head dimension rotates: with head_dim 32, Qwen's 25 % leaves 8 dims and the
-            # model cannot copy by position (synthetic copy task, 200 steps: loss 3.80 with
-            # 25 % / theta 1e5, 0.03 with 100 % / theta 1e4; see the training issue's notes)
-            partial_rotary_factor=1.0,
-            rope_theta=10_000.0,
-            shift_logits=False,
-            block_size=32,
-            max_block_size=64,
-            gdn_block_mixing="bidirectional",
-            gdn_right_conv=True,
-            gdn_block_calibration=True,
-        )
-    )
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            steps=7_000,
-            lr=2e-3,
-            warmup=200,
-            block_size=32,
-            eval_every=250,
-            ckpt_every=100,
-            log_every=10,
-            micro_batches=4,
-            # 4 noisy views per sequence (2 masks + complements) share one clean stream: the
-            # prompt (tool list, message) is most of each sequence, the answer a block or two
-            masking=MaskingConfig(t_min=0.05, t_max=1.0, weighting="elbo", complementary=True, samples=2),
-        )
-    )
+class Recipe:
+    """A training recipe: the model's shape (``model``: config fields), the optimiser's schedule
+    (``train``) and the data's own scalar fields. A task's recipes subclass it and bring their
+    corpus (``source``) and tokenizer (``clover.data.task``); with ``clover train --data`` any
+    recipe trains on the given chats instead."""
+
+    model: dict = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
     batch_size: int = 16
     max_len: int = 512
-    decision_frac: float = 0.2
-    # chats that offer no tools at all (kind "no_tools"), as a plain OpenAI request without
-    # ``tools`` is: without them the model never sees such a prompt
-    toolless_frac: float = 0.0
-    # conversations with earlier turns (kind "multi_turn": an agent loop's or a chat client's
-    # second request); without them every training chat has one user turn
-    multiturn_frac: float = 0.0
-    curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
-    # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
-    # piece that never stands in a train name cannot be copied into one
-    name_pieces: bool = True
+    name: ClassVar[str] = ""  # how ``clover train --recipe`` names it; recorded in the model's config
+    autoregressive: ClassVar[bool] = False  # a Hugging Face causal LM with a next-token loss (``clover.train.ar``)
 
     def data_fields(self) -> dict:
-        """The recipe's own scalar fields (batch size, decision share, curriculum, vocabulary):
-        what ``--config``'s ``data`` section sets and ``training.json`` records."""
+        """The recipe's own scalar fields (batch size, vocabulary, a corpus's mix): what
+        ``--config``'s ``data`` section sets and ``training.json`` records."""
         return {k: v for k, v in self.__dict__.items() if k not in ("train", "model")}
 
     def model_config(self, tok: CloverTokenizer) -> CloverConfig:
@@ -92,9 +45,26 @@ class AirspaceRecipe:
             mask_token_id=tok.mask_token_id,
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
-            extra={"recipe": "airspace"},
+            extra={"recipe": self.name},
             **self.model,
         )
+
+    def source(self, tok: CloverTokenizer, split: str = "train", seed: int = 0) -> Callable[[int], dict]:
+        """step → batch from the recipe's own corpus, a pure function of (seed, step)."""
+        raise NotImplementedError(f"recipe {self.name!r} has no corpus of its own: train it on --data")
+
+    def validation_batches(self, tok: CloverTokenizer, n: int = 4) -> list[dict]:
+        """Fixed validation batches from the recipe's corpus."""
+        source = self.source(tok, "validation", seed=99)
+        return [source(i) for i in range(n)]
+
+    def tokenizer(self) -> CloverTokenizer:
+        """The tokenizer of a run from scratch on the recipe's corpus."""
+        raise NotImplementedError(f"recipe {self.name!r} has no corpus of its own to train a tokenizer on")
+
+    def added_tokens(self) -> list[str]:
+        """Added tokens for a tokenizer trained on ``--data`` (the task's JSON fragments, tool names)."""
+        return []
 
 
 def encode_example(
@@ -136,29 +106,6 @@ def collate(rows: list[tuple[list[int], list[bool]]], pad_id: int) -> dict[str, 
         target[i, : len(ids)] = torch.tensor(tg)
         valid[i, : len(ids)] = True
     return {"x0": x0, "target": target, "valid": valid}
-
-
-def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "train", seed: int = 0):
-    """step → batch, a pure function of (seed, step): resumable and identical on every rank."""
-    pieces = tok.word_pieces() if recipe.name_pieces else ()
-
-    def source(step: int) -> dict[str, torch.Tensor]:
-        rng = random.Random(f"airspace-{split}-{seed}-{step}")
-        max_actions = 1 if step < recipe.curriculum_steps else 5
-        rows = []
-        for _ in range(recipe.batch_size):
-            if rng.random() < recipe.decision_frac:
-                ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
-            elif recipe.toolless_frac and rng.random() < recipe.toolless_frac:  # no draw when 0: older runs replay
-                ex = example(rng, split, max_actions, mix={"no_tools": 1.0}, pieces=pieces)
-            elif recipe.multiturn_frac and rng.random() < recipe.multiturn_frac:  # (no draw when 0)
-                ex = multi_turn(rng, split, max_actions, pieces=pieces)
-            else:
-                ex = example(rng, split, max_actions, pieces=pieces)
-            rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))
-        return collate(rows, tok.pad_token_id)
-
-    return source
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -355,9 +302,9 @@ def fit_to_length(tok: CloverTokenizer, examples: list[dict], max_len: int) -> t
     return kept, dropped, cut
 
 
-def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: AirspaceRecipe, seed: int = 0):
+def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: Recipe, seed: int = 0):
     """step → batch of ``recipe.batch_size`` examples drawn from ``examples``, a pure function of
-    (seed, step) like ``airspace_source``; each example's target is one of its assistant turns."""
+    (seed, step) like ``Recipe.source``; each example's target is one of its assistant turns."""
 
     def source(step: int) -> dict[str, torch.Tensor]:
         rng = random.Random(f"chat-{seed}-{step}")
@@ -368,6 +315,3 @@ def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: AirspaceReci
         return collate(rows, tok.pad_token_id)
 
     return source
-
-
-RECIPES = {"airspace": AirspaceRecipe}

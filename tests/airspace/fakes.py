@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from clover.agent.loop import ModelReply
+from clover.airspace.loop import ModelReply
 
 
 def calls_reply(calls: list[dict], passes: int | None = 3) -> ModelReply:

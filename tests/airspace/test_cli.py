@@ -9,8 +9,8 @@ import json
 import pytest
 from rich.console import Console
 
-from clover.agent.loop import ModelReply
-from clover.agent.world import World
+from clover.airspace.loop import ModelReply
+from clover.airspace.world import World
 from clover.cli import build_parser, main
 from clover.commands.agent import run_session
 

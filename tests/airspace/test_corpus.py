@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from clover.data import corpus, decisions
+from clover.airspace import corpus, decisions
+from clover.airspace.tools import tool_by_name
 from clover.data.chat import render
-from clover.data.tools import tool_by_name
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def test_deterministic_per_seed_and_across_processes():
     a = corpus.generate("train", 60, seed=3)
     assert a == corpus.generate("train", 60, seed=3) and a != corpus.generate("train", 60, seed=4)
     assert corpus.load_split("test", 50) == corpus.load_split("test", 50) == corpus.test_set(50)
-    code = "import json; from clover.data import corpus; print(json.dumps(corpus.generate('test', 30, seed=5)))"
+    code = "import json; from clover.airspace import corpus; print(json.dumps(corpus.generate('test', 30, seed=5)))"
     other = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -273,7 +273,7 @@ def test_train_coins_entity_words_that_no_pool_holds():
     never collide with a pool word of any split, and validation/test never coin."""
     import random
 
-    from clover.data import phrasing
+    from clover.airspace import phrasing
 
     rng = random.Random(0)
     words = {phrasing.coined_word(rng) for _ in range(2000)}
@@ -296,7 +296,8 @@ def test_train_names_coined_from_the_tokenizers_word_pieces():
     names are unchanged, and no coined word is a pool word of any split."""
     import random
 
-    from clover.data import default_model_dir, phrasing
+    from clover.airspace import phrasing
+    from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
 
     tok = CloverTokenizer.load(default_model_dir())
@@ -329,7 +330,7 @@ def _dialogue(e: dict) -> list[dict]:
 
 
 def test_a_share_of_examples_carries_a_system_prompt_from_its_own_split():
-    from clover.data.phrasing import SYSTEM_PROMPTS, SYSTEM_SHARE, _pool
+    from clover.airspace.phrasing import SYSTEM_PROMPTS, SYSTEM_SHARE, _pool
 
     seen = {}
     for split in corpus.SPLITS:
@@ -343,7 +344,7 @@ def test_a_share_of_examples_carries_a_system_prompt_from_its_own_split():
 
 
 def test_needs_unit_arithmetic_finds_lengths_in_feet_and_nautical_miles():
-    from clover.data.corpus import needs_unit_arithmetic
+    from clover.airspace.corpus import needs_unit_arithmetic
 
     for msg in ("radius 2.5 nm", "500ft around it", "3 NAUTICAL MILES", "9427 feet", "within 4 nmi of 1.2, 3.4"):
         assert needs_unit_arithmetic(msg), msg

@@ -5,8 +5,9 @@ from collections import Counter
 
 import pytest
 
-from clover.data import decisions as D
-from clover.data.corpus import heldout_words
+from clover.airspace import decisions as D
+from clover.airspace.corpus import heldout_words
+from clover.data import decisions as layout
 
 
 def _minutes(hm: str) -> int:
@@ -14,7 +15,7 @@ def _minutes(hm: str) -> int:
     return int(h) * 60 + int(m)
 
 
-def oracle(group: D.DecisionGroup) -> dict[str, str]:
+def oracle(group: layout.DecisionGroup) -> dict[str, str]:
     """Re-derive every answer from the context text alone, with sets of minutes (a different
     computation from the generator's interval arithmetic)."""
     ctx = group.context
@@ -66,26 +67,26 @@ def test_answers_follow_from_the_context(split):
 
 def test_joint_rendering_and_slots():
     for g in D.generate_groups("validation", 50):
-        msgs = D.decision_messages(g, "joint")
+        msgs = layout.decision_messages(g, "joint")
         answer = msgs[-1]["content"]
-        slots = D.answer_slots(g)
+        slots = layout.answer_slots(g)
         assert answer == "".join(p + opts[q.answer] for (p, opts), q in zip(slots, g.questions))
         assert answer.splitlines() == [f"{i + 1}: {q.options[q.answer]}" for i, q in enumerate(g.questions)]
-        assert D.parse_answers(answer, g) == g.answers
+        assert layout.parse_answers(answer, g) == g.answers
         assert msgs[0]["content"].startswith(g.context) and f"{len(g.questions)}. " in msgs[0]["content"]
-        assert D.decision_messages(g, "joint", with_answer=False) == msgs[:1]
-        one = D.single_question(g, len(g.questions) - 1)
-        m1 = D.decision_messages(one, "independent")
+        assert layout.decision_messages(g, "joint", with_answer=False) == msgs[:1]
+        one = layout.single_question(g, len(g.questions) - 1)
+        m1 = layout.decision_messages(one, "independent")
         assert m1[-1]["content"] == one.questions[0].options[one.questions[0].answer]
-        assert D.answer_slots(one, "independent") == [("", one.questions[0].options)]
-        assert D.parse_answers(m1[-1]["content"], one, "independent") == one.answers
-    assert D.parse_answers(
-        "1: yes\n2: maybe", D.DecisionGroup("c", [D.Question("a?", ["yes", "no"]), D.Question("b?", ["yes", "no"])])
+        assert layout.answer_slots(one, "independent") == [("", one.questions[0].options)]
+        assert layout.parse_answers(m1[-1]["content"], one, "independent") == one.answers
+    assert layout.parse_answers(
+        "1: yes\n2: maybe", layout.DecisionGroup("c", [layout.Question("a?", ["yes", "no"]), layout.Question("b?", ["yes", "no"])])
     ) == [0, None]
     with pytest.raises(ValueError):
-        D.answer_slots(g, "independent")
+        layout.answer_slots(g, "independent")
     with pytest.raises(ValueError):
-        D.Question("q", ["only"])
+        layout.Question("q", ["only"])
 
 
 def test_splits_are_disjoint_and_deterministic():

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from clover.agent.loop import LocalModel, OpenAIModel, run_agent
-from clover.agent.tasks import operator_tasks, task_success
+from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
+from clover.airspace.tasks import operator_tasks, task_success
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("openai")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from clover.agent.loop import MAX_STEPS, ModelReply, run_agent
-from clover.agent.world import World
-from clover.data.tools import AIRSPACE_TOOLS, tool_by_name
+from clover.airspace.loop import MAX_STEPS, ModelReply, run_agent
+from clover.airspace.tools import AIRSPACE_TOOLS, tool_by_name
+from clover.airspace.world import World
 
 from .fakes import ScriptedModel, calls_reply
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from clover.agent.loop import ModelReply, run_agent
-from clover.agent.tasks import TASK_KINDS, operator_tasks, task_from_example, task_success
-from clover.agent.world import READ_ONLY, execute
+from clover.airspace.loop import ModelReply, run_agent
+from clover.airspace.tasks import TASK_KINDS, operator_tasks, task_from_example, task_success
+from clover.airspace.world import READ_ONLY, execute
 
 from .fakes import ScriptedModel, calls_reply
 

@@ -2,7 +2,7 @@
 
 import json
 
-from clover.data.tools import AIRSPACE_TOOLS, MISSION_TYPES, TOOL_NAMES, tool_by_name
+from clover.airspace.tools import AIRSPACE_TOOLS, MISSION_TYPES, TOOL_NAMES, tool_by_name
 
 
 def test_names_required_and_optional_arguments():

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from clover.agent.world import MIN_MISSION_BATTERY, World, Zone, execute
+from clover.airspace.world import MIN_MISSION_BATTERY, World, Zone, execute
 
 
 @pytest.fixture()

@@ -2,8 +2,9 @@
 
 import pytest
 
-from clover.data import chat, corpus
-from clover.data.tools import AIRSPACE_TOOLS
+from clover.airspace import corpus
+from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.data import chat
 
 RECALL = [t for t in AIRSPACE_TOOLS if t["function"]["name"] == "recall_drone"]
 

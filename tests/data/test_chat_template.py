@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from clover.data import corpus
+from clover.airspace import corpus
+from clover.airspace.decisions import decision_examples
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import render
-from clover.data.decisions import decision_examples
-from clover.data.tools import AIRSPACE_TOOLS
 from clover.train.hf import CHAT_TEMPLATE
 
 jinja2 = pytest.importorskip("jinja2")

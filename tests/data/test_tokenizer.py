@@ -6,9 +6,12 @@ import random
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from clover.data import chat, corpus, decisions
-from clover.data.tokenizer import SPECIAL_TOKENS, CloverTokenizer, build_default_tokenizer, train_tokenizer
-from clover.data.tools import TOOL_NAMES
+from clover.airspace import corpus, decisions
+from clover.airspace.tokenizer import build_default_tokenizer
+from clover.airspace.tools import TOOL_NAMES
+from clover.data import chat
+from clover.data import decisions as layout
+from clover.data.tokenizer import SPECIAL_TOKENS, CloverTokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +143,11 @@ def test_decision_options_are_single_tokens_and_slots_concatenate(tok):
     for o in decisions.YES_NO + decisions.ACTIONS:
         assert len(tok.encode(o)) == 1, o
     for g in decisions.generate_groups("test", 20):
-        slots = decisions.answer_slots(g)
+        slots = layout.answer_slots(g)
         ids = []
         for (prefix, opts), q in zip(slots, g.questions):
             ids += tok.encode(prefix) + tok.encode(opts[q.answer])
-        assert ids == tok.encode(decisions.answer_text(g))
+        assert ids == tok.encode(layout.answer_text(g))
 
 
 def test_save_load_and_hugging_face_dirs(tok, tmp_path):

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, parse_assistant, render
 from clover.data.tokenizer import CloverTokenizer
-from clover.data.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
 from clover.engine.grammar import (
     GrammarError,

@@ -17,7 +17,7 @@ API_KEY = "test-key"
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from clover.data.tokenizer import build_default_tokenizer
+    from clover.airspace.tokenizer import build_default_tokenizer
 
     return build_default_tokenizer(vocab_size=1024, n_texts=300)
 

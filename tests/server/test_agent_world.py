@@ -10,8 +10,9 @@ import json
 import httpx
 import pytest
 
-from clover.agent.world import World, execute
-from clover.server.agent import MAX_BODY_BYTES, MAX_CALLS, MAX_DRONES
+from clover.airspace.world import MAX_ITEMS as MAX_DRONES
+from clover.airspace.world import World, execute
+from clover.server.agent import MAX_BODY_BYTES, MAX_CALLS
 from tests.server.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

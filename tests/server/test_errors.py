@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-from clover.data.tools import AIRSPACE_TOOLS
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.engine import Engine
 from tests.server.conftest import API_KEY
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from clover import LLM, RequestError
-from clover.data.tools import AIRSPACE_TOOLS
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.engine import Engine, SamplingParams
 
 MESSAGES = [{"role": "user", "content": "recall drone 17 and lift the no-fly zone Harbor East"}]

@@ -115,7 +115,7 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
     """Agent mode on the bundled model (``ar``): the map draws the seeded world; a compound
     message's two calls run on the server (POST /v1/agent/execute), the results go back to the
     model, which replies in words; the map shows the drone returning and the zone lifted."""
-    from clover.agent.world import World
+    from clover.airspace.world import World
     from clover.loading import load_engine
 
     world = World.seeded(0, area_deg=0.4)

@@ -53,7 +53,7 @@ def test_prefilled_call_and_plain_text():
 
 
 def test_tool_choice_prompts(tokenizer):
-    from clover.data.tools import AIRSPACE_TOOLS
+    from clover.airspace.tools import AIRSPACE_TOOLS
 
     lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
     base = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}
@@ -87,8 +87,8 @@ def test_tool_choice_prompts(tokenizer):
 def test_one_tool_grammar_for_the_server_the_command_line_and_eval(tokenizer):
     """``tool_choice: auto`` on the server, ``clover generate --chat`` / ``clover chat`` and
     ``clover eval --grammar`` decode a chat with tools under one grammar, built in one place."""
+    from clover.airspace.tools import AIRSPACE_TOOLS
     from clover.api.structured import tools_grammar
-    from clover.data.tools import AIRSPACE_TOOLS
 
     lim = Limits(max_prompt_tokens=100, context=200, max_block_size=64, block_size=8)
     req = {"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": AIRSPACE_TOOLS}

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from clover.data.tools import AIRSPACE_TOOLS
+from clover.airspace.tools import AIRSPACE_TOOLS
 from tests.server.conftest import ForcedEngine
 
 CALL = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'

@@ -6,8 +6,8 @@ import re
 import openai
 import pytest
 
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import IM_END
-from clover.data.tools import AIRSPACE_TOOLS
 from tests.server.conftest import ForcedEngine
 
 CALL = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'

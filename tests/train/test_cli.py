@@ -67,7 +67,7 @@ def test_init_from_a_model_of_another_shape_is_refused(tmp_path):
 
 def _chats(path, n=25):
     """Chat JSONL in OpenAI's fine-tuning format: airspace turns plus a tool the model never saw."""
-    from clover.data.corpus import generate
+    from clover.airspace.corpus import generate
 
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
@@ -119,9 +119,10 @@ def test_bad_chat_data_is_refused_with_its_line(tmp_path):
 def test_chat_source_is_a_pure_function_of_the_step():
     import torch
 
-    from clover.data.corpus import generate
+    from clover.airspace.corpus import generate
+    from clover.airspace.recipes import AirspaceRecipe
     from clover.data.tokenizer import CloverTokenizer
-    from clover.train.recipes import AirspaceRecipe, chat_source
+    from clover.train.recipes import chat_source
 
     tok = CloverTokenizer.load(BUNDLED)
     exs = [{"messages": e["messages"], "tools": e["tools"]} for e in generate("train", 30, seed=1)]
@@ -135,9 +136,10 @@ def test_toolless_frac_mixes_in_chats_without_tools_and_zero_keeps_the_old_batch
 
     import torch
 
-    from clover.data.corpus import example
+    from clover.airspace.corpus import example
+    from clover.airspace.recipes import AirspaceRecipe, airspace_source
     from clover.data.tokenizer import CloverTokenizer
-    from clover.train.recipes import AirspaceRecipe, airspace_source, collate, encode_example
+    from clover.train.recipes import collate, encode_example
 
     tok = CloverTokenizer.load(BUNDLED)
     base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0)
@@ -157,8 +159,8 @@ def test_toolless_frac_mixes_in_chats_without_tools_and_zero_keeps_the_old_batch
 def test_multiturn_frac_mixes_in_conversations_with_earlier_turns():
     import dataclasses
 
+    from clover.airspace.recipes import AirspaceRecipe, airspace_source
     from clover.data.tokenizer import CloverTokenizer
-    from clover.train.recipes import AirspaceRecipe, airspace_source
 
     tok = CloverTokenizer.load(BUNDLED)
     base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0, max_len=2048)

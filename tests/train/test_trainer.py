@@ -201,8 +201,8 @@ def test_length_groups_give_the_same_step():
 def test_each_training_sequence_has_one_answer_filled_with_eos_to_its_block_end():
     import random
 
+    from clover.airspace.tools import AIRSPACE_TOOLS
     from clover.data.tokenizer import CloverTokenizer
-    from clover.data.tools import AIRSPACE_TOOLS
     from clover.train.recipes import encode_example
 
     tok = CloverTokenizer.load(Path(__file__).parents[2] / "clover" / "assets" / "default")

@@ -1,0 +1,1 @@
+"""Transitional: moved to ``clover.airspace``."""

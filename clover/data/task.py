@@ -1,0 +1,104 @@
+"""The task seam: a demo is a plug-in (a *task*), not a layer. A task brings what the generic
+layers only ever reach through here: the tools a chat offers, a corpus of training chats, a world
+its tool calls act on, an evaluation, and its training recipes.
+
+The layers below never name a task: they ask ``get_task(name)`` or ``model_task(config)`` (the
+task a checkpoint was trained for, recorded in its config's ``extra``). ``TASKS`` lists where
+each task lives; its module defines ``TASK`` and is imported on first use, so a program that
+never asks for a task never loads one. ``register`` adds a task from outside the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class World(Protocol):
+    """What a task's world offers the agent routes: a state kept by the client as plain JSON."""
+
+    def to_dict(self) -> dict: ...
+
+    def copy(self) -> World: ...
+
+    def diff(self, other: World) -> list: ...
+
+    def view(self) -> dict:
+        """The state, plus what a map draws from it that only the world's rules know."""
+        ...
+
+
+class StateTooLarge(ValueError):
+    """A world state from outside that is over a task's bounds; ``param`` names the part."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Task:
+    """One plug-in task. Every member but ``name`` and ``tools`` may be absent (None)."""
+
+    name: str
+    summary: str  # one line: what the task's model does
+    tools: Callable[[], list[dict]]  # the OpenAI-format ``tools`` list a chat offers
+    # (split, n, seed) -> chats {"messages", "tools", ...} in OpenAI's fine-tuning form
+    corpus: Callable[[str, int, int], list[dict]] | None = None
+    # (seed, area_deg) -> a World; world_from_dict(state) -> a World (ValueError when malformed,
+    # StateTooLarge when over the task's bounds)
+    world: Callable[..., World] | None = None
+    world_from_dict: Callable[[dict], World] | None = None
+    # (world, tool name, arguments) -> the call's result (an {"error": ...} when refused)
+    execute: Callable[[Any, str, Any], dict] | None = None
+    evaluate: Callable[..., dict] | None = None  # the task's evaluation: (engine, ...) -> figures
+    recipes: Callable[[], dict[str, type]] = field(default=lambda: {})  # training recipes by name
+    tokenizer: Callable[..., Any] | None = None  # (vocab_size) -> a tokenizer trained on the corpus
+
+
+# name -> the module that defines ``TASK``
+TASKS: dict[str, str] = {"airspace": "clover.airspace"}
+# the task the bundled model was trained for: the playground's agent mode and ``clover chat
+# --tools auto`` fall back to it for a model that names none
+DEFAULT_TASK = "airspace"
+_loaded: dict[str, Task] = {}
+
+
+def register(task: Task) -> None:
+    """Add (or replace) a task by its name."""
+    _loaded[task.name] = task
+    TASKS.setdefault(task.name, "")
+
+
+def task_names() -> list[str]:
+    return sorted(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; a KeyError that lists the known ones otherwise."""
+    if name not in _loaded:
+        if not TASKS.get(name):
+            raise KeyError(f"unknown task {name!r}; known: {task_names()}")
+        _loaded[name] = importlib.import_module(TASKS[name]).TASK
+    return _loaded[name]
+
+
+def model_task(config, default: bool = False) -> Task | None:
+    """The task a model's config names (``extra["task"]``, or the recipe it was trained with:
+    ``extra["recipe"]`` as ``<task>`` or ``<task>-<variant>``); with ``default``, the bundled
+    model's task for a model that names none."""
+    extra = (getattr(config, "extra", None) or {}) if config is not None else {}
+    name = extra.get("task") or str(extra.get("recipe") or "").split("-")[0]
+    if name in TASKS:
+        return get_task(name)
+    return get_task(DEFAULT_TASK) if default else None
+
+
+def all_recipes() -> dict[str, type]:
+    """Every registered task's training recipes, by name (``clover train --recipe``)."""
+    out: dict[str, type] = {}
+    for name in task_names():
+        out.update(get_task(name).recipes())
+    return out
