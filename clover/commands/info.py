@@ -32,7 +32,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
         model = CloverForBlockDiffusion(config.replace(quantization=None))
+    from clover.convert.qwen import NEW_PARAMS
+
     counts = model.num_parameters()
+    # the GDN mixer's own parameters (memory slot, right-context conv, scales): what a converted
+    # checkpoint has beyond its source model
+    counts["clover_params"] = sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[-1] in NEW_PARAMS)
     info = {
         "preset": args.preset,
         "model": None if model_dir is None else str(model_dir),
@@ -66,7 +71,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     t = Table(title=f"Clover model: {what}")
     t.add_column("field")
     t.add_column("value", justify="right")
-    for key, label in (("total_params", "total parameters"), ("active_params", "active per token")):
+    for key, label in (
+        ("total_params", "total parameters"),
+        ("active_params", "active per token"),
+        ("clover_params", "  of which Clover's own (GDN memory, right conv)"),
+    ):
         n = counts[key]
         t.add_row(label, f"{n:,} ({n / 1e9:.2f} B)" if n >= 1e9 else f"{n:,} ({n / 1e6:.1f} M)")
     pattern = "".join("A" if x == "full_attention" else "G" for x in config.layer_types)
@@ -148,7 +157,8 @@ def print_memory(m: dict) -> None:
     if m["bits"] != 16:
         t.add_row(f"  quantized (int{m['bits']} + scales)", gib(m["quantized_bytes"]))
         t.add_row("  full precision (bf16: embeddings, head, norms, router, gates)", gib(m["full_precision_bytes"]))
-    t.add_row("  of which routed experts", gib(m["expert_bytes"]))
+    if m["expert_bytes"]:
+        t.add_row("  of which routed experts", gib(m["expert_bytes"]))
     t.add_row("cache (attention KV bf16, GDN state fp32 + conv tail)", gib(m["cache_bytes"]))
     t.add_row("weights + cache", gib(m["total_bytes"]))
     for name, g in m["gpus"].items():

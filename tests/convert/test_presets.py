@@ -55,3 +55,17 @@ def test_preset_parameter_count_equals_the_transformers_model(name):
     total = ours.num_parameters()["total_params"]
     print(f"\n{name}: Clover {total:,} = transformers {theirs:,} + Clover-only {clover_only:,}")
     assert total == theirs + clover_only
+
+
+def test_info_gives_the_source_models_count(capsys):
+    """``clover info --preset qwen3.5-0.8b``: total less Clover's own parameters is transformers' count."""
+    import json
+
+    from clover.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["info", "--preset", "qwen3.5-0.8b", "--json"])
+    assert e.value.code == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["total_params"] - info["clover_params"] == unique_numel(hf_causal_lm("qwen3.5-0.8b")) == 752_393_024
+    assert info["num_experts"] == 0 and info["intermediate_size"] == 3584
