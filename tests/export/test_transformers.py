@@ -1,0 +1,81 @@
+"""The exported folders loaded by transformers in an interpreter without clover: logits, greedy
+decoding and LoRA against Clover's own model and engine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.export.conftest import MAX_TOKENS, TINY_TOKENS, clover_logits, engine_tokens, run_hf
+
+LOGIT_RTOL = 1e-5  # max |hf - clover| / max |clover|, fp32
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    if mask is not None:
+        a, b = a[mask.bool()], b[mask.bool()]
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("which", ["bundled", "tiny"])
+def test_loads_without_clover(which, request):
+    res = request.getfixturevalue(which)["result"]
+    assert res["clover_blocked"] and res["class"] == "CloverForCausalLM"
+
+
+@pytest.mark.parametrize("which", ["bundled", "tiny"])
+def test_logits_match_clover(which, request):
+    d = request.getfixturevalue(which)
+    for case, got in zip(d["cases"], d["result"]["logits"], strict=True):
+        want = clover_logits(d["model"], case)
+        assert got.shape == want.shape
+        assert rel_err(got, want, case[3]) <= LOGIT_RTOL, case[1:3]
+
+
+def test_bundled_default_policy_matches_engine(bundled):
+    want = engine_tokens(bundled["model"], bundled["tok"], bundled["prompts"], bundled["policy"], MAX_TOKENS)
+    got = bundled["result"]["generate"][0]
+    assert len(got) == 20 and sum(a == b for a, b in zip(got, want)) == 20
+
+
+def test_bundled_ar_matches_engine(bundled):
+    prompts = bundled["prompts"][:5]
+    assert bundled["result"]["generate"][1] == engine_tokens(
+        bundled["model"], bundled["tok"], prompts, "ar", MAX_TOKENS
+    )
+
+
+@pytest.mark.slow
+def test_bundled_ar_matches_engine_on_20_prompts(bundled, tmp_path):
+    job = {
+        "generate": [{"prompts": bundled["prompts"], "policy": "ar", "max_new_tokens": MAX_TOKENS, "block_size": None}]
+    }
+    got = run_hf(bundled["export"], job, tmp_path)["generate"][0]
+    want = engine_tokens(bundled["model"], bundled["tok"], bundled["prompts"], "ar", MAX_TOKENS)
+    assert len(got) == 20 and sum(a == b for a, b in zip(got, want)) == 20
+
+
+def test_tiny_policies_match_engine(tiny):
+    for (policy, bs, n), got in zip(tiny["runs"], tiny["result"]["generate"], strict=True):
+        want = engine_tokens(tiny["model"], None, tiny["prompts"][:n], policy, TINY_TOKENS, bs)
+        assert len(got) == n and got == want, (policy, bs)
+    assert any(row[-1:] == [5] for row in tiny["result"]["generate"][0])  # a stop token ended a row, kept
+
+
+def test_chat_template_renders_clover_prompts(bundled):
+    assert bundled["result"]["chats"] == bundled["prompts"]
+
+
+def test_lora_step_and_back_to_clover(bundled, tmp_path):
+    from clover.convert import convert
+    from clover.model.io import load_model
+
+    lora = bundled["result"]["lora"]
+    assert lora["trainable"] > 0 and lora["lora_changed"] and lora["base_unchanged"]
+    assert all(torch.isfinite(torch.tensor(lora["loss"]))) and lora["loss"][1] < lora["loss"][0]
+    convert(bundled["root"] / "lora_merged", tmp_path / "clover", progress=False)  # the fine-tuned model, back
+    model = load_model(tmp_path / "clover")
+    x0 = lora["x0"]
+    with torch.no_grad():
+        want = model.forward_train(x0, x0).logits
+    assert rel_err(lora["merged_logits"], want) <= LOGIT_RTOL
