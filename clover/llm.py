@@ -8,6 +8,8 @@ request handling, without HTTP) and ask joint decisions.
     llm.generate("recall drone 17")[0].text      # plain completions: RequestOutput per prompt
     r = llm.chat([{"role": "user", "content": "recall drone 17"}], tools=AIRSPACE_TOOLS)
     r["choices"][0]["message"]["tool_calls"]     # the OpenAI chat.completion object, as the server answers
+    for chunk in llm.chat(messages, stream=True): ...   # the chat.completion.chunk objects the server streams
+    llm.complete("Recall drone", max_tokens=16)  # /v1/completions' text_completion (stream=True as chat)
     llm.decide(context, [{"question": "...", "options": ["yes", "no"]}, ...])   # /v1/decisions' body
 
 Every request goes through the code the server runs (``clover.api.protocol``,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -27,10 +30,20 @@ from pydantic import ValidationError
 
 from clover.api import decisions as dec
 from clover.api.errors import APIError, from_validation
-from clover.api.protocol import as_api_error, chat_response, chat_stop_ids, choice_params, model_limits, new_id
+from clover.api.protocol import (
+    as_api_error,
+    chat_response,
+    chat_stop_ids,
+    choice_params,
+    completion_response,
+    model_limits,
+    new_id,
+    prepare_completions,
+)
 from clover.api.protocol import prepare_chat as _prepare_chat
-from clover.api.schemas import ChatRequest, DecisionRequest
-from clover.engine import Engine, RequestOutput, SamplingParams
+from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest
+from clover.api.streaming import ChatStream, TextStream
+from clover.engine import Engine, Finished, RequestOutput, SamplingParams
 
 
 class RequestError(ValueError):
@@ -121,10 +134,14 @@ class LLM:
         other field of a ``/v1/chat/completions`` body (``tool_choice``, ``max_tokens``,
         ``response_format``, ``temperature``, ``n``, ``block_size``, ``policy``, ...). Returns the
         ``chat.completion`` object the server would send (tool calls parsed into ``tool_calls``).
-        A list of conversations is answered as a batch: one object each, in order."""
-        if request.get("stream"):
-            raise ValueError("LLM.chat answers with one object; to stream, use clover serve or LLM.engine.stream")
+        A list of conversations is answered as a batch: one object each, in order. With
+        ``stream=True`` (one conversation): an iterator of the ``chat.completion.chunk`` objects
+        the server streams (``stream_options`` as there), whose content deltas join to the reply."""
         batched = bool(messages) and all(isinstance(m, list) for m in messages)
+        if request.get("stream"):
+            if batched:
+                raise TypeError("stream=True answers one conversation; pass its messages, not a list of them")
+            return self._chat_stream(messages, tools, request)
         convs = messages if batched else [messages]
         try:
             preps = [self._prepare(conv, tools, request) for conv in convs]
@@ -141,6 +158,71 @@ class LLM:
         answers = [chat_response(new_id("chatcmpl"), self.model_name, p, outs[at[i] : at[i + 1]], self.tokenizer)
                    for i, (p, _) in enumerate(preps)]  # fmt: skip
         return answers if batched else answers[0]
+
+    def _chat_stream(self, messages, tools, request: dict) -> Iterator[dict]:
+        try:
+            prep, params = self._prepare(messages, tools, request)
+        except APIError as e:
+            raise RequestError(e) from None
+        opts = request.get("stream_options") or {}
+        chunks = ChatStream(new_id("chatcmpl"), self.model_name, prep, len(params), self.tokenizer,
+                            bool(opts.get("include_usage")), bool(opts.get("include_steps")))  # fmt: skip
+        return self._stream(chunks, [(prep.prompt_ids, p) for p in params])
+
+    def _stream(self, chunks: ChatStream | TextStream, items: list[tuple[list[int], SamplingParams]]) -> Iterator[dict]:
+        """Add the requests now (a setting the engine refuses raises here, not at the first chunk),
+        then the chunks as the engine steps; closing the iterator early aborts what is left."""
+        ids: list[str] = []
+        try:
+            ids += [self.engine.add_request(p, sp) for p, sp in items]
+        except ValueError as e:
+            for rid in ids:
+                self.engine.abort(rid)
+            raise RequestError(as_api_error(e)) from None
+        index = {rid: i for i, rid in enumerate(ids)}
+
+        def run() -> Iterator[dict]:
+            left = set(ids)
+            try:
+                yield from chunks.start()
+                while left:
+                    for ev in self.engine.step():
+                        if ev.request_id not in index:
+                            continue
+                        if isinstance(ev, Finished):
+                            left.discard(ev.request_id)
+                        yield from chunks.event(index[ev.request_id], ev)
+                yield from chunks.end()
+            finally:
+                for rid in left:
+                    self.engine.abort(rid)
+
+        return run()
+
+    # -- text completions, as /v1/completions ---------------------------------------------------
+    def complete(self, prompt: str | list[str] | list[int] | list[list[int]], **request) -> dict | Iterator[dict]:
+        """A text completion: ``prompt`` (text, token ids, or a list of either) and any other field
+        of a ``/v1/completions`` body (``max_tokens``, ``n``, ``echo``, ``logprobs``, ``stop``,
+        ``policy``, ...). Returns the ``text_completion`` object the server would send, or with
+        ``stream=True`` an iterator of the chunks it streams."""
+        req = _checked(CompletionRequest, {**request, "prompt": prompt, "model": self.model_name})
+        n = req.n or 1
+        try:
+            preps = prepare_completions(req, self.tokenizer, self.limits)
+        except APIError as e:
+            raise RequestError(e) from None
+        items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            heads = [self.tokenizer.decode(p.prompt_ids) for p in preps for _ in range(n)] if req.echo else None
+            chunks = TextStream(new_id("cmpl"), self.model_name, preps[0], n, self.tokenizer, len(items),
+                                include_usage, heads)  # fmt: skip
+            return self._stream(chunks, items)
+        try:
+            outs = self.engine.generate_batch([i[0] for i in items], [i[1] for i in items])
+        except ValueError as e:
+            raise RequestError(as_api_error(e)) from None
+        return completion_response(new_id("cmpl"), self.model_name, preps, outs, self.tokenizer, n, bool(req.echo))
 
     def _prepare(self, messages, tools, request: dict):
         """One conversation → (its Prepared, the sampling parameters of its ``n`` choices)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -30,7 +31,6 @@ from clover.data.chat import (
     IM_END,
     TOOL_CLOSE,
     TOOL_OPEN,
-    content_prefix,
     openai_tool_calls,
     parse_assistant,
     render_chat,
@@ -237,6 +237,10 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
 
 def prepare_completions(req: CompletionRequest, tokenizer, limits: Limits) -> list[Prepared]:
     """A text completion request → one Prepared per prompt (its grammar, when one is asked, on each)."""
+    check_common(req, limits)
+    if req.echo and req.stream and req.logprobs is not None:
+        raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
+                          "send stream: false", "echo")  # fmt: skip
     grammar, _ = request_grammar(req)
     preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in completion_prompts(req, tokenizer, limits)]
     for p in preps:
@@ -351,13 +355,33 @@ def clover_stats(out: RequestOutput, block_size: int) -> dict:
     return {"type": "stats", "block_size": block_size, **{k: out.stats[k] for k in keys if k in out.stats}}
 
 
+# what a reply's words never hold when tools are on offer: tool-call markup (the tags, the call
+# envelope's keys, an offered function's name closed by a quote), which a model may write without a
+# well-formed call around it ('You'recall_drone", "arguments": {welcome.')
+MARKUP = (TOOL_OPEN, TOOL_CLOSE, '{"name"', '"arguments"')
+
+
+def reply_words(text: str, names: Collection[str] | None, partial: bool = False) -> str:
+    """The words of a reply with tools on offer: ``text`` up to its first piece of tool-call markup
+    (what follows is a call that did not parse, never content). ``partial`` (streaming): a trailing
+    start of a markup piece, which more text may complete, is held back too."""
+    marks = MARKUP + tuple(f'{n}"' for n in names or ())
+    text = text[: min((i for m in marks if (i := text.find(m)) >= 0), default=len(text))]
+    if partial:
+        hold = max((k for m in marks for k in range(1, min(len(m), len(text) + 1)) if text.endswith(m[:k])), default=0)
+        text = text[: len(text) - hold]
+    return text
+
+
 def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None,
                       names: frozenset[str] | None = None) -> tuple[str | None, list[dict]]:  # fmt: skip
-    """Full assistant text (prefill included) → (content, OpenAI tool_calls); a call to a function
-    not in ``names`` (when given) is not a tool call: its text stays in the content."""
+    """Full assistant text (prefill included) → (content, OpenAI tool_calls). With tools on offer
+    the content is the reply's words only (``reply_words``): a call that does not parse, or names
+    a function not in ``names``, is neither a tool call nor content."""
     if not parse_tools:
         return text.strip(), []
     content, calls = parse_assistant(text, names)
+    content = reply_words(content, names).strip()
     calls = calls[:max_calls]
     tool_calls = openai_tool_calls(calls, [new_id("call") for _ in calls])
     return (content or None) if tool_calls else content, tool_calls
@@ -480,8 +504,8 @@ def start_record(prep: Prepared, tokenizer) -> dict:
 class AssistantStream:
     """Committed assistant text in, OpenAI chat ``delta`` dicts out.
 
-    Content is streamed up to the first ``<tool_call>`` (whitespace at either end held back, so
-    the streamed content equals the non-streamed one); each call is sent as one tool-call delta
+    Content is streamed up to the first piece of tool-call markup (``reply_words``; whitespace at
+    either end held back, so the streamed content equals the non-streamed one); each call is sent as one tool-call delta
     once its ``</tool_call>`` is final; ``finish`` flushes what only the end decides.
     """
 
@@ -496,7 +520,7 @@ class AssistantStream:
 
     def feed(self, delta: str) -> list[dict]:
         self.text += delta
-        visible = content_prefix(self.text) if self.parse_tools else self.text
+        visible = reply_words(self.text, self.names, partial=True) if self.parse_tools else self.text
         out = self._content(visible.strip())
         if self.parse_tools and TOOL_CLOSE in self.text:
             end = self.text.rfind(TOOL_CLOSE) + len(TOOL_CLOSE)
@@ -507,7 +531,7 @@ class AssistantStream:
         if not self.parse_tools:
             return self._content(self.text.strip())
         content, calls = parse_assistant(self.text, self.names)
-        return self._content(content) + self._calls(calls)
+        return self._content(reply_words(content, self.names).strip()) + self._calls(calls)
 
     def _content(self, target: str) -> list[dict]:
         if len(target) > len(self.content) and target.startswith(self.content):

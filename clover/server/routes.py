@@ -17,25 +17,17 @@ from clover.api.protocol import (
     AssistantStream,
     Prepared,
     as_api_error,
-    chat_logprobs,
     chat_response,
-    check_common,
     choice_params,
-    clover_stats,
-    completion_logprobs,
     completion_response,
-    finish_reason,
     prepare_chat,
     prepare_completions,
-    start_record,
-    step_record,
     tokenize_request,
-    usage,
 )
 from clover.api.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
-from clover.api.structured import legacy_delta
-from clover.engine import Finished, StepEvent, TextDelta
+from clover.api.streaming import ChatStream, TextStream, error_chunk
+from clover.engine import Finished, TextDelta
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
 
@@ -192,49 +184,24 @@ async def _merged(handles):
 
 
 async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, steps: bool):
-    rid, created = handles[0].request_id, int(time.time())
-    want_lp = prep.params.logprobs is not None
-    pending: list[list] = [[] for _ in handles]  # per choice: logprobs not yet sent
+    cs = ChatStream(handles[0].request_id, s.model_name, prep, len(handles), s.tokenizer, include_usage, steps)
+    async for line in _framed(cs, handles):
+        yield line
 
-    def chunk(i: int = 0, delta: dict | None = None, reason: str | None = None, **extra) -> str:
-        choices = []
-        if delta is not None:  # a chunk's logprobs: those of the tokens committed since the last chunk
-            lp = chat_logprobs(pending[i], s.tokenizer) if want_lp and pending[i] else None
-            pending[i] = []
-            choices = [{"index": i, "delta": delta, "finish_reason": reason, "logprobs": lp}]
-        d = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": s.model_name,
-             "choices": choices, **extra}  # fmt: skip
-        if include_usage:
-            d.setdefault("usage", None)
-        return _sse(d)
 
-    streams = [AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names) for _ in handles]
-    outs = []
+async def _framed(stream: ChatStream | TextStream, handles):
+    """The stream's chunks as SSE lines, then ``[DONE]`` (or the error body where it failed)."""
     try:
-        for i in range(len(handles)):
-            yield chunk(i, {"role": "assistant", "content": ""})
-        if steps:
-            yield chunk(clover=start_record(prep, s.tokenizer))
+        for c in stream.start():
+            yield _sse(c)
         async for i, ev in _merged(handles):
-            if isinstance(ev, TextDelta):
-                if want_lp:
-                    pending[i] += ev.logprobs or []
-                for d in streams[i].feed(ev.text):
-                    yield chunk(i, legacy_delta(d) if prep.legacy else d)
-            elif isinstance(ev, StepEvent):
-                yield chunk(clover={**step_record(ev, s.tokenizer), "choice": i})
-            elif isinstance(ev, Finished):
-                out = ev.output
-                outs.append(out)
-                for d in streams[i].finish():
-                    yield chunk(i, legacy_delta(d) if prep.legacy else d)
-                reason = finish_reason(out, streams[i].calls, prep.legacy)
-                yield chunk(i, {}, reason, clover=clover_stats(out, prep.block_size))
-        if include_usage:
-            yield chunk(usage=usage(outs, len(outs)))
+            for c in stream.event(i, ev):
+                yield _sse(c)
+        for c in stream.end():
+            yield _sse(c)
         yield _sse("[DONE]")
     except (ValueError, EngineFailure) as e:
-        yield _sse(as_api_error(e).body())
+        yield _sse(error_chunk(e))
     finally:
         for h in handles:
             h.abort()  # a no-op once finished; a client that went away frees its slot here
@@ -296,10 +263,6 @@ async def completions(request: Request):
     s = _state(request)
     req: CompletionRequest = await s.read(request, CompletionRequest)
     s.check_model(req.model)
-    check_common(req, s.limits)
-    if req.echo and req.stream and req.logprobs is not None:
-        raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
-                          "send stream: false", "echo")  # fmt: skip
     n = req.n or 1
     preps = prepare_completions(req, s.tokenizer, s.limits)
     items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
@@ -312,47 +275,8 @@ async def completions(request: Request):
         return completion_response(handles[0].request_id, s.model_name, preps, outs, s.tokenizer, n, bool(req.echo))
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     heads = [s.tokenizer.decode(p.prompt_ids) for p in preps for _ in range(n)] if req.echo else None
-    return StreamingResponse(_text_stream(s, handles, preps[0], include_usage, n, heads),
-                             media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
-
-
-async def _text_stream(s: ServerState, handles, prep: Prepared, include_usage: bool, n: int = 1,
-                       heads: list[str] | None = None):  # fmt: skip
-    """``heads``: with ``echo``, each choice's prompt text, sent as its first chunk."""
-    rid, created = handles[0].request_id, int(time.time())
-    offset = [0] * len(handles)  # per choice: characters of text sent so far (logprobs' text_offset)
-
-    def chunk(i: int, text: str | None, reason: str | None = None, logprobs=None, **extra) -> str:
-        choices = []
-        if text is not None:
-            lp = completion_logprobs(logprobs, s.tokenizer, offset[i]) if logprobs is not None else None
-            choices = [{"index": i, "text": text, "finish_reason": reason, "logprobs": lp}]
-        d = {"id": rid, "object": "text_completion", "created": created, "model": s.model_name, "choices": choices,
-             **extra}  # fmt: skip
-        if include_usage:
-            d.setdefault("usage", None)
-        return _sse(d)
-
-    outs: list = [None] * len(handles)
-    try:
-        for i, head in enumerate(heads or []):
-            yield chunk(i, head)
-            offset[i] += len(head)
-        async for i, ev in _merged(handles):
-            if isinstance(ev, TextDelta) and (ev.text or ev.logprobs):
-                yield chunk(i, ev.text, logprobs=ev.logprobs)
-                offset[i] += len(ev.text)
-            elif isinstance(ev, Finished):
-                outs[i] = ev.output
-                yield chunk(i, "", finish_reason(ev.output, []), clover=clover_stats(ev.output, prep.block_size))
-        if include_usage:
-            yield chunk(0, None, usage=usage(outs, n))
-        yield _sse("[DONE]")
-    except (ValueError, EngineFailure) as e:
-        yield _sse(as_api_error(e).body())
-    finally:
-        for h in handles:
-            h.abort()
+    ts = TextStream(handles[0].request_id, s.model_name, preps[0], n, s.tokenizer, len(handles), include_usage, heads)
+    return StreamingResponse(_framed(ts, handles), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 # -- joint decisions ------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ def _wait_idle(url: str, timeout: float = 20) -> dict:
 
 def test_queue_full_then_cancelled_stream_frees_its_slot(live):
     with live(max_batch_size=1, max_queue=0) as srv:
-        body = {"model": "clover", "messages": MSG, "max_tokens": 1500, "stream": True}
+        # ignore_eos: the stream can end only by its length (1500 tokens, far past the test) or an abort
+        body = {"model": "clover", "messages": MSG, "max_tokens": 1500, "stream": True, "ignore_eos": True}
         with httpx.Client(timeout=60) as http:
             with http.stream("POST", srv.url + "/v1/chat/completions", json=body) as r:
                 assert r.status_code == 200
@@ -66,6 +67,9 @@ def test_queue_full_then_cancelled_stream_frees_its_slot(live):
         assert ok.status_code == 200
         metrics = httpx.get(srv.url + "/metrics").text
         assert 'clover_engine_requests_total{reason="abort"}' not in metrics  # aborts are not counted as served
+        finished = [ln for ln in metrics.splitlines() if ln.startswith("clover_engine_requests_total{")]
+        # the one request served is the last: the stream was aborted, never finished by its length
+        assert finished == ['clover_engine_requests_total{reason="length"} 1.0'], finished
         assert 'status="429"' in metrics
 
 

@@ -99,8 +99,11 @@ def test_bad_requests_raise_clear_errors_and_leave_nothing_behind(llm):
         assert e.value.body["error"]["message"] == str(e.value)
     with pytest.raises(TypeError, match="did you mean 'max_tokens'"):
         llm.chat(MESSAGES, max_token=5)
-    with pytest.raises(ValueError, match="stream"):
-        llm.chat(MESSAGES, stream=True)
+    with pytest.raises(TypeError, match="stream"):
+        llm.chat([MESSAGES, MESSAGES], stream=True)
+    with pytest.raises(RequestError) as e:  # refused at the call, before any chunk
+        llm.chat(MESSAGES, stream=True, temperature=-1)
+    assert e.value.param == "temperature"
     assert llm.chat(MESSAGES, max_tokens=4, user="u-1", metadata={"a": "b"})["choices"]  # OpenAI extras: ignored
     with pytest.raises(RequestError, match="at most 8") as e:
         llm.decide("ctx", [{"question": "q", "options": ["yes", "no"]}] * 9)
@@ -194,3 +197,44 @@ def test_vllm_style_imports_and_structured_output_in_process(llm):
     assert r["choices"][0]["message"]["content"] in ("yes", "no")
     r = llm.chat([{"role": "user", "content": "Go"}], max_tokens=6, ignore_eos=True)
     assert r["usage"]["completion_tokens"] == 6
+
+
+def _joined(chunks: list[dict], i: int = 0) -> tuple[str, list, str | None]:
+    """A choice's streamed content, tool calls and finish reason, joined from its chunks."""
+    text, calls, reason = "", [], None
+    for c in chunks:
+        for ch in c["choices"]:
+            if ch["index"] != i:
+                continue
+            d = ch.get("delta", {})
+            text += d.get("content") or ch.get("text") or ""
+            calls += [tc["function"] for tc in d.get("tool_calls") or []]
+            reason = ch["finish_reason"] or reason
+    return text, calls, reason
+
+
+@pytest.mark.parametrize("i", [0, 1, 5])
+def test_chat_stream_joins_to_the_reply(llm, i):
+    """``LLM.chat(stream=True)`` yields the server's chunks; joined, they are the non-streamed reply."""
+    body = {**REQUESTS[i], "stream_options": {"include_usage": True}}
+    whole = llm.chat(**REQUESTS[i])
+    chunks = list(llm.chat(**body, stream=True))
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    for k, choice in enumerate(whole["choices"]):
+        m = choice["message"]
+        text, calls, reason = _joined(chunks, k)
+        assert text == (m["content"] or "") and reason == choice["finish_reason"]
+        assert calls == [tc["function"] for tc in m.get("tool_calls") or []]
+
+
+def test_complete_and_its_stream_match_the_server(llm, live):
+    body = {"prompt": "Recall drone", "max_tokens": 12, "n": 2, "seed": 1, "temperature": 0.8, "logprobs": 1}
+    with live() as srv:
+        want = httpx.post(srv.url + "/v1/completions", json={"model": "clover", **body}, timeout=120).json()
+    got = llm.complete(**body)
+    assert got["object"] == "text_completion"
+    assert [c["text"] for c in got["choices"]] == [c["text"] for c in want["choices"]]
+    chunks = list(llm.complete(**body, stream=True))
+    assert [_joined(chunks, k)[0] for k in range(2)] == [c["text"] for c in got["choices"]]

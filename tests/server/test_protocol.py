@@ -110,3 +110,21 @@ def test_cli_serve_is_registered_and_explains_a_missing_model(monkeypatch, tmp_p
     bench = build_parser().parse_args(["bench", "serve", "--json", "x.json"])
     assert bench.concurrency == "1,8,32"
     assert build_parser().parse_args(["bench", "decisions", "--n", "5"]).n == 5
+
+
+def test_half_formed_tool_markup_is_never_a_replys_words():
+    """A reply with tools on offer holds no tool-call markup: what follows the first piece of it
+    (a call that did not parse) is neither content nor a call, streamed or not; without tools the
+    text is the text."""
+    from clover.api.protocol import assistant_message
+
+    names = frozenset({"recall_drone", "get_drone_status"})
+    text = 'You\'recall_drone", "arguments": {welcome.'
+    assert assistant_message(text, True, None, names) == ("You'", [])
+    assert assistant_message("Done.<tool_call>{bad json", True, None, names) == ("Done.", [])
+    assert assistant_message(text, False) == (text, [])
+    s = AssistantStream("", parse_tools=True, names=names)
+    sent = [d["content"] for piece in ("You", "'re", 'call_drone", "argu', 'ments": {welcome.')
+            for d in s.feed(piece)]  # fmt: skip
+    sent += [d["content"] for d in s.finish()]
+    assert "".join(sent) == "You'" and s.calls == []

@@ -200,16 +200,17 @@ def test_required_tool_choice_on_a_random_model_returns_valid_calls(client, stre
             assert choice == "required" and got[0]["name"] == "get_mode" and args == {}
 
 
-def test_a_call_to_a_function_not_on_offer_stays_text(forced):
+def test_a_call_to_a_function_not_on_offer_is_neither_a_call_nor_words(forced):
     """The model may name a function the client did not declare (the bundled model knows only
-    the airspace tools): that is no tool call; its text comes back as content, streamed alike."""
+    the airspace tools): that is no tool call, and its markup is no content either (the reply's
+    words are those before it: none here), streamed alike."""
     engine, client = forced
     offered = [t for t in AIRSPACE_TOOLS if t["function"]["name"] != "recall_drone"]
     engine.force(CALL)
     r = client.chat.completions.create(model="clover", messages=MSG, tools=offered)
     (choice,) = r.choices
     assert choice.message.tool_calls is None and choice.finish_reason == "stop"
-    assert '"recall_drone"' in choice.message.content
+    assert choice.message.content == ""
     chunks = list(client.chat.completions.create(model="clover", messages=MSG, tools=offered, stream=True))
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == choice.message.content
