@@ -47,6 +47,7 @@ class ConversionReport:
             f"converted {self.family} {self.layout} checkpoint ({self._ffn()}) → {self.out}",
             f"  source tensors: {self.source_tensors} = {self.used} used + {sum(self.skipped.values())} skipped",
             *[f"    skipped {n}: {why}" for why, n in self.skipped.items()],
+            *[f"    {part}: none in the source" for part in self._absent()],
             f"  wrote {self.written} tensors ({self.new_params} new Clover parameters) in {len(self.files)} file(s),"
             f" {self.total_bytes / 2**30:.2f} GiB; largest tensor {self.largest_tensor_bytes / 2**20:.1f} MiB",
             f"  [MASK] = {self.mask_token_id}: {self.mask_note}",
@@ -57,6 +58,11 @@ class ConversionReport:
             lines.append(f"  readout scale ρ over {len(self.rho)} GDN layers: {min(vals):.3g} … {max(vals):.3g}")
         lines.append(f"  {self.seconds:.1f} s")
         return "\n".join(lines)
+
+    def _absent(self) -> list[str]:
+        """What a Qwen checkpoint may carry and Clover leaves out, when this source has none of it."""
+        parts = ("vision tower", "multi-token-prediction head")  # the starts of their SKIP reasons
+        return [p for p in parts if not any(why.startswith(p) for why in self.skipped)]
 
     def _ffn(self) -> str:
         return "dense feed-forward" if self.experts == "none" else f"experts stored {self.experts}"

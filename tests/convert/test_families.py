@@ -23,6 +23,9 @@ def test_dense_conversion_says_what_it_left_out(converted):
     assert "converted qwen3_5 vision+text checkpoint (dense feed-forward)" in text
     assert "vision tower left out" in text and "multi-token-prediction head dropped" in text
     assert converted["dense"][1].skipped == {}  # transformers' text-only save has neither
+    assert "vision tower: none in the source" in converted["dense"][1].summary()
+    assert "multi-token-prediction head: none in the source" in converted["dense"][1].summary()
+    assert "none in the source" not in text
     c = load_model(converted["dense"][0]).config
     assert c.num_experts == 0 and c.intermediate_size == 48
     assert c.extra["converted_from"]["family"] == "qwen3_5"
