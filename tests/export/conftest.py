@@ -76,18 +76,26 @@ def clover_logits(model, case) -> torch.Tensor:
 
 
 @pytest.fixture(scope="session")
-def bundled(tmp_path_factory):
-    """The bundled model, its export and one transformers run: logits, the default policy on 20
-    chats, ``ar`` on the first 5, the chat template, a LoRA step."""
-    from clover.engine.policies import DEFAULT_POLICY
+def bundled_export(tmp_path_factory):
+    """The bundled model, its tokenizer and its export."""
     from clover.export import export_hf
     from clover.loading import load_checkpoint
 
     model, tok = load_checkpoint(None, device="cpu")
     root = tmp_path_factory.mktemp("bundled")
     export_hf(_default_dir(), root / "hf")
-    chats, prompts = chat_prompts(tok, N_PROMPTS)
-    cases = logit_cases(model.config, 70, [8, 5])
+    return dict(model=model, tok=tok, root=root, export=root / "hf", src=_default_dir())
+
+
+@pytest.fixture(scope="session")
+def bundled(bundled_export):
+    """One transformers run on the bundled export: logits, the default policy on 20 chats, ``ar``
+    on the first 5, the chat template, a LoRA step."""
+    from clover.engine.policies import DEFAULT_POLICY
+
+    d = dict(bundled_export)
+    chats, prompts = chat_prompts(d["tok"], N_PROMPTS)
+    cases = logit_cases(d["model"].config, 70, [8, 5])
     job = {
         "logits": cases,
         "generate": [
@@ -95,10 +103,11 @@ def bundled(tmp_path_factory):
             {"prompts": prompts[:5], "policy": "ar", "max_new_tokens": MAX_TOKENS, "block_size": None},
         ],
         "chats": chats,
-        "lora": str(root / "lora_merged"),
+        "lora": str(d["root"] / "lora_merged"),
     }
-    return dict(model=model, tok=tok, root=root, export=root / "hf", prompts=prompts, chats=chats, cases=cases,
-                policy=DEFAULT_POLICY, result=run_hf(root / "hf", job, root / "run"))  # fmt: skip
+    d.update(prompts=prompts, chats=chats, cases=cases, policy=DEFAULT_POLICY)
+    d["result"] = run_hf(d["export"], job, d["root"] / "run")
+    return d
 
 
 def _default_dir() -> Path:
@@ -125,10 +134,8 @@ def tiny_model(seed: int = 0):
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    """The random tiny model saved, exported and run through transformers: logits, and threshold,
-    prefix and ar (at two block sizes) on 20 random prompts."""
-    from clover.engine.policies import DEFAULT_POLICY
+def tiny_export(tmp_path_factory):
+    """The random tiny model, saved as a Clover checkpoint and exported."""
     from clover.export import export_hf
     from clover.model.io import save_model
 
@@ -137,17 +144,28 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     save_model(model, root / "clover")
     export_hf(root / "clover", root / "hf")
+    return dict(model=model, root=root, export=root / "hf", src=root / "clover")
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_export):
+    """One transformers run on the tiny export: logits, and threshold, prefix and ar (at several
+    block sizes) on 20 random prompts."""
+    from clover.engine.policies import DEFAULT_POLICY
+
+    d = dict(tiny_export)
     g = torch.Generator().manual_seed(1)
     lengths = torch.randint(1, 30, (N_PROMPTS,), generator=g).tolist()
     prompts = [torch.randint(0, 96, (n,), generator=g).tolist() for n in lengths]
     # (policy, block size, prompts): the default policy and ar on all 20, the others on a few
     runs = [(DEFAULT_POLICY, None, 20), ("ar", None, 20), ("prefix", None, 6), ("threshold", 3, 6), ("ar", 5, 6)]
-    cases = logit_cases(model.config, 29, [4, 3, 1])
+    cases = logit_cases(d["model"].config, 29, [4, 3, 1])
     job = {
         "logits": cases,
         "generate": [
             {"prompts": prompts[:n], "policy": p, "max_new_tokens": TINY_TOKENS, "block_size": bs} for p, bs, n in runs
         ],
     }
-    return dict(model=model, root=root, export=root / "hf", prompts=prompts, runs=runs, cases=cases,
-                result=run_hf(root / "hf", job, root / "run"))  # fmt: skip
+    d.update(prompts=prompts, runs=runs, cases=cases)
+    d["result"] = run_hf(d["export"], job, d["root"] / "run")
+    return d
