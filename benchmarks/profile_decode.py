@@ -16,6 +16,7 @@ import argparse
 import time
 from collections import defaultdict
 
+from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags, decoding_values
 from clover.bench import print_table, set_threads, write_json
 from clover.commands.bench_decode import _airspace_cases
 from clover.commands.common import load_model_and_tokenizer
@@ -97,8 +98,7 @@ def kind_of(op: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
-    p.add_argument("--policy", default="threshold")
-    p.add_argument("--threshold", type=float, default=0.9)
+    add_decoding_flags(p, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))  # --policy, --threshold
     p.add_argument("--batch", type=int, default=1, help="requests decoded together")
     p.add_argument("--n", type=int, default=4, help="test prompts")
     p.add_argument("--max-tokens", type=int, default=160)
@@ -108,7 +108,8 @@ def main() -> int:
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model, args.threads)
     cases = _airspace_cases(tok, args.n)
-    params = SamplingParams(max_tokens=args.max_tokens, policy=args.policy, threshold=args.threshold)
+    params = SamplingParams(max_tokens=args.max_tokens, **decoding_values(args))
+    args.policy = params.policy  # named in the title and the JSON
     engine = Engine(model, tok, max_batch_size=args.batch)
     engine.generate_batch([c[0] for c in cases[:2]], params)  # warm-up
 

@@ -121,14 +121,15 @@ class LocalModel:
     """Clover in this process: ``llm`` is a ``clover.llm.LLM``, or what ``LLM(...)`` takes (a
     checkpoint directory, a cached repo id, an ``Engine``; None: the bundled model)."""
 
-    def __init__(self, llm=None, *, policy: str = "threshold", threshold: float | None = None,
+    def __init__(self, llm=None, *, policy: str | None = None, threshold: float | None = None,
                  max_tokens: int = MAX_TOKENS, threads: int | None = None, **request):  # fmt: skip
-        from clover.llm import LLM
+        from clover.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
-        self.request = {"policy": policy, "max_tokens": max_tokens, "temperature": 0, **request}
-        if threshold is not None:
-            self.request["threshold"] = threshold
+        self.request = {"max_tokens": max_tokens, "temperature": 0, **request}
+        for k, v in (("policy", policy), ("threshold", threshold)):  # unset: the engine's defaults
+            if v is not None:
+                self.request[k] = v
 
     def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
         r = self.llm.chat(messages, tools=tools, **self.request)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from clover.api.errors import bad_request, too_large
 from clover.api.protocol import as_api_error
+from clover.api.settings import BLOCK_SETTINGS, block_size_problem, decoding_values
 from clover.data.chat import render
 from clover.data.decisions import (
     DecisionGroup,
@@ -291,10 +292,9 @@ def plan_request(
 ) -> tuple[DecisionGroup, list[Plan], list[tuple[list[int], SamplingParams]]]:
     """A checked ``DecisionRequest`` → (the group, its plans, the engine requests); every problem
     is an APIError (400, or 413 for a prompt past ``limits``). ``/v1/decisions`` and ``clover.LLM.decide``."""
-    if req.block_size is not None and req.block_size > config.max_block_size:
-        raise bad_request(f"block_size {req.block_size} is out of range: this model takes 1..{config.max_block_size}",
-                          "block_size")  # fmt: skip
-    knobs = {k: v for k, v in (("threshold", req.threshold), ("policy", req.policy)) if v is not None}
+    if problem := block_size_problem(req.block_size, config.max_block_size):
+        raise bad_request(problem, "block_size")
+    knobs = decoding_values(req, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))
     try:
         group = check_questions(req.context, [q.model_dump() for q in req.questions])
         plans = PLANS[req.mode](tokenizer, config, group, req.block_size, knobs)

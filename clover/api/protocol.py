@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation, too_large
 from clover.api.schemas import ChatRequest, CompletionRequest, NamedToolChoice, Sampling, TokenizeRequest
+from clover.api.settings import block_size_problem, decoding_values
 from clover.api.structured import NAME_OPEN, modern_message, request_grammar, tools_grammar
 from clover.data.chat import (
     IM_END,
@@ -75,10 +76,8 @@ def check_common(req: Sampling, limits: Limits) -> None:
         raise bad_request(f"n={req.n} is out of range: 1..{MAX_CHOICES} choices per request", "n")
     if isinstance(req.stop, list) and len(req.stop) > MAX_STOP:
         raise bad_request(f"stop has {len(req.stop)} sequences; at most {MAX_STOP} are accepted", "stop")
-    if req.block_size is not None and req.block_size > limits.max_block_size:
-        raise bad_request(
-            f"block_size {req.block_size} is out of range: this model takes 1..{limits.max_block_size}", "block_size"
-        )
+    if problem := block_size_problem(req.block_size, limits.max_block_size):
+        raise bad_request(problem, "block_size")
 
 
 def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, frozenset[str] | None, Grammar | None]:
@@ -285,9 +284,7 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
     if max_tokens is None:
         max_tokens = min(limits.default_max_tokens, room)
     knobs = {
-        "block_size": req.block_size, "threshold": req.threshold, "policy": req.policy,
-        "steps_per_block": req.steps_per_block, "temperature": req.temperature, "top_p": req.top_p,
-        "top_k": req.top_k, "seed": req.seed, "logprobs": logprobs_wanted(req),
+        **decoding_values(req), "logprobs": logprobs_wanted(req),
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
         "logit_bias": _logit_bias(req.logit_bias, limits.vocab_size),
         "repetition_penalty": req.repetition_penalty, "min_p": req.min_p, "min_tokens": req.min_tokens,

@@ -18,7 +18,8 @@ from pydantic import Field, ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation
 from clover.api.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, new_id, usage
-from clover.api.schemas import ChatRequest, _Open
+from clover.api.schemas import ChatRequest, Decoding
+from clover.api.settings import decoding_values
 from clover.data.chat import TOOL_OPEN
 from clover.engine import RequestOutput, TokenLogprob
 
@@ -32,8 +33,8 @@ LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for
 STATEFUL = ("previous_response_id", "conversation", "prompt")
 
 
-class ResponsesRequest(_Open):
-    """The fields Clover reads; the rest (``store``, ``metadata``, ``user``, ``reasoning``,
+class ResponsesRequest(Decoding):
+    """The fields Clover reads (the decoding settings among them); the rest (``store``, ``metadata``, ``user``, ``reasoning``,
     ``truncation``, ``service_tier``, other ``include`` entries …) are accepted and ignored."""
 
     model: str | None = None
@@ -43,8 +44,6 @@ class ResponsesRequest(_Open):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
     text: dict | None = None
     stream: bool | None = False
     previous_response_id: str | None = None
@@ -53,13 +52,6 @@ class ResponsesRequest(_Open):
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict | None = None
-    # Clover extras
-    block_size: int | None = Field(None, ge=1)
-    threshold: float | None = Field(None, gt=0, le=1)
-    policy: str | None = None
-    steps_per_block: int | None = Field(None, ge=1)
-    top_k: int | None = Field(None, ge=0)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
 
 def _id(prefix: str) -> str:
@@ -175,10 +167,8 @@ def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
     body = {
         "model": req.model or model, "messages": _messages(req), "tools": _tools(req.tools),
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
-        "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
-        "response_format": _response_format(req.text), "block_size": req.block_size, "threshold": req.threshold,
-        "policy": req.policy, "steps_per_block": req.steps_per_block, "top_k": req.top_k, "seed": req.seed,
-        "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None,
+        "max_completion_tokens": req.max_output_tokens, "response_format": _response_format(req.text),
+        "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None, **decoding_values(req),
     }  # fmt: skip
     try:
         return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None})

@@ -1,13 +1,15 @@
 """Request bodies (pydantic). Unknown fields are accepted and ignored, as OpenAI clients send many;
-vLLM's sampling and structured-output extras and Clover's own (``block_size``, ``threshold``,
-``policy``, ``steps_per_block``, ``top_k``, ``stream_options.include_steps``) sit next to the
-OpenAI ones."""
+vLLM's sampling and structured-output extras and Clover's own (the decoding settings of
+``clover.api.settings``: ``block_size``, ``policy``, ``threshold``, ``steps_per_block``, ``top_k``
+...; ``stream_options.include_steps``) sit next to the OpenAI ones."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+
+from clover.api.settings import BLOCK_SETTINGS, DECODING, Setting
 
 _NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
 
@@ -56,20 +58,27 @@ class NamedToolChoice(_Open):
     function: NamedFunction
 
 
+def _settings_model(name: str, settings: tuple[Setting, ...]) -> type[_Open]:
+    """A base model with one optional field per decoding setting (``clover.api.settings``)."""
+    defs = {x.name: (x.type | None, Field(None, description=x.help, **x.bounds)) for x in settings}
+    return create_model(name, __base__=_Open, **defs)
+
+
+# Clover's decoding settings, as every request that decodes takes them
+Decoding = _settings_model("Decoding", DECODING)
+BlockDecoding = _settings_model("BlockDecoding", BLOCK_SETTINGS)  # joint decisions: how the block is decoded
+
+
 class StreamOptions(_Open):  # booleans here and below take null as unset: OpenAI's spec allows it
     include_usage: bool | None = False
     include_steps: bool | None = False  # Clover: denoise-step events (what the playground draws)
 
 
-class Sampling(_Open):
-    """The knobs shared by chat and text completions."""
+class Sampling(Decoding):
+    """The knobs shared by chat and text completions: the decoding settings, then these."""
 
     model: str
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)  # default 0: greedy
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(None, max_length=1024)  # token id (as a string) -> bias
@@ -83,11 +92,6 @@ class Sampling(_Open):
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = Field(None, max_length=16)
-    # Clover extras
-    block_size: int | None = Field(None, ge=1)
-    threshold: float | None = Field(None, gt=0, le=1)
-    policy: str | None = None
-    steps_per_block: int | None = Field(None, ge=1)
     # structured output (clover.api.structured.request_grammar): OpenAI's response_format, or the
     # extras vLLM (guided_*, structured_outputs) and SGLang (regex, json_schema, ebnf) clients send
     response_format: dict | None = None  # text, json_object or json_schema
@@ -166,14 +170,11 @@ class DecisionQuestion(_Open):
     options: list[Annotated[str, Field(max_length=2000)]] = Field(min_length=2, max_length=8)
 
 
-class DecisionRequest(_Open):
+class DecisionRequest(BlockDecoding):
     model: str | None = None
     context: str = Field(max_length=20000)
     questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.api.decisions
     mode: Literal["joint", "independent"] = "joint"
-    block_size: int | None = Field(None, ge=1)
-    threshold: float | None = Field(None, gt=0, le=1)
-    policy: str | None = None
     stream: bool | None = None
 
     @field_validator("stream")

@@ -124,8 +124,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         from clover.engine import POLICIES
         from clover.llm import LLM
 
-        policy = args.policy or "threshold"
-        if policy not in POLICIES:
+        policy = args.policy
+        if policy is not None and policy not in POLICIES:
             raise SystemExit(f"clover agent: unknown policy {policy!r}; choose from {sorted(POLICIES)}")
         device_setup(args, "clover agent")
         try:
@@ -148,16 +148,15 @@ def _at_least_one(text: str) -> int:
 
 
 def register(sub) -> None:
+    from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
     from clover.commands.common import add_device_args
 
     p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model); with --base-url, "
                    "the model id to send (default: the first the server lists)")  # fmt: skip
-    p.add_argument(
-        "--policy", help="threshold (default), prefix, fixed, ar or edit; with --base-url sent only if given"
-    )
-    p.add_argument("--threshold", type=float, help="confidence to commit a position (threshold/edit)")
+    # --policy, --threshold; with --base-url sent only if given
+    add_decoding_flags(p, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))
     p.add_argument("--world", type=int, default=0, metavar="SEED", help="seed of the starting world (default 0)")
     p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint instead of the model in "
                    "process, e.g. http://127.0.0.1:8000/v1 (clover serve)")  # fmt: skip

@@ -190,7 +190,7 @@ def add_twin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=200, help="tool-call turns (default 200)")
     p.add_argument("--text", type=int, default=50, help="turns answered in words, and as many tool-less chats")
     p.add_argument("--multiturn", type=int, default=50, help="conversations with earlier turns")
-    p.add_argument("--threshold", type=float, default=0.9, help="threshold/prefix confidence (default 0.9)")
+    p.add_argument("--threshold", type=float, help="threshold/prefix confidence (default: the engine's)")
     p.add_argument("--batch", type=int, default=16, help="the larger batch size (default 16)")
     p.add_argument("--speed-prompts", type=int, default=16, help="chats run one at a time for batch 1 (default 16)")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"per answer (default {MAX_TOKENS})")

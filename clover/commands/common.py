@@ -12,6 +12,7 @@ import argparse
 import copy
 import sys
 
+from clover.api.settings import add_decoding_flags, decoding_values
 from clover.data.task import get_task, model_task, task_names
 
 
@@ -122,15 +123,8 @@ def take_model_positional(args: argparse.Namespace) -> None:
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
-    p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
-    p.add_argument("--policy", default="threshold", help="threshold, prefix, fixed, ar or edit")
-    p.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a position (threshold/edit)")
-    p.add_argument("--steps-per-block", type=int, help="passes per block for --policy fixed")
+    add_decoding_flags(p)  # --block-size, --policy, --threshold, ... (clover.api.settings)
     p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-p", type=float, default=1.0, help="sampling: the most likely tokens up to this mass (1: all)")
-    p.add_argument("--top-k", type=int, default=0, help="sampling: the k most likely tokens only (0: off)")
-    p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument(
         "--tools",
         choices=["auto", *task_names(), "none"],
@@ -142,19 +136,10 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
 
 
 def sampling_params(args: argparse.Namespace):
+    """The decoding flags as ``SamplingParams``; a flag not given takes its default from there."""
     from clover.engine import SamplingParams
 
-    return SamplingParams(
-        max_tokens=args.max_tokens,
-        block_size=args.block_size,
-        policy=args.policy,
-        threshold=args.threshold,
-        steps_per_block=args.steps_per_block,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-    )
+    return SamplingParams(max_tokens=args.max_tokens, **decoding_values(args))
 
 
 def offered_tools(args, model=None) -> list[dict] | None:

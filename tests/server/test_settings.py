@@ -1,0 +1,49 @@
+"""The decoding settings are declared once (``clover.api.settings.DECODING``): the request schemas,
+their mapping onto ``SamplingParams`` and the command line's flags and help all follow it, and
+every default is ``SamplingParams``' own (``DEFAULT_POLICY`` / ``DEFAULT_THRESHOLD``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from clover.api.responses import ResponsesRequest
+from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest
+from clover.api.settings import BLOCK_SETTINGS, DECODING, add_decoding_flags, decoding_values
+from clover.commands.common import Parser, add_decoding_args, sampling_params
+from clover.engine import POLICIES, SamplingParams
+from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+
+def test_every_schema_takes_every_setting():
+    names = {s.name for s in DECODING}
+    for schema in (ChatRequest, CompletionRequest, ResponsesRequest):
+        assert names <= set(schema.model_fields), schema
+    assert {s.name for s in BLOCK_SETTINGS} <= set(DecisionRequest.model_fields)
+    req = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], policy="ar", top_k=3)
+    assert decoding_values(req) == {"policy": "ar", "top_k": 3}
+
+
+def test_flags_default_to_the_engines_settings_and_list_the_registered_policies():
+    p = Parser(prog="clover")
+    add_decoding_args(p)
+    args = p.parse_args([])
+    params = sampling_params(args)
+    assert (params.policy, params.threshold) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
+    assert sampling_params(p.parse_args(["--policy", "ar", "--top-k", "5"])).top_k == 5
+    text = p.format_help()
+    assert ", ".join(sorted(POLICIES)) in " ".join(text.split())
+    assert f"(default: {DEFAULT_POLICY})" in text and f"(default: {DEFAULT_THRESHOLD})" in text
+
+
+def test_help_follows_the_policy_registry():
+    p = argparse.ArgumentParser()
+    add_decoding_flags(p, BLOCK_SETTINGS)
+    saved = dict(POLICIES)
+    try:
+        POLICIES["zz-test"] = POLICIES[DEFAULT_POLICY]
+        assert "zz-test" in p.format_help()
+    finally:
+        POLICIES.clear()
+        POLICIES.update(saved)
+    assert SamplingParams().policy == DEFAULT_POLICY
+
