@@ -102,12 +102,15 @@ def _scores(texts: list[str], exs, words, convs) -> dict:
 def run_twin(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from clover.api.settings import engine_default
     from clover.commands.common import device_setup, load_model_and_tokenizer
     from clover.data.chat import render_chat
     from clover.engine import SamplingParams
     from clover.evaluate import eval_chats, prompt_of
 
     t_start = time.perf_counter()
+    if args.threshold is None:
+        args.threshold = engine_default("threshold")
     device_setup(args, "clover bench twin")
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
