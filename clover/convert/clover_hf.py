@@ -43,7 +43,7 @@ def is_clover_export(src: Path) -> bool:
 
 def from_export(src: Path, out: Path, max_shard_bytes: int = 2 << 30) -> ExportConversionReport:
     """Convert the exported folder ``src`` into the Clover checkpoint ``out``."""
-    from clover.export.weights import copy_weights, expected_tensors
+    from clover.convert.weights import copy_weights, expected_tensors
 
     t0 = time.time()
     fields = {f.name for f in dataclasses.fields(CloverConfig)}

@@ -81,8 +81,8 @@ def export_problems(config: CloverConfig) -> list[str]:
 
 def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 << 30) -> ExportReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) into ``out``."""
+    from clover.convert.weights import copy_weights
     from clover.export.card import model_card
-    from clover.export.weights import copy_weights
 
     t0 = time.time()
     try:

@@ -1,6 +1,6 @@
-"""A checkpoint's weights copied tensor for tensor into safetensors shards: the weights of an
-exported folder, and those of a Clover checkpoint converted back from one. Nothing is cast or
-renamed, so a copy is bit-exact."""
+"""A checkpoint's weights copied tensor for tensor into safetensors shards: a Clover checkpoint
+converted back from an exported folder (``clover_hf``), and the weights ``clover export hf``
+writes. Nothing is cast or renamed, so a copy is bit-exact."""
 
 from __future__ import annotations
 
