@@ -1,7 +1,9 @@
 """The airspace world the six tools of ``clover.airspace.tools`` act on: no-fly zones, drones, a clock.
 
-``execute(world, name, arguments)`` runs one tool call. A call is checked against the tool's JSON
-schema (required arguments, types, enums, no unknown arguments) and against the world (a drone
+``execute(world, name, arguments)`` runs one tool call, its lengths in whole metres
+(``radius_m``, ``altitude_m``) or as the operator gave them (``radius`` + ``radius_unit``: the
+extraction tools of ``clover.airspace.v2.tools``, converted here). A call is checked against the
+tool's JSON schema (required arguments, types, enums, no unknown arguments) and against the world (a drone
 that exists, a zone that exists or does not, a waypoint index in range, ...); a call that fails
 a check returns ``{"error": "..."}`` for the model to read and leaves the world as it was. The
 results have the shapes the corpus's ``tool_result`` turns use, so the bundled model reads them
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from clover.airspace.phrasing import drone_number, zone_name
 from clover.airspace.tools import MISSION_TYPES, tool_by_name
+from clover.airspace.v2.tools import extraction_tool, in_metres, uses_units, with_unit_names
 from clover.data.task import StateTooLarge
 
 STATES = ("en route", "hovering", "on the ground", "returning to base", "charging", "holding")  # the corpus's states
@@ -459,7 +462,12 @@ def execute(world: World, name: str, arguments) -> dict:
         spec = tool_by_name(name)
     except KeyError:
         return {"error": f"unknown tool {name!r}"}
-    args, problem = check_arguments(spec["function"]["parameters"], arguments)
+    if uses_units(name, arguments):  # a length as given (the extraction tools): converted here, in code
+        schema = extraction_tool(name)["function"]["parameters"]
+        args, problem = check_arguments(schema, with_unit_names(name, arguments))
+        args, problem = in_metres(name, args) if args is not None else (None, problem)
+    else:
+        args, problem = check_arguments(spec["function"]["parameters"], arguments)
     if problem:
         return {"error": problem}
     try:

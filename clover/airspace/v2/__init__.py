@@ -1,0 +1,68 @@
+"""The airspace task, second version (``airspace2``): the extraction tools (``tools``: lengths as
+the operator gave them, a number and a unit, converted to metres by the world in code), and a
+corpus (``corpus``) of open-ended names held out by family, requests no tool serves, questions
+for a missing argument, follow-ups that refer back, plain text, and wider phrasing.
+
+The first version (``clover.airspace``) stays the task of a model that names none, the bundled
+one among them; a model trained with a recipe of this package records ``airspace2`` in its
+config (``clover.data.task.model_task`` reads it). World, agent loop and tasks are shared: the
+world runs both argument forms.
+"""
+
+from __future__ import annotations
+
+from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.data.task import Task
+
+NAME = "airspace2"
+
+
+def _corpus(split: str, n: int, seed: int = 0) -> list[dict]:
+    from clover.airspace.v2.corpus import generate  # deferred: the corpus is large to import
+
+    return generate(split, n, seed=seed)
+
+
+def _world(seed: int = 0, area_deg: float | None = None):
+    from clover.airspace.world import World  # deferred: the world imports this package's tools
+
+    return World.seeded(seed, area_deg=area_deg)
+
+
+def _world_from_dict(state: dict):
+    from clover.airspace.world import World
+
+    return World.from_request(state)
+
+
+def _execute(world, name: str, arguments) -> dict:
+    from clover.airspace.world import execute
+
+    return execute(world, name, arguments)
+
+
+def _recipes() -> dict[str, type]:
+    from clover.airspace.v2.recipes import RECIPES  # deferred: the recipes import torch
+
+    return RECIPES
+
+
+def _tokenizer(vocab_size: int = 3072, **kwargs):
+    from clover.airspace.tokenizer import build_default_tokenizer
+
+    return build_default_tokenizer(vocab_size, **kwargs)
+
+
+TASK = Task(
+    name=NAME,
+    summary="an airspace-operations assistant with extraction tools: lengths as given (number and unit), "
+    "names copied as written, follow-ups, requests no tool serves answered in words",
+    tools=lambda: EXTRACTION_TOOLS,
+    corpus=_corpus,
+    world=_world,
+    world_from_dict=_world_from_dict,
+    execute=_execute,
+    evaluate=None,  # ``clover eval airspace`` scores the first version's corpus; see docs/training.md
+    recipes=_recipes,
+    tokenizer=_tokenizer,
+)

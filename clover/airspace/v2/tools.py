@@ -1,0 +1,124 @@
+"""The extraction tool set (task ``airspace2``): the six airspace tools, with every length given
+as the operator gave it, a number and its unit, instead of whole metres.
+
+A model should copy what it reads and leave arithmetic to code: "2000 ft" is
+``{"radius": 2000, "radius_unit": "ft"}``, and the world (``clover.airspace.world.execute``, which
+the agent loop runs) converts it to metres. The conventions the corpus's gold answers obey:
+
+* a length is the number as written (``1.5``, ``2,500`` → ``2500``) and its unit, one of
+  :data:`UNITS`; 1 ft = 0.3048 m, 1 nm = 1852 m (international definitions), rounded half up to
+  whole metres by the world;
+* times are 24-hour ``HH:MM``; drone ids ``D-<number>``; coordinates signed decimal degrees with
+  the digits as written; zone names and mission targets copied exactly as written.
+
+The world also takes the metres form of ``clover.airspace.tools`` (``radius_m``, ``altitude_m``)
+from clients that send it.
+"""
+
+from __future__ import annotations
+
+import copy
+from decimal import ROUND_HALF_UP, Decimal
+
+from clover.airspace.tools import AIRSPACE_TOOLS
+
+UNITS: dict[str, Decimal] = {"m": Decimal(1), "km": Decimal(1000), "ft": Decimal("0.3048"), "nm": Decimal(1852)}
+# what operators and clients write for each unit (lowercased); the schema's enum is the keys of UNITS
+_ALIASES = {
+    "m": ("m", "metre", "metres", "meter", "meters"),
+    "km": ("km", "kms", "kilometre", "kilometres", "kilometer", "kilometers"),
+    "ft": ("ft", "foot", "feet"),
+    "nm": ("nm", "nmi", "nautical mile", "nautical miles"),
+}
+_UNIT_OF = {alias: unit for unit, aliases in _ALIASES.items() for alias in aliases}
+# tool -> (the length argument, its unit argument, the metres argument of the metres form)
+LENGTHS = {"create_no_fly_zone": ("radius", "radius_unit", "radius_m"),
+           "update_waypoint": ("altitude", "altitude_unit", "altitude_m")}  # fmt: skip
+
+
+def unit_of(text) -> str | None:
+    """The unit a client's spelling names ("NM", "feet", "Meters" → nm, ft, m), or None."""
+    return _UNIT_OF.get(" ".join(text.lower().split())) if isinstance(text, str) else None
+
+
+def length_m(value: float | int | str, unit: str) -> int:
+    """A length in whole metres, rounded half up: (1.5, "nm") → 2778, (2000, "ft") → 610.
+    ``value`` may be a number or its text ("2,500"); ``unit`` one of :data:`UNITS` or an alias."""
+    u = unit_of(unit)
+    if u is None:
+        raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(UNITS)}")
+    x = Decimal(value.replace(",", "")) if isinstance(value, str) else Decimal(str(value))
+    return int((x * UNITS[u]).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _with_units(tool: dict) -> dict:
+    t = copy.deepcopy(tool)
+    fn = t["function"]
+    if fn["name"] not in LENGTHS:
+        return t
+    value, unit, metres = LENGTHS[fn["name"]]
+    what = "Radius" if value == "radius" else "Altitude"
+    params = fn["parameters"]
+    props = {}
+    for k, v in params["properties"].items():
+        if k != metres:
+            props[k] = v
+            continue
+        props[value] = {"type": "number", "description": f"{what} as the operator gave it, the number only."}
+        props[unit] = {
+            "type": "string",
+            "enum": list(UNITS),
+            "description": f"The unit the {what.lower()} was given in.",
+        }
+    params["properties"] = props
+    if metres in params["required"]:
+        params["required"] = [x for k in params["required"] for x in ((value, unit) if k == metres else (k,))]
+    if fn["name"] == "create_no_fly_zone":
+        fn["description"] = (
+            "Create a circular no-fly zone around a point. Radius as given, with its unit (m, km, ft, "
+            "nm); optional activation window as 24-hour HH:MM times."
+        )
+    return t
+
+
+EXTRACTION_TOOLS: list[dict] = [_with_units(t) for t in AIRSPACE_TOOLS]
+
+
+def extraction_tool(name: str) -> dict:
+    """The extraction form of tool ``name`` (KeyError if it is not an airspace tool)."""
+    for t in EXTRACTION_TOOLS:
+        if t["function"]["name"] == name:
+            return t
+    raise KeyError(name)
+
+
+def uses_units(name: str, arguments) -> bool:
+    """Whether a call gives a length in the extraction form (a value or a unit argument)."""
+    return name in LENGTHS and isinstance(arguments, dict) and any(k in arguments for k in LENGTHS[name][:2])
+
+
+def with_unit_names(name: str, arguments: dict) -> dict:
+    """``arguments`` with the unit's spelling made the schema's (``"NM"`` → ``"nm"``); an unknown
+    spelling is left for the schema check to refuse."""
+    unit_key = LENGTHS[name][1]
+    u = unit_of(arguments.get(unit_key))
+    return {**arguments, unit_key: u} if u is not None else arguments
+
+
+def in_metres(name: str, arguments: dict) -> tuple[dict | None, str | None]:
+    """Checked extraction-form ``arguments`` in the metres form the world runs → (arguments,
+    None), or (None, the error the model reads)."""
+    value, unit, metres = LENGTHS[name]
+    if metres in arguments:
+        return None, f"give {value} with {unit}, or {metres}, not both"
+    if (value in arguments) != (unit in arguments):
+        return None, f"{value} and {unit} go together: got {value if value in arguments else unit} alone"
+    out = {k: v for k, v in arguments.items() if k not in (value, unit)}
+    if value in arguments:
+        if arguments[value] < 0 or (arguments[value] == 0 and value == "radius"):
+            sign = "positive" if value == "radius" else "not negative"
+            return None, f"{value} must be {sign}, got {arguments[value]}"
+        out[metres] = length_m(arguments[value], arguments[unit])
+        if value == "radius" and out[metres] == 0:
+            return None, f"radius {arguments[value]} {arguments[unit]} is under half a metre"
+    return out, None
