@@ -1,5 +1,5 @@
 """``clover bench agent``: operator tasks of the test split through the whole agent loop, ``ar``
-against ``threshold``: task success by the world's state, seconds and model passes per task."""
+against the default policy: task success by the world's state, seconds and model passes per task."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import argparse
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.commands.common import add_device_args, device_setup
 
-POLICIES = ("ar", "threshold")
+DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at --threshold
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=50, help="operator tasks of the test split (default 50)")
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
-    p.add_argument("--threshold", type=float, default=0.9, help="the threshold policy's confidence (default 0.9)")
+    p.add_argument("--threshold", type=float, help="the default policy's threshold (default: its own)")
     p.add_argument("--max-steps", type=int, default=4, help="model calls per task at most (default 4)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     add_device_args(p)
@@ -23,8 +23,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run_policy(model, tasks, max_steps: int) -> dict:
     """Every task through the loop with one model side; success, time and passes per task."""
-    from clover.agent.loop import run_agent
-    from clover.agent.tasks import task_success
+    from clover.airspace.loop import run_agent
+    from clover.airspace.tasks import task_success
 
     rows = []
     for task in tasks:
@@ -47,8 +47,9 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover.agent.loop import LocalModel
-    from clover.agent.tasks import operator_tasks
+    from clover.airspace.loop import LocalModel
+    from clover.airspace.tasks import operator_tasks
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.llm import LLM
 
     if args.n < 1:
@@ -57,17 +58,18 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     tasks = operator_tasks(args.n)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
-    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold, "max_steps": args.max_steps,
+    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD, "max_steps": args.max_steps,
                      "threads": args.threads, "model": args.model or "bundled",
                      "device": str(llm.engine.model.lm_head.weight.device),
                      "dtype": str(llm.engine.model.lm_head.weight.dtype)[6:]}  # fmt: skip
     for t in tasks:
         figures["kinds"][t.kind] = figures["kinds"].get(t.kind, 0) + 1
     per = {}
-    for policy in POLICIES:
-        model = LocalModel(llm, policy=policy, threshold=args.threshold if policy == "threshold" else None)
+    for name in DECODERS:
+        policy, threshold = ("ar", None) if name == "ar" else (DEFAULT_POLICY, args.threshold or DEFAULT_THRESHOLD)
+        model = LocalModel(llm, policy=policy, threshold=threshold)
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
-        per[policy] = run_policy(model, tasks, args.max_steps)
+        per[name] = run_policy(model, tasks, args.max_steps)
     for policy, r in per.items():
         figures[f"{policy}_success"] = r["success"]
         figures[f"{policy}_s_per_task"] = r["s_per_task"]
@@ -75,11 +77,12 @@ def run(args: argparse.Namespace) -> int:
         figures[f"{policy}_model_calls_per_task"] = r["model_calls_per_task"]
         figures[f"{policy}_step_limit"] = r["step_limit"]
         figures[f"{policy}_by_kind"] = r["by_kind"]
-    figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["threshold"]["s_per_task"])
+    figures["default_policy"] = DEFAULT_POLICY
+    figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["default"]["s_per_task"])
     figures["per_task"] = {p: r["tasks"] for p, r in per.items()}
     kinds = sorted(figures["kinds"])
     rows = [
-        [f"{p}" + (f" τ {args.threshold}" if p == "threshold" else ""), f"{100 * r['success']:.1f} %",
+        [p if p == "ar" else f"default: {DEFAULT_POLICY} τ {figures['threshold']:g}", f"{100 * r['success']:.1f} %",
          *[f"{100 * r['by_kind'].get(k, 0):.0f} %" for k in kinds], f"{r['s_per_task']:.3f}",
          f"{r['passes_per_task']:.1f}", f"{r['model_calls_per_task']:.2f}",
          f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x"]

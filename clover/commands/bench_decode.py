@@ -1,9 +1,10 @@
 """``clover bench decode`` and ``clover bench context`` (in ``bench_context.py``).
 
-decode: on the airspace test prompts, the same model decoded with ``ar`` (one token per pass)
-vs ``threshold`` at several thresholds and ``edit``: exact match of the tool calls, tokens per
-forward (TPF), tokens/s, speed-up vs ``ar``; plus a transformers ``Qwen3_5MoeForCausalLM`` of
-the same shape (random weights) run with ``generate()`` as the external AR baseline.
+decode: on the airspace test prompts, the same model decoded with its default policy (the
+headline), ``ar`` (one position per pass of a whole block), ``threshold`` at several thresholds,
+``prefix`` and ``edit``: exact match of the tool calls, tokens per forward (TPF), tokens/s,
+speed-up vs ``ar``; plus a transformers ``Qwen3_5MoeForCausalLM`` of the same shape (random
+weights) run with ``generate()``: a real one-token-per-step decoder with a KV cache.
 Quality is batch-invariant, so it is measured once at the largest batch size; speed at each.
 
 """
@@ -11,6 +12,7 @@ Quality is batch-invariant, so it is measured once at the largest batch size; sp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
@@ -30,6 +32,9 @@ def _floats(s: str) -> list[float]:
 
 
 # -- decode ----------------------------------------------------------------------------------
+DEFAULT_NAME = "default"  # the row of the default policy (clover.engine.policies.DEFAULT_POLICY)
+
+
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--random", action="store_true", help="no checkpoint: a random small model (speed only)")
@@ -202,10 +207,86 @@ def _run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
 
 
+def _configs(args, taus: list[float], max_tokens: int) -> dict:
+    """The decoders compared: ``ar``, the default policy (the headline), the threshold sweep,
+    ``prefix`` and ``edit`` at the last threshold of the sweep."""
+    from clover.engine import SamplingParams
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    base = dict(max_tokens=max_tokens, block_size=args.block_size)
+    configs = {"ar": SamplingParams(policy="ar", **base),
+               DEFAULT_NAME: SamplingParams(policy=DEFAULT_POLICY, threshold=DEFAULT_THRESHOLD, **base)}  # fmt: skip
+    for t in taus:
+        configs[f"threshold@{t:g}"] = SamplingParams(policy="threshold", threshold=t, **base)
+    for name in ("prefix", "edit"):
+        configs[f"{name}@{taus[-1]:g}"] = SamplingParams(policy=name, threshold=taus[-1], **base)
+    return configs
+
+
+def _by_batch(model, tokenizer, cases, configs, sizes, speed_prompts: int, hf) -> tuple[dict, dict]:
+    """Quality and speed of every decoder at the largest batch size; ``ar``, the default and the
+    transformers baseline at the smaller ones (speed only: decoding is batch-invariant); the
+    default unfused (the commit of a finished block as its own forward) at the smallest."""
+    big = sizes[-1]
+    full = {name: _run(model, tokenizer, cases, p, big) for name, p in configs.items()}
+    by_batch: dict[int, dict] = {}
+    for b in sizes:
+        speed_cases = cases if b == big else cases[: max(b, speed_prompts)]
+        res = (
+            full if b == big else {k: _run(model, tokenizer, speed_cases, configs[k], b) for k in ("ar", DEFAULT_NAME)}
+        )
+        if b == sizes[0]:
+            res = dict(res, unfused=_run(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b, fuse=False))
+        if hf is not None:
+            res = dict(res, hf=_run_hf(hf, speed_cases, full["ar"]["lengths"][: len(speed_cases)], b))
+        by_batch[b] = res
+    return full, by_batch
+
+
+def _headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict:
+    """The JSON's top-level figures: batch ``sizes[0]`` speed, quality and TPF from the big batch."""
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    b1, d, ar = by_batch[sizes[0]], DEFAULT_NAME, "ar"
+    unfused = b1["unfused"]  # thr: the threshold policy at the sweep's last threshold (the old headline)
+    return dict(
+        default_policy=DEFAULT_POLICY, default_threshold=DEFAULT_THRESHOLD,
+        default_exact_match=full[d]["exact_match"], default_tpf=full[d]["tpf"],
+        default_tokens_per_s=b1[d]["tokens_per_s"], ar_tokens_per_s=b1[ar]["tokens_per_s"],
+        speedup_vs_ar=b1[d]["tokens_per_s"] / b1[ar]["tokens_per_s"], ar_exact_match=full[ar]["exact_match"],
+        hf_tokens_per_s=b1["hf"]["tokens_per_s"] if hf is not None else None,
+        speedup_vs_hf=b1[d]["tokens_per_s"] / b1["hf"]["tokens_per_s"] if hf is not None else None,
+        threshold_tokens_per_s=by_batch[sizes[-1]][thr]["tokens_per_s"], threshold_tpf=full[thr]["tpf"],
+        threshold_exact_match=full[thr]["exact_match"],
+        unfused_tokens_per_s=unfused["tokens_per_s"], fused_speedup=b1[d]["tokens_per_s"] / unfused["tokens_per_s"],
+        fused_forward_calls=b1[d]["forward_calls"], unfused_forward_calls=unfused["forward_calls"],
+        fused_same_tokens=unfused["ids"] == b1[d]["ids"], headline=d,
+    )  # fmt: skip
+
+
+def _rows(by_batch: dict, cases_at: dict) -> list[list]:
+    rows = []
+    for b, res in by_batch.items():
+        for name, r in res.items():
+            em = r.get("exact_match")
+            rows.append([b, DECODER_LABELS.get(name, name), cases_at[b], "-" if em is None else f"{100 * em:.1f}",
+                         r.get("tpf", 1.0), r["tokens_per_s"], r["tokens_per_s"] / res["ar"]["tokens_per_s"]])  # fmt: skip
+    return rows
+
+
+def _label_default() -> str:
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    return f"default ({DEFAULT_POLICY} τ {DEFAULT_THRESHOLD:g})"
+
+
+# how the table names its rows (the JSON keeps the short names)
+DECODER_LABELS = {"ar": "ar (block model, 1 position/pass)", "hf": "hf generate() (1 token/step)",
+                  "unfused": "default, unfused commit"}  # fmt: skip
+
+
 def run_decode(args: argparse.Namespace) -> int:
     import torch
-
-    from clover.engine import SamplingParams
 
     t_start = time.perf_counter()
     device, dtype = device_setup(args, "clover bench decode")
@@ -214,72 +295,31 @@ def run_decode(args: argparse.Namespace) -> int:
         model, tokenizer = _random_model_and_tokenizer(device, dtype)
     else:
         model, tokenizer = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
-    if args.prompts:
-        cases = _file_cases(args.prompts, tokenizer, args.n)
-    else:
-        cases = _airspace_cases(tokenizer, args.n)
+    cases = _file_cases(args.prompts, tokenizer, args.n) if args.prompts else _airspace_cases(tokenizer, args.n)
     taus, sizes = _floats(args.thresholds), sorted(_ints(args.batch_sizes))
-    max_tokens = args.max_tokens or (64 if args.random else 160)
-    base = dict(max_tokens=max_tokens, block_size=args.block_size)
-    configs = {"ar": SamplingParams(policy="ar", **base)}
-    for t in taus:
-        configs[f"threshold@{t:g}"] = SamplingParams(policy="threshold", threshold=t, **base)
-    configs[f"edit@{taus[-1]:g}"] = SamplingParams(policy="edit", threshold=taus[-1], **base)
-    configs[f"prefix@{taus[-1]:g}"] = SamplingParams(policy="prefix", threshold=taus[-1], **base)
-    head = f"threshold@{taus[-1]:g}"
-    _run(model, tokenizer, cases[:1], SamplingParams(max_tokens=8, block_size=args.block_size), 1)  # warm-up
-    big = sizes[-1]
+    configs = _configs(args, taus, args.max_tokens or (64 if args.random else 160))
+    _run(model, tokenizer, cases[:1], dataclasses.replace(configs["ar"], max_tokens=8), 1)  # warm-up
     w = model.lm_head.weight
-    rows, figures = [], {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
-                         "device": str(w.device), "dtype": str(w.dtype)[6:]}  # fmt: skip
-    full = {name: _run(model, tokenizer, cases, p, big) for name, p in configs.items()}  # quality + speed
-    by_batch: dict[int, dict] = {}
     hf = None if args.no_hf else hf_twin(model.config).to(w.device, w.dtype)  # where Clover runs, as it runs
     if hf is not None:
         _run_hf(hf, cases[:1], [4], 1)  # warm-up
-    for b in sizes:
-        speed_cases = cases if b == big else cases[: max(b, args.speed_prompts)]
-        res = full if b == big else {k: _run(model, tokenizer, speed_cases, configs[k], b) for k in ("ar", head)}
-        if b == sizes[0]:  # the fused commit + denoise pass, measured against the unfused path
-            res = dict(res, **{f"{head} unfused": _run(model, tokenizer, speed_cases, configs[head], b, fuse=False)})
-        if hf is not None:
-            lens = full["ar"]["lengths"][: len(speed_cases)]
-            res = dict(res, hf=_run_hf(hf, speed_cases, lens, b))
-        by_batch[b] = res
-        for name, r in res.items():
-            sp = r["tokens_per_s"] / res["ar"]["tokens_per_s"]
-            em = r.get("exact_match")
-            rows.append([b, name, len(speed_cases), "-" if em is None else f"{100 * em:.1f}",
-                         r.get("tpf", 1.0), r["tokens_per_s"], sp])  # fmt: skip
-    b1 = by_batch[sizes[0]]
-    unfused = b1[f"{head} unfused"]
-    figures.update(
-        batch_sizes=sizes,
-        ar_tokens_per_s=b1["ar"]["tokens_per_s"],
-        threshold_tokens_per_s=b1[head]["tokens_per_s"],
-        speedup_vs_ar=b1[head]["tokens_per_s"] / b1["ar"]["tokens_per_s"],
-        threshold_tpf=full[head]["tpf"],
-        ar_exact_match=full["ar"]["exact_match"],
-        threshold_exact_match=full[head]["exact_match"],
-        hf_tokens_per_s=b1["hf"]["tokens_per_s"] if hf is not None else None,
-        unfused_tokens_per_s=unfused["tokens_per_s"],
-        fused_speedup=b1[head]["tokens_per_s"] / unfused["tokens_per_s"],
-        fused_forward_calls=b1[head]["forward_calls"],
-        unfused_forward_calls=unfused["forward_calls"],
-        fused_same_tokens=unfused["ids"] == b1[head]["ids"],
-        headline=head,
-        by_batch={b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")} for k, v in r.items()}
-                  for b, r in by_batch.items()},
-    )  # fmt: skip
+    full, by_batch = _by_batch(model, tokenizer, cases, configs, sizes, args.speed_prompts, hf)
+    figures = {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
+               "device": str(w.device), "dtype": str(w.dtype)[6:], "batch_sizes": sizes,
+               **_headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"),
+               "by_batch": {b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")}
+                                for k, v in r.items()} for b, r in by_batch.items()}}  # fmt: skip
+    DECODER_LABELS[DEFAULT_NAME] = _label_default()
+    cases_at = {b: len(cases) if b == sizes[-1] else min(len(cases), max(b, args.speed_prompts)) for b in sizes}
     notes = [
-        f"headline (JSON top level): batch {sizes[0]}, {head} vs ar; exact match and TPF from the batch-{big} run "
-        "(decoding is batch-invariant)",
-        f"batch {big}: the {len(cases)} prompts through {big} slots (continuous batching: a finished request's "
-        f"slot takes the next prompt); hf runs them as static batches of {big} (generate() has no refill)",
-        "hf = transformers Qwen3_5MoeForCausalLM of the same shape, random weights, greedy generate(), "
-        "as many new tokens per prompt as Clover's ar run; a batch runs to its longest row, each row's "
-        "own length counts (as for Clover)",
-        f"unfused = the same decoding with the commit of a finished block as its own forward "
+        f"headline (JSON top level): batch {sizes[0]}, the default policy vs ar; exact match and TPF from the "
+        f"batch-{sizes[-1]} run (decoding is batch-invariant)",
+        "ar is the block model committing one position per pass: each pass computes a whole block, so it is "
+        "not an autoregressive decoder; hf is one (a transformers Qwen3_5MoeForCausalLM of the same shape, "
+        "random weights, greedy generate() with KV cache, as many new tokens per prompt as ar produced)",
+        f"batch {sizes[-1]}: the {len(cases)} prompts through {sizes[-1]} slots (continuous batching); hf runs "
+        f"them as static batches of {sizes[-1]} (generate() has no refill), each row's own length counted",
+        f"unfused = the default with the commit of a finished block as its own forward "
         f"(same tokens: {figures['fused_same_tokens']})",
     ]
     if args.random:
@@ -287,12 +327,14 @@ def run_decode(args: argparse.Namespace) -> int:
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")
     where = f"{figures['device']} {figures['dtype']}, {torch.get_num_threads()} thread(s)"
     print_table(f"clover bench decode ({figures['model']}, {len(cases)} prompts, {where})",
-                ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"], rows, notes)  # fmt: skip
+                ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"],
+                _rows(by_batch, cases_at), notes)  # fmt: skip
     write_json(args.json, figures)
     return 0
 
 
-BENCHMARKS["decode"] = ("ar vs threshold/edit decoding on the airspace test prompts, + transformers baseline",
+BENCHMARKS["decode"] = ("the default policy vs ar and the other policies on the airspace test prompts, + transformers "
+                        "generate() of the same shape",
                         add_decode_args, run_decode)  # fmt: skip
 BENCHMARKS["context"] = ("decode cost and cache size at long prompts: Clover hybrid vs all-attention",
                          add_context_args, run_context)  # fmt: skip

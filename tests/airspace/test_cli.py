@@ -74,8 +74,9 @@ def test_bench_agent_writes_its_figures(tmp_path):
         main(["bench", "agent", "--n", "2", "--json", str(path)])
     assert e.value.code == 0
     figures = json.loads(path.read_text())
-    for k in ("tasks", "ar_success", "threshold_success", "ar_s_per_task", "threshold_s_per_task", "speedup",
-              "ar_passes_per_task", "threshold_passes_per_task"):  # fmt: skip
+    for k in ("tasks", "ar_success", "default_success", "ar_s_per_task", "default_s_per_task", "speedup",
+              "ar_passes_per_task", "default_passes_per_task", "default_policy"):  # fmt: skip
         assert k in figures, k
     assert figures["tasks"] == 2 and 0 <= figures["ar_success"] <= 1 and figures["speedup"] > 0
-    assert figures["ar_passes_per_task"] > figures["threshold_passes_per_task"] > 0
+    assert figures["speedup"] == figures["ar_s_per_task"] / figures["default_s_per_task"]
+    assert figures["ar_passes_per_task"] > figures["default_passes_per_task"] > 0

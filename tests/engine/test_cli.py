@@ -119,10 +119,16 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
     argv = ["bench", "decode", "--model", str(d), "--prompts", str(prompts), "--n", "3", "--max-tokens", "8"]
     _run(argv + ["--batch-sizes", "1,2", "--thresholds", "0.9", "--json", str(out), "--no-hf"], capsys)
     fig = json.loads(out.read_text())
-    for k in ("ar_tokens_per_s", "threshold_tokens_per_s", "speedup_vs_ar", "threshold_tpf", "ar_exact_match",
-              "threshold_exact_match", "hf_tokens_per_s"):  # fmt: skip
+    for k in ("default_policy", "default_exact_match", "default_tpf", "default_tokens_per_s", "speedup_vs_ar",
+              "ar_tokens_per_s", "threshold_tokens_per_s", "threshold_tpf", "ar_exact_match", "threshold_exact_match",
+              "hf_tokens_per_s"):  # fmt: skip
         assert k in fig
-    assert 0 <= fig["ar_exact_match"] <= 1 and fig["threshold_tpf"] > 0 and fig["fused_same_tokens"]
+    from clover.engine.policies import DEFAULT_POLICY
+
+    assert fig["default_policy"] == DEFAULT_POLICY and fig["headline"] == "default"
+    assert 0 <= fig["ar_exact_match"] <= 1 and fig["default_tpf"] > 0 and fig["fused_same_tokens"]
+    assert fig["speedup_vs_ar"] == fig["default_tokens_per_s"] / fig["ar_tokens_per_s"]
+    assert set(fig["by_batch"]["1"]) == {"ar", "default", "unfused"}
 
 
 def test_transformers_baseline_has_the_clovers_shape():
