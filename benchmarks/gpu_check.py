@@ -34,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test helpers the invariant reuses (tests/model/helpers.py)
 
-from clover.loading import place_model  # noqa: E402
+from clover.api.loading import place_model  # noqa: E402
 from clover.model import CloverForBlockDiffusion, preset  # noqa: E402
 from tests.model.helpers import incremental_logits, noisy  # noqa: E402
 

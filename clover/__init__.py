@@ -1,6 +1,6 @@
 """Clover: block-diffusion language models (the model, training, an inference engine, a server).
 
-``from clover import LLM, SamplingParams`` is the in-process way in (``clover.llm``, as vLLM's
+``from clover import LLM, SamplingParams`` is the in-process way in (``clover.api.llm``, as vLLM's
 pair); they are imported on first use,
 so ``clover --help`` does not pay for importing torch.
 """
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 __all__ = ["LLM", "RequestError", "SamplingParams"]
 
 if TYPE_CHECKING:
+    from clover.api.llm import LLM, RequestError
     from clover.engine.params import SamplingParams
-    from clover.llm import LLM, RequestError
 
 
 def __getattr__(name: str):
@@ -29,7 +29,7 @@ def __getattr__(name: str):
 
         return SamplingParams
     if name in __all__:
-        from clover import llm
+        from clover.api import llm
 
         return getattr(llm, name)
     raise AttributeError(f"module 'clover' has no attribute {name!r}")

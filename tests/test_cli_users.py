@@ -266,10 +266,10 @@ def test_chat_shows_each_tool_call_once():
     from rich.console import Console
 
     from clover.airspace.tools import AIRSPACE_TOOLS
+    from clover.api.loading import load_model_dir
     from clover.api.structured import tools_grammar
     from clover.commands.chat import run_chat
     from clover.engine import SamplingParams
-    from clover.loading import load_checkpoint
 
     class Scripted(Console):
         def __init__(self, lines, **kw):
@@ -281,7 +281,7 @@ def test_chat_shows_each_tool_call_once():
                 raise EOFError
             return self.lines.pop(0)
 
-    model, tok = load_checkpoint(None, 1)
+    model, tok = load_model_dir(None, 1)
     out = io.StringIO()
     params = SamplingParams(max_tokens=64, grammar=tools_grammar(AIRSPACE_TOOLS))
     assert run_chat(model, tok, params, tools=AIRSPACE_TOOLS, console=Scripted(["recall drone 17"], file=out)) == 0

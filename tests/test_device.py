@@ -7,8 +7,9 @@ import httpx
 import pytest
 import torch
 
+from clover.api.loading import load_model_dir
 from clover.cli import build_parser, main
-from clover.loading import load_checkpoint, resolve_device, resolve_dtype
+from clover.ops.device import resolve_device, resolve_dtype
 
 # every command that loads a model, with the arguments it needs to parse
 COMMANDS = [
@@ -47,14 +48,14 @@ def test_every_loading_command_takes_device_and_dtype(argv):
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
 def test_cuda_without_a_gpu_is_one_line_before_anything_loads(argv, no_gpu, monkeypatch, capsys):
-    import clover.loading
+    import clover.api.loading
     import clover.server.app  # noqa: F401 - imported now, so that it keeps the real load_engine
 
     def loaded(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(clover.loading, "load_checkpoint", loaded)
-    monkeypatch.setattr(clover.loading, "load_engine", loaded)
+    monkeypatch.setattr(clover.api.loading, "load_model_dir", loaded)
+    monkeypatch.setattr(clover.api.loading, "load_engine", loaded)
     with pytest.raises(SystemExit) as e:
         main([*argv, "--device", "cuda"])
     err = capsys.readouterr().err.strip()
@@ -68,10 +69,10 @@ def test_quantized_checkpoint_stays_on_the_cpu_under_auto(tmp_path, monkeypatch)
 
     save_model(quantize_model(make_model().float(), 8), tmp_path / "q")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # auto would pick the GPU
-    model, _ = load_checkpoint(tmp_path / "q", 1)
+    model, _ = load_model_dir(tmp_path / "q", 1)
     assert model.lm_head.weight.device.type == "cpu" and model.lm_head.weight.dtype == torch.float32
     with pytest.raises(CheckpointError, match="runs on the CPU only"):
-        load_checkpoint(tmp_path / "q", 1, device="cuda")
+        load_model_dir(tmp_path / "q", 1, device="cuda")
 
 
 def test_llm_in_bf16_generates_and_refuses_a_device_for_a_loaded_engine():

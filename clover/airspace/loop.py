@@ -3,7 +3,7 @@ the model replies in words or the step limit is reached.
 
 The model side is anything with ``chat(messages, tools) -> ModelReply``; two are provided:
 
-* ``LocalModel``: Clover in this process (``clover.llm.LLM``), any policy;
+* ``LocalModel``: Clover in this process (``clover.api.llm.LLM``), any policy;
 * ``OpenAIModel``: any OpenAI-compatible endpoint through the ``openai`` client (``clover serve``
   or another server), given its ``base_url`` and ``api_key``.
 
@@ -118,12 +118,12 @@ def run_agent(
 
 # -- the model side -------------------------------------------------------------------------------
 class LocalModel:
-    """Clover in this process: ``llm`` is a ``clover.llm.LLM``, or what ``LLM(...)`` takes (a
+    """Clover in this process: ``llm`` is a ``clover.api.llm.LLM``, or what ``LLM(...)`` takes (a
     checkpoint directory, a cached repo id, an ``Engine``; None: the bundled model)."""
 
     def __init__(self, llm=None, *, policy: str | None = None, threshold: float | None = None,
                  max_tokens: int = MAX_TOKENS, threads: int | None = None, **request):  # fmt: skip
-        from clover.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
+        from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
         self.request = {"max_tokens": max_tokens, "temperature": 0, **request}

@@ -120,9 +120,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
+        from clover.api.llm import LLM
         from clover.commands.common import device_setup
         from clover.engine import POLICIES
-        from clover.llm import LLM
 
         policy = args.policy
         if policy is not None and policy not in POLICIES:

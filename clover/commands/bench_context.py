@@ -64,8 +64,8 @@ class _SyntheticHistory:
 def run_context(args: argparse.Namespace) -> int:
     import torch
 
+    from clover.api.loading import place_model
     from clover.engine import Engine, Finished, SamplingParams
-    from clover.loading import place_model
     from clover.model import CloverForBlockDiffusion, preset
 
     device, dtype = device_setup(args, "clover bench context")

@@ -103,7 +103,7 @@ def _expressible(engine, tok, groups) -> list:
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.airspace.decisions import load_groups
     from clover.api.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.loading import load_engine
+    from clover.api.loading import load_engine
 
     device_setup(args, "clover bench decisions")
     set_threads(args.threads)

@@ -14,6 +14,7 @@ import sys
 
 from clover.api.settings import add_decoding_flags, decoding_values
 from clover.data.task import get_task, model_task, task_names
+from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -45,10 +46,10 @@ class Parser(argparse.ArgumentParser):
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None, device="auto", dtype="auto"):
     """A checkpoint directory (default: the bundled model) → (model, tokenizer or None), on
     ``device`` in ``dtype`` (``--device`` / ``--dtype``); a problem is a one-line ``clover: ...`` exit."""
-    from clover.loading import load_checkpoint
+    from clover.api.loading import load_model_dir
 
     try:
-        return load_checkpoint(model_dir, threads, device, dtype)
+        return load_model_dir(model_dir, threads, device, dtype)
     except (FileNotFoundError, ValueError) as e:
         print(f"clover: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -56,8 +57,6 @@ def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None, 
 
 def add_device_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
     """``--device`` and ``--dtype``: where the model runs and in what precision."""
-    from clover.loading import DEVICES, DTYPES
-
     p.add_argument(
         "--device",
         choices=DEVICES,
@@ -78,8 +77,6 @@ def device_setup(args: argparse.Namespace, command: str = "clover"):
     for the checkpoint's own), for a model the command builds itself; a checkpoint loads with the
     flags as given (``auto`` keeps a quantized one on the CPU). A GPU asked for and not there is a
     one-line exit naming the flag."""
-    from clover.loading import resolve_device, resolve_dtype
-
     try:
         device = resolve_device(args.device)
     except ValueError as e:

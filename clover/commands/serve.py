@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from clover.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
+from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "create_app": "clover.server.app",
-    "load_engine": "clover.loading",
+    "load_engine": "clover.api.loading",
     "AsyncEngine": "clover.server.async_engine",
     "EngineFailure": "clover.server.async_engine",
     "QueueFull": "clover.server.async_engine",
@@ -18,7 +18,7 @@ _EXPORTS = {
 __all__ = ["AsyncEngine", "EngineFailure", "QueueFull", "create_app", "load_engine"]
 
 if TYPE_CHECKING:
-    from clover.loading import load_engine
+    from clover.api.loading import load_engine
     from clover.server.app import create_app
     from clover.server.async_engine import AsyncEngine, EngineFailure, QueueFull
 

@@ -19,9 +19,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clover.api.errors import APIError, from_validation, server_error, too_large, unauthorized
+from clover.api.loading import PREFIX_CACHE_MB, load_engine
 from clover.api.protocol import model_limits
 from clover.engine import Engine
-from clover.loading import PREFIX_CACHE_MB, load_engine
 from clover.server.agent import router as agent_router
 from clover.server.async_engine import AsyncEngine
 from clover.server.metrics import Metrics
@@ -49,7 +49,7 @@ def create_app(
     dtype: str = "auto",
 ) -> FastAPI:
     """The app over an engine, or over a checkpoint it loads onto ``device`` in ``dtype``
-    (``clover.loading.resolve_device`` / ``resolve_dtype``)."""
+    (``clover.api.loading.resolve_device`` / ``resolve_dtype``)."""
     if isinstance(engine_or_model_dir, Engine):
         engine = engine_or_model_dir
     else:

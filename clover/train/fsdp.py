@@ -25,7 +25,6 @@ from torch import nn
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.model.layers import RotaryEmbedding
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _BLOCK_ELEMENTS = 1 << 16  # values drawn per seeded generator (whole rows, at least one)
 
 

@@ -22,9 +22,10 @@ from clover.data.tokenizer import CloverTokenizer, train_tokenizer
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.model.config import ConfigError
 from clover.model.io import CheckpointError, load_config, resolve_dir, save_model
+from clover.ops.device import resolve_dtype
 from clover.train.ar import ArTrainer, build_model, evaluate_ar
 from clover.train.checkpoint import gather_model_state, latest_checkpoint
-from clover.train.fsdp import DTYPES, apply_checkpointing, build_sharded, is_sharded, single_process_group
+from clover.train.fsdp import apply_checkpointing, build_sharded, is_sharded, single_process_group
 from clover.train.hf import load_hf_state, save_hf
 from clover.train.objective import MaskingConfig, block_loss, build_batch, noisy_blocks
 from clover.train.recipes import Recipe, chat_source, fit_to_length, read_chat_jsonl
@@ -329,7 +330,7 @@ def build_clover_model(run: Run) -> tuple[CloverForBlockDiffusion, bool, list | 
         if run.world == 1:
             single_process_group(run.device)
         fresh = run.init_dir is None or spec.grow  # a warm start sets every weight
-        model = build_sharded(config, run.device, DTYPES[spec.dtype], spec.activation_checkpointing,
+        model = build_sharded(config, run.device, resolve_dtype(spec.dtype, run.device), spec.activation_checkpointing,
                               run.recipe.train.seed, init=fresh)  # fmt: skip
     else:
         model = CloverForBlockDiffusion(config)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
+from clover.ops.device import resolve_device
 from clover.train.checkpoint import _is_hf, gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from clover.train.fsdp import is_sharded, shard
 from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
@@ -63,14 +64,10 @@ def _dist() -> tuple[int, int]:
 
 def train_device(device: str = "auto") -> torch.device:
     """Where training runs: ``auto`` is this process's GPU when there is one (under torchrun the
-    one of its ``LOCAL_RANK``), else the CPU; ``cpu`` / ``cuda`` force it."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"unknown device {device!r}: use auto, cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda asked for, but torch sees no GPU here")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if device == "cuda" else torch.device("cpu")
+    one of its ``LOCAL_RANK``), else the CPU; ``cpu`` / ``cuda`` force it (``resolve_device``: a GPU
+    torch cannot see is a ValueError that says so)."""
+    dev = resolve_device(device)
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if dev.type == "cuda" else dev
 
 
 def setup_distributed(device: torch.device | None = None) -> tuple[int, int]:

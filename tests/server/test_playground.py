@@ -116,7 +116,7 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
     message's two calls run on the server (POST /v1/agent/execute), the results go back to the
     model, which replies in words; the map shows the drone returning and the zone lifted."""
     from clover.airspace.world import World
-    from clover.loading import load_engine
+    from clover.api.loading import load_engine
 
     world = World.seeded(0, area_deg=0.4)
     assert world.drones["D-18"].status == "hovering" and "Lower Arena" in world.zones

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from clover.model import CloverForBlockDiffusion, preset
-from clover.train.fsdp import DTYPES, build_sharded, local_rows, single_process_group
+from clover.train.fsdp import build_sharded, local_rows, single_process_group
 from clover.train.trainer import TrainConfig, Trainer, setup_distributed
 from tests.train.copy_task import copy_source
 
@@ -69,7 +69,7 @@ def train() -> dict:
         torch.manual_seed(0)
         model = CloverForBlockDiffusion(config)
     else:
-        model = build_sharded(config, torch.device("cpu"), DTYPES[args.dtype], args.ac)
+        model = build_sharded(config, torch.device("cpu"), getattr(torch, args.dtype), args.ac)
     seen = {"calls": 0, "dtype": None}
 
     def hook(module, inputs):  # a pre-hook: a recompute stops once it has what backward needs

@@ -180,5 +180,5 @@ def test_device_cuda_without_a_gpu_is_refused_before_anything_is_written(tmp_pat
     assert train_device("cpu").type == "cpu"
     if not torch.cuda.is_available():
         r = _train("--device", "cuda", "--out", tmp_path / "run", "--steps", 1)
-        assert r.returncode != 0 and "torch sees no GPU" in r.stderr and "Traceback" not in r.stderr
+        assert r.returncode != 0 and "no CUDA GPU is visible to torch" in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "run").exists()

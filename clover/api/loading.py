@@ -1,0 +1,82 @@
+"""Loading a checkpoint to serve: a directory or a cached repo id (default: the bundled model) →
+the model and its tokenizer, or an ``Engine`` ready to serve text. ``clover.LLM``, the server and
+the command line all load through here; the engine core itself never reads files. Which device
+and dtype ``auto`` means is ``clover.ops.device``'s (training resolves them there too).
+
+torch and the model are imported on first use (deferred imports below), so the command line can
+read ``PREFIX_CACHE_MB`` for its help text without paying for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clover.ops.device import resolve_device, resolve_dtype
+
+if TYPE_CHECKING:
+    import torch
+
+    from clover.engine import Engine
+
+# the server keeps prompts' committed blocks for prompts that start with them (an agent's next
+# turn; clover.engine.prefix_cache), up to this many megabytes
+PREFIX_CACHE_MB = 256
+def place_model(model, device: torch.device | str, dtype: torch.dtype | None = None):
+    """A model built in memory (random weights, a benchmark's preset) onto ``device`` in ``dtype``
+    (None: as it is), its rope frequencies kept in at least fp32 as ``load_model`` leaves them."""
+    import torch
+
+    if model.config.quantization is not None and torch.device(device).type != "cpu":
+        raise ValueError("a quantized model runs on the CPU only (its int8/int4 kernels are CPU ones)")
+    rope = model.model.rotary_emb
+    inv_freq = rope.inv_freq
+    model.to(device)
+    if dtype is not None:
+        model.to(dtype)  # a quantized model's integer weights and bf16 scales stay as they are
+    rope.inv_freq = inv_freq.to(device=device, dtype=torch.promote_types(torch.float32, dtype or inv_freq.dtype))
+    return model
+
+
+def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dtype="auto"):
+    """A checkpoint directory or cached repo id (default: the bundled model) → (model, tokenizer
+    or None when the directory has no ``tokenizer.json``), the model on ``device`` in ``dtype``
+    (``resolve_device``, ``resolve_dtype``; ``auto`` keeps a quantized checkpoint on the CPU,
+    where its kernels are). A missing directory is a FileNotFoundError, a corrupt tokenizer file
+    or a device torch cannot see a ValueError, a bad checkpoint a CheckpointError, each naming
+    the path."""
+    import torch
+
+    resolve_device(device)  # a GPU asked for and not there: say so before reading anything
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
+    if model_dir is None:
+        from clover.data import default_model_dir
+
+        model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
+    from clover.model.io import load_config, load_model, resolve_dir
+
+    path = resolve_dir(model_dir)
+    if not path.is_dir():
+        what = "a file, not a checkpoint directory" if path.exists() else "no such directory"
+        raise FileNotFoundError(f"{path}: {what} (give a Clover checkpoint directory or a cached repo id)")
+    dev = resolve_device(device, cpu_only=load_config(path).quantization is not None)
+    model = load_model(path, dev, resolve_dtype(dtype, dev))
+    if not (path / "tokenizer.json").exists():
+        return model, None
+    from clover.data.tokenizer import CloverTokenizer
+
+    return model, CloverTokenizer.load(path)  # a corrupt tokenizer file: ValueError naming it
+
+
+def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
+                prefix_cache_mb: float = PREFIX_CACHE_MB, device="auto", dtype="auto") -> Engine:  # fmt: skip
+    """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer, the
+    model on ``device`` in ``dtype`` (as ``load_model_dir``)."""
+    from clover.engine import Engine
+
+    model, tokenizer = load_model_dir(model_dir, threads, device, dtype)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
+    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb)
