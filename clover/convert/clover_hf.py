@@ -13,7 +13,6 @@ from pathlib import Path
 
 from clover.convert.shards import ConversionError, read_json
 from clover.model.config import CloverConfig, ConfigError
-from clover.model.io import CheckpointError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -43,7 +42,7 @@ def is_clover_export(src: Path) -> bool:
 
 def from_export(src: Path, out: Path, max_shard_bytes: int = 2 << 30) -> ExportConversionReport:
     """Convert the exported folder ``src`` into the Clover checkpoint ``out``."""
-    from clover.convert.weights import copy_weights, expected_tensors
+    from clover.convert.weights import copy_into, expected_tensors
 
     t0 = time.time()
     fields = {f.name for f in dataclasses.fields(CloverConfig)}
@@ -54,13 +53,7 @@ def from_export(src: Path, out: Path, max_shard_bytes: int = 2 << 30) -> ExportC
         config = CloverConfig.from_dict(d)
     except (ConfigError, TypeError) as e:
         raise ConversionError(f"{src / 'config.json'}: {e}") from None
-    if out.exists() and out.resolve() == src.resolve():
-        raise ConversionError("--out must differ from --from")
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        files = copy_weights(src, out, config, max_shard_bytes, always_index=False)
-    except CheckpointError as e:
-        raise ConversionError(str(e)) from None
+    files = copy_into(src, out, config, max_shard_bytes, False, ConversionError)
     config.save(out / "config.json")
     copied = [n for n in TOKENIZER_FILES if (src / n).exists()]
     for name in copied:

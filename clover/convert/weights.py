@@ -75,3 +75,17 @@ def copy_weights(src: Path, out: Path, config: CloverConfig, max_shard_bytes: in
         weight_map = {k: name for name, keys in zip(names, groups) for k in keys}
         (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
     return names
+
+
+def copy_into(
+    src: Path, out: Path, config: CloverConfig, max_shard_bytes: int, always_index: bool, error: type[Exception]
+) -> list[str]:
+    """``copy_weights`` into ``out``, created if need be and never ``src`` itself; every problem is
+    raised as ``error`` (the caller's one-line error type)."""
+    if out.exists() and out.resolve() == src.resolve():
+        raise error("the output folder must differ from the source folder")
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return copy_weights(src, out, config, max_shard_bytes, always_index)
+    except CheckpointError as e:
+        raise error(str(e)) from None

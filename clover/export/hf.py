@@ -81,7 +81,7 @@ def export_problems(config: CloverConfig) -> list[str]:
 
 def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 << 30) -> ExportReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) into ``out``."""
-    from clover.convert.weights import copy_weights
+    from clover.convert.weights import copy_into
     from clover.export.card import model_card
 
     t0 = time.time()
@@ -93,13 +93,7 @@ def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 <
     if problems := export_problems(config):
         raise ExportError(f"{src}: " + "; ".join(problems))
     out = Path(out)
-    if out.exists() and out.resolve() == src.resolve():
-        raise ExportError("--out must differ from --model")
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        files = copy_weights(src, out, config, max_shard_bytes, always_index=True)
-    except CheckpointError as e:
-        raise ExportError(str(e)) from None
+    files = copy_into(src, out, config, max_shard_bytes, True, ExportError)
     index = json.loads((out / "model.safetensors.index.json").read_text())
     dtypes = {str(d).removeprefix("torch.") for _, d, _ in read_header(out).values()}
     hf = {**config.to_dict(), "model_type": "clover", "architectures": [ARCHITECTURE], "auto_map": AUTO_MAP}
