@@ -51,8 +51,9 @@ passes fill them in parallel; a finished block is committed into a cache that la
 | vocabulary | {config.vocab_size} |
 | alignment | {shift} |
 
-The modeling code (`configuration_clover.py`, `modeling_clover.py`, `generation_clover.py`) needs
-torch and transformers only; it is plain PyTorch, written for correctness rather than speed.
+The modeling code (`configuration_clover.py`, `modeling_clover.py` with `layers_clover.py` and
+`gdn_clover.py`, `generation_clover.py`) needs torch and transformers only; it is plain PyTorch,
+written for correctness rather than speed.
 
 ## Load and generate
 

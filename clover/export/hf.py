@@ -21,7 +21,13 @@ from clover.model.config import CloverConfig
 from clover.model.io import CheckpointError, load_config, read_header, resolve_dir
 
 HF_MODEL = Path(__file__).with_name("hf_model")
-MODELING_FILES = ("configuration_clover.py", "modeling_clover.py", "generation_clover.py")
+MODELING_FILES = (
+    "configuration_clover.py",
+    "modeling_clover.py",
+    "layers_clover.py",
+    "gdn_clover.py",
+    "generation_clover.py",
+)
 AUTO_MAP = {
     "AutoConfig": "configuration_clover.CloverConfig",
     "AutoModel": "modeling_clover.CloverModel",
