@@ -103,6 +103,7 @@ def bundled(bundled_export):
             {"prompts": prompts[:5], "policy": "ar", "max_new_tokens": MAX_TOKENS, "block_size": None},
         ],
         "chats": chats,
+        "automodel": cases[0][0],
         "lora": str(d["root"] / "lora_merged"),
     }
     d.update(prompts=prompts, chats=chats, cases=cases, policy=DEFAULT_POLICY)

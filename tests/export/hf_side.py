@@ -63,6 +63,12 @@ def main(export: str, job_path: str, result_path: str) -> None:
         for messages, tools in job["chats"]:
             out = tok.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True)
             res["chats"].append(list(out["input_ids"] if hasattr(out, "keys") else out))
+    if job.get("automodel") is not None:  # the backbone alone: its final hidden states
+        from transformers import AutoModel
+
+        base = AutoModel.from_pretrained(export, trust_remote_code=True, dtype=torch.float32)
+        with torch.no_grad():
+            res["hidden"] = (type(base).__name__, base(job["automodel"]).last_hidden_state)
     if job.get("lora"):
         res["lora"] = lora_step(model, job["lora"])
     torch.save(res, result_path)

@@ -79,3 +79,11 @@ def test_lora_step_and_back_to_clover(bundled, tmp_path):
     with torch.no_grad():
         want = model.forward_train(x0, x0).logits
     assert rel_err(lora["merged_logits"], want) <= LOGIT_RTOL
+
+
+def test_automodel_gives_the_final_hidden_states(bundled):
+    name, hidden = bundled["result"]["hidden"]
+    x0 = bundled["cases"][0][0]
+    with torch.no_grad():
+        want = bundled["model"].forward_train(x0, x0, return_hidden=True).hidden  # no shift in this model
+    assert name == "CloverModel" and rel_err(hidden, want) <= LOGIT_RTOL

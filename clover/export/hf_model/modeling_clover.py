@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 from .configuration_clover import ATTN, CloverConfig
 from .gdn_clover import GatedDeltaNetMixer, acc_dtype, shift
@@ -94,6 +94,12 @@ class CloverPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["CloverDecoderLayer"]
     supports_gradient_checkpointing = False
 
+    def check_block_size(self, block_size: int | None) -> int:
+        bs = self.config.block_size if block_size is None else block_size
+        if not isinstance(bs, int) or bs <= 0 or bs > self.config.max_block_size:
+            raise ValueError(f"block_size must be an integer in [1, {self.config.max_block_size}], got {bs!r}")
+        return bs
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """Fresh weights (a model built from a config alone); loaded checkpoints overwrite them."""
@@ -120,6 +126,34 @@ class CloverModel(CloverPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
+
+    def streams(self, input_ids, attention_mask=None, noisy_input_ids=None, block_size=None):
+        """The training forward's layers: the clean stream ``input_ids [B, T]`` and the noisy one
+        (``noisy_input_ids``, or None), padded to whole blocks, through every layer and the final
+        norm. Returns (clean ``[B, T', H]``, noisy or None, T' = T rounded up to whole blocks)."""
+        bs = self.check_block_size(block_size)
+        B, T = input_ids.shape
+        valid = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
+        if attention_mask is not None:
+            valid = attention_mask.bool()
+            if bool((valid[:, 1:] & ~valid[:, :-1]).any()):
+                raise ValueError("attention_mask: padding must come at the end of each row (right padding)")
+        nb = -(-T // bs)
+        pad = nb * bs - T  # whole blocks; the padding is not valid, so a ragged last block counts its real tokens
+        fill = self.config.pad_token_id or 0
+        x0, valid = F.pad(input_ids, (0, pad), value=fill), F.pad(valid, (0, pad))
+        hc = self.embed_tokens(x0)
+        hn = None if noisy_input_ids is None else self.embed_tokens(F.pad(noisy_input_ids, (0, pad), value=fill))
+        r = rope(self.config, torch.arange(nb * bs, device=x0.device)[None].expand(B, -1), hc.dtype)
+        for layer in self.layers:
+            hc, hn = layer(hc, r, valid, bs, hn, r)
+        return self.norm(hc), None if hn is None else self.norm(hn), nb * bs
+
+    def forward(self, input_ids, attention_mask=None, noisy_input_ids=None, block_size=None, **kwargs):
+        """The final hidden states ``[B, T, H]`` of the noisy stream (of the clean one when
+        ``noisy_input_ids`` is None), position i at row i (see ``streams``)."""
+        hc, hn, _ = self.streams(input_ids, attention_mask, noisy_input_ids, block_size)
+        return BaseModelOutput(last_hidden_state=(hc if hn is None else hn)[:, : input_ids.shape[1]])
 
 
 class CloverForCausalLM(BlockDiffusionGenerationMixin, CloverPreTrainedModel, GenerationMixin):
@@ -149,12 +183,6 @@ class CloverForCausalLM(BlockDiffusionGenerationMixin, CloverPreTrainedModel, Ge
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
-    def check_block_size(self, block_size: int | None) -> int:
-        bs = self.config.block_size if block_size is None else block_size
-        if not isinstance(bs, int) or bs <= 0 or bs > self.config.max_block_size:
-            raise ValueError(f"block_size must be an integer in [1, {self.config.max_block_size}], got {bs!r}")
-        return bs
-
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -175,28 +203,13 @@ class CloverForCausalLM(BlockDiffusionGenerationMixin, CloverPreTrainedModel, Ge
         do), and, with ``labels [B, T]`` (the target token per position, -100 where no loss), the
         mean cross-entropy over the positions with a target."""
         bs = self.check_block_size(block_size)
-        B, T = input_ids.shape
-        valid = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
-        if attention_mask is not None:
-            valid = attention_mask.bool()
-            if bool((valid[:, 1:] & ~valid[:, :-1]).any()):
-                raise ValueError("attention_mask: padding must come at the end of each row (right padding)")
-        nb = -(-T // bs)
-        pad = nb * bs - T  # whole blocks; the padding is not valid, so a ragged last block counts its real tokens
-        fill = self.config.pad_token_id or 0
-        x0, valid = F.pad(input_ids, (0, pad), value=fill), F.pad(valid, (0, pad))
-        emb = self.model.embed_tokens
-        hc = emb(x0)
-        hn = None if noisy_input_ids is None else emb(F.pad(noisy_input_ids, (0, pad), value=fill))
-        r = rope(self.config, torch.arange(nb * bs, device=x0.device)[None].expand(B, -1), hc.dtype)
-        for layer in self.model.layers:
-            hc, hn = layer(hc, r, valid, bs, hn, r)
-        hc = self.model.norm(hc)
-        hn = hc if hn is None else self.model.norm(hn)
+        T = input_ids.shape[1]
+        hc, hn, width = self.model.streams(input_ids, attention_mask, noisy_input_ids, bs)
+        hn = hc if hn is None else hn
         if self.config.shift_logits:
             # row i reads position i-1: the noisy stream inside a block, the clean stream at a block's
             # start (the first token of block b is predicted by the last clean token of block b-1)
-            start = (torch.arange(nb * bs, device=x0.device) % bs == 0)[None, :, None]
+            start = (torch.arange(width, device=hc.device) % bs == 0)[None, :, None]
             hn = torch.where(start, shift(hc, 1), shift(hn, 1))
         logits = self.lm_head(hn[:, :T])
         loss = None
