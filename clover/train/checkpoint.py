@@ -1,6 +1,7 @@
 """Atomic training checkpoints gathered to rank 0: model (Clover format, or Hugging Face format
 for the AR base), optimizer (safetensors), trainer state (JSON). A Clover model sharded by FSDP2
-is checkpointed shard by shard instead (``sharded_checkpoint``); ``load_checkpoint`` reads both.
+is checkpointed shard by shard instead (``sharded_checkpoint``); ``write_checkpoint`` and
+``load_checkpoint`` pick the format with ``layout.checkpoint_format``.
 
 Layout: ``run/step-00001000/{config.json, model.safetensors, optimizer.safetensors, state.json}``
 and ``run/latest`` naming the newest complete one. A step directory is written under a temporary
@@ -11,14 +12,17 @@ leaves a broken checkpoint behind. No pickle anywhere.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from clover.model.io import CheckpointError, load_model, save_model
+from clover.train.hf import load_hf_state, save_hf
+from clover.train.layout import HF, SHARDED, checkpoint_format, publish
+from clover.train.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
 
 
 def _opts(gather_to_rank0: bool = True):
@@ -43,6 +47,21 @@ def gather_state(model, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
     return msd, osd.get("state", {})
 
 
+def write_checkpoint(run_dir: str | Path, step: int, model, opt: torch.optim.Optimizer, state: dict,
+                     tokenizer=None) -> None:  # fmt: skip
+    """Checkpoint a run in its model's format; every rank calls it. Sharded: every rank writes its
+    shards; otherwise the state is gathered and rank 0 writes it, and no rank goes on before the
+    checkpoint is complete."""
+    if checkpoint_format(model) == SHARDED:
+        save_sharded_checkpoint(run_dir, step, model, opt, state, tokenizer=tokenizer)
+        return
+    gathered = gather_state(model, opt)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        save_checkpoint(run_dir, step, model, opt, state, tokenizer=tokenizer, gathered=gathered)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -62,9 +81,7 @@ def save_checkpoint(
     tmp = run / f".step-{step:08d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     msd, osd = gathered if gathered is not None else gather_state(model, opt)
-    if _is_hf(model):
-        from clover.train.hf import save_hf
-
+    if checkpoint_format(model) == HF:
         save_hf(model, tokenizer, tmp, state=msd)
     else:
         save_model(model, tmp, state=msd)
@@ -81,49 +98,15 @@ def save_checkpoint(
     return publish(tmp, final, {**state, "step": step, "optimizer_scalars": scalars}, keep)
 
 
-def publish(tmp: Path, final: Path, state: dict, keep: int) -> Path:
-    """Finish a checkpoint written under ``tmp``: its ``state.json``, the rename to ``final``,
-    ``latest`` replaced atomically, then all but the newest ``keep`` step directories removed."""
-    run = final.parent
-    (tmp / "state.json").write_text(json.dumps(state, indent=1))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    latest_tmp = run / ".latest.tmp"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, run / "latest")
-    for old in sorted(run.glob("step-*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def _is_hf(model) -> bool:
-    """A transformers model (the AR base), saved in its own format."""
-    return hasattr(model, "save_pretrained")
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    run = Path(run_dir)
-    f = run / "latest"
-    if not f.exists():
-        return None
-    p = run / f.read_text().strip()
-    if not (p / "state.json").exists():
-        raise CheckpointError(f"{f} points to {p}, which is not a complete checkpoint")
-    return p
-
-
 def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     """Load weights into ``model`` (must fit its config) and state into ``opt``; returns trainer
     state. Works on a plain or an FSDP2-sharded model (every rank reads the files)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
 
-    from clover.train.sharded_checkpoint import is_sharded_checkpoint, load_sharded_checkpoint
-
-    if is_sharded_checkpoint(path):
+    fmt = checkpoint_format(model, path)
+    if fmt == SHARDED:
         return load_sharded_checkpoint(path, model, opt)
-    if _is_hf(model):
-        from clover.train.hf import load_hf_state
-
+    if fmt == HF:
         weights = load_hf_state(path, model)
     else:
         src = load_model(path)

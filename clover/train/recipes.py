@@ -309,7 +309,7 @@ def chat_source(tok: CloverTokenizer, examples: list[dict], recipe: Recipe, seed
     def source(step: int) -> dict[str, torch.Tensor]:
         rng = random.Random(f"chat-{seed}-{step}")
         rows = [
-            encode_example(tok, rng.choice(examples), recipe.max_len, recipe.train.block_size, rng)
+            encode_example(tok, rng.choice(examples), recipe.max_len, recipe.train.block_size_at(step), rng)
             for _ in range(recipe.batch_size)
         ]
         return collate(rows, tok.pad_token_id)

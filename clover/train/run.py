@@ -24,9 +24,10 @@ from clover.model.config import ConfigError
 from clover.model.io import CheckpointError, load_config, resolve_dir, save_model
 from clover.ops.device import resolve_dtype
 from clover.train.ar import ArTrainer, build_model, evaluate_ar
-from clover.train.checkpoint import gather_model_state, latest_checkpoint
+from clover.train.checkpoint import gather_model_state
 from clover.train.fsdp import apply_checkpointing, build_sharded, is_sharded, single_process_group
 from clover.train.hf import load_hf_state, save_hf
+from clover.train.layout import latest_checkpoint
 from clover.train.objective import MaskingConfig, block_loss, build_batch, noisy_blocks
 from clover.train.recipes import Recipe, chat_source, fit_to_length, read_chat_jsonl
 from clover.train.sharded_checkpoint import write_model_dir
@@ -321,6 +322,8 @@ def build_clover_model(run: Run) -> tuple[CloverForBlockDiffusion, bool, list | 
         base = CloverConfig.load(ck / "config.json") if ck is not None else run.init_config
         if base is not None:
             config = CloverConfig.from_dict({**base.to_dict(), **run.over.get("model", {})})
+            if run.data is None:  # trained on its recipe's corpus: the model now answers that recipe's task
+                config.extra = {**config.extra, **run.recipe.model_config(run.tok).extra}
         else:
             config = run.recipe.model_config(run.tok)
     except (ConfigError, TypeError) as e:  # e.g. a --config model field of the wrong type

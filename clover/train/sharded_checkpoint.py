@@ -29,14 +29,9 @@ import torch
 import torch.distributed as dist
 
 from clover.model.io import INDEX, CheckpointError, load_config
-from clover.train.checkpoint import publish
+from clover.train.layout import OPTIM, publish
 
-OPTIM = "optimizer"
 _PREFIX = "optim.state."
-
-
-def is_sharded_checkpoint(path: Path) -> bool:
-    return (Path(path) / OPTIM).is_dir()
 
 
 def _rank() -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,10 +22,10 @@ import torch.distributed as dist
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
 from clover.ops.device import resolve_device
-from clover.train.checkpoint import _is_hf, gather_state, latest_checkpoint, load_checkpoint, save_checkpoint
-from clover.train.fsdp import is_sharded, shard
+from clover.train.checkpoint import load_checkpoint, write_checkpoint
+from clover.train.fsdp import shard
+from clover.train.layout import latest_checkpoint
 from clover.train.objective import MaskingConfig, block_loss, build_batch, loss_normalizer, rows_of
-from clover.train.sharded_checkpoint import save_sharded_checkpoint
 
 # --time-budget: steps left untimed (warm-up), then steps timed to fit the schedule to the time
 _UNTIMED, _TIMED = 3, 20
@@ -48,6 +49,20 @@ class TrainConfig:
     ckpt_every: int = 200
     micro_batches: int = 1  # per rank: rows sorted by length, each group padded only to its own longest
     masking: MaskingConfig = field(default_factory=MaskingConfig)
+    # [lo, hi]: each step draws its block size from lo..hi, log-uniformly (as many steps at 1-3 as at
+    # 32-64), so the memory slot's γ·ln n calibration sees many n; None: every step is block_size
+    block_size_range: list[int] | None = None
+
+    def block_size_at(self, step: int) -> int:
+        """The block size of ``step``'s batch: a pure function of (seed, step), so the data source
+        (which fills each answer's last block) and the loop agree, on every rank and on resume."""
+        if self.block_size_range is None:
+            return self.block_size
+        lo, hi = self.block_size_range
+        if not 1 <= lo <= hi:
+            raise ValueError(f"block_size_range must be [lo, hi] with 1 <= lo <= hi, got {self.block_size_range}")
+        u = random.Random(f"block-size-{self.seed}-{step}").random()
+        return min(hi, int(math.exp(math.log(lo) + u * (math.log(hi + 1) - math.log(lo)))))
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup:
@@ -129,20 +144,8 @@ class Trainer:
         self.history: list[dict] = []
 
     def save(self) -> None:
-        """Checkpoint the run. A Clover model sharded by FSDP2: every rank writes its shards
-        (``sharded_checkpoint``); otherwise one full-state checkpoint, gathered to rank 0."""
-        if is_sharded(self.model) and not _is_hf(self.model):
-            state = {"config": asdict(self.cfg)}
-            save_sharded_checkpoint(self.run_dir, self.step, self.model, self.opt, state, tokenizer=self.tokenizer)
-            return
-        gathered = gather_state(self.model, self.opt)
-        if self.rank == 0:
-            state = {"config": asdict(self.cfg)}
-            save_checkpoint(
-                self.run_dir, self.step, self.model, self.opt, state, tokenizer=self.tokenizer, gathered=gathered
-            )
-        if self.world > 1:
-            dist.barrier()  # nobody resumes or exits before the checkpoint is complete
+        """Checkpoint the run in its model's format (``checkpoint.write_checkpoint``)."""
+        write_checkpoint(self.run_dir, self.step, self.model, self.opt, {"config": asdict(self.cfg)}, self.tokenizer)
 
     def resume(self) -> bool:
         if self.run_dir is None or (ck := latest_checkpoint(self.run_dir)) is None:
@@ -159,9 +162,8 @@ class Trainer:
             g["lr"] = cfg.lr_at(step)
         data = self.source(step) if data is None else data
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        batch = build_batch(
-            data["x0"], data["target"], data["valid"], model.config.mask_token_id, cfg.block_size, cfg.masking, gen
-        )
+        bs = cfg.block_size_at(step)
+        batch = build_batch(data["x0"], data["target"], data["valid"], model.config.mask_token_id, bs, cfg.masking, gen)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         norm = loss_normalizer(batch, cfg.masking)  # over the global batch: ranks agree
         local = rows_of(batch, slice(self.rank, None, self.world))
@@ -169,7 +171,7 @@ class Trainer:
         groups = max(1, min(cfg.micro_batches, batch["x0"].shape[0] // self.world))
         loss, stats = 0.0, 0.0
         for part in length_groups(local, groups):
-            part_loss, _, out = block_loss(model, part, cfg.block_size, cfg.masking, normalizer=norm)
+            part_loss, _, out = block_loss(model, part, bs, cfg.masking, normalizer=norm)
             loss, stats = loss + part_loss, stats + out.router_stats  # [L, 2, E] sums over this rank's tokens
         if self.world > 1:
             counts = stats[:, 0].detach().clone()
@@ -180,7 +182,7 @@ class Trainer:
             loss = loss * self.world
         else:
             aux = torch.stack([balance_loss(s, model.config.num_experts_per_tok) for s in stats]).mean()
-        return {**self._update(step, loss, aux, data), "masked": int(batch["mask"].sum())}
+        return {**self._update(step, loss, aux, data), "masked": int(batch["mask"].sum()), "block_size": bs}
 
     def _update(self, step: int, loss: torch.Tensor, aux: torch.Tensor, data: dict[str, torch.Tensor]) -> dict:
         """Backward ``loss`` + the MoE balance term, clip, step; the step's figures (loss and aux

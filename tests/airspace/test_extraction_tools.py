@@ -96,3 +96,14 @@ def test_an_altitude_without_its_unit_is_refused():
     res = execute(_world(), "update_waypoint", {"drone_id": "D-5", "waypoint_index": 2, "lat": 3.5, "lon": 4.5,
                                                 "altitude": 300})  # fmt: skip
     assert "altitude and altitude_unit go together" in res["error"]
+
+
+def test_the_task_seam_knows_both_versions_and_a_model_names_its_own():
+    from clover.data.task import all_recipes, get_task, model_task
+
+    assert get_task("airspace2").tools() == EXTRACTION_TOOLS
+    assert {"airspace", "airspace-ar", "airspace2"} <= set(all_recipes())
+    cfg = type("C", (), {"extra": {"recipe": "airspace2", "task": "airspace2"}})()
+    assert model_task(cfg).name == "airspace2"
+    old = type("C", (), {"extra": {"recipe": "airspace"}})()
+    assert model_task(old).name == "airspace" and model_task(None, default=True).name == "airspace"

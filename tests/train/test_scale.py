@@ -97,13 +97,13 @@ def test_sharded_checkpoint_from_two_processes_resumes_in_one(tmp_path):
     only: nothing pickled) whose directory is also a model directory; resumed in one process it
     continues with the losses of the uninterrupted run."""
     from clover.model.io import load_model
-    from clover.train.sharded_checkpoint import is_sharded_checkpoint
+    from clover.train.layout import SHARDED, checkpoint_format
 
     full = _worker(tmp_path, "full", 2, "--dtype", "bfloat16", "--ac")["losses"]
     run = tmp_path / "run"
     first = _worker(tmp_path, "first", 2, "--dtype", "bfloat16", "--ac", "--ckpt", run, "--until", 3)["losses"]
     step = run / "step-00000003"
-    assert (run / "latest").read_text() == step.name and is_sharded_checkpoint(step)
+    assert (run / "latest").read_text() == step.name and checkpoint_format(None, step) == SHARDED
     files = [f for f in step.rglob("*") if f.is_file()]
     assert {f.suffix for f in files} == {".safetensors", ".json"}, files
     assert len(list((step / "optimizer").glob("shard-00002-*.safetensors"))) == 5  # rank 2's file per layer

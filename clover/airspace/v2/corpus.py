@@ -1,0 +1,404 @@
+"""Seeded generator of the second airspace corpus (task ``airspace2``), for the extraction tools.
+
+Kinds of chat (:data:`MIX`): one call or several (in the order mentioned), a tool result to
+summarise, small talk, requests that no tool serves (answered in words, never with a call), a
+tool that is not offered, a missing argument asked for in words, conversations whose last turn
+refers back to an earlier one ("bring it home", "that drone", "instead"), chats offering no tools,
+and plain text that is not a chat at all (``{"kind": "plain", "text", "prompt"}``: a completion of
+``prompt`` continues it).
+
+Held out of train, as in the first corpus: drone numbers 800-999, the last template of every
+list and a hashed share of (template, form) pairs; and whole name families
+(``names.HELDOUT_FAMILIES``). ``example["names"]`` lists the (family, name) pairs a chat uses.
+Gold arguments: lengths as a number and its unit (``tools.EXTRACTION_TOOLS``), times ``HH:MM``,
+ids ``D-<n>``, coordinates with their digits, names and targets exactly as written (without the
+quotes or brackets around them).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+from clover.airspace.corpus import SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace.phrasing import (
+    _MISSION_WORDS,
+    CITIES,
+    Ctx,
+    Pieces,
+    _a,
+    _fill,
+    _pool,
+    coord_pair,
+    coord_surface,
+    drone_forms,
+    drone_number,
+    drone_surface,
+    system_prompt,
+)
+from clover.airspace.tools import MISSION_TYPES
+from clover.airspace.v2 import names
+from clover.airspace.v2.phrasing import (
+    ALT_T,
+    CREATE_T,
+    LIFT_T,
+    MISSION_T,
+    RECALL_T,
+    STATUS_T,
+    UNSERVED_T,
+    WAYPOINT_T,
+    WHEN,
+    WHEN_LABEL,
+    length_surface,
+    quoted,
+    style,
+    time_surface2,
+)
+from clover.airspace.v2.tools import EXTRACTION_TOOLS
+
+SPLITS = ("train", "validation", "test")
+MIX = {"tool_call": 0.25, "compound": 0.2, "tool_result": 0.1, "no_tool": 0.05, "unserved": 0.07,
+       "missing_tool": 0.04, "clarify": 0.08, "follow_up": 0.12, "no_tools": 0.04, "plain": 0.05}  # fmt: skip
+TEXT_KINDS = ("no_tool", "unserved", "missing_tool", "clarify", "no_tools")  # answered in words
+_SPLIT_SEED = {"train": 0, "validation": 1, "test": 2}
+UNSERVED = ("Sorry, none of my tools can do that. I can create and lift no-fly zones, update waypoints, "
+            "assign missions, recall drones and check their status.")  # fmt: skip
+Action = tuple[Pieces, list[tuple[str, dict]]]
+
+
+class Gen(Ctx):
+    """One example's generation state: the first corpus's (rng, split, word pieces, novel) and
+    the names used, with their families."""
+
+    def __init__(self, rng: random.Random, split: str, pieces: tuple[str, ...] = ()):
+        super().__init__(rng, split, pieces)
+        self.names: list[tuple[str, str]] = []
+
+    def name(self, target: bool = False) -> str:
+        n, fam = names.name(self.rng, self.split, target, self.pieces)
+        self.names.append((fam, n))
+        return n
+
+
+# -- actions: gen -> (pieces, [(tool, arguments)]) ----------------------------------------------
+def _window(g: Gen, tid: str, label: bool) -> tuple[str, dict]:
+    k = g.rng.random()
+    mode = "both" if k < 0.3 else "start" if k < 0.4 else "end" if k < 0.52 else None
+    if mode is None:
+        return "", {}
+    s_txt, s = time_surface2(g, tid) if mode != "end" else ("", "")
+    e_txt, e = time_surface2(g, tid) if mode != "start" else ("", "")
+    phrase = g.rng.choice((WHEN_LABEL if label else WHEN)[mode]).format(s=s_txt, e=e_txt)
+    return phrase, {k2: v for k2, v in (("start_time", s), ("end_time", e)) if v}
+
+
+def act_create(g: Gen) -> Action:
+    tid, t = g.template("create2", CREATE_T)
+    t, _, label = t.partition("|")
+    zone = g.name()
+    where, lat, lon = coord_surface(g, tid)
+    r_txt, r, unit = length_surface(g, tid)
+    when, window = _window(g, tid, bool(label))
+    args = {"zone_name": zone, "lat": lat, "lon": lon, "radius": r, "radius_unit": unit, **window}
+    if when and not label and g.rng.random() < 0.2:  # the window first: "From 6pm until 23:00, ..."
+        t, when = when.lstrip(", ").capitalize() + ", " + t, ""
+    return _fill(t, zone=quoted(g.rng, zone), where=where, r=r_txt, when=when), [("create_no_fly_zone", args)]
+
+
+def act_lift(g: Gen) -> Action:
+    _, t = g.template("lift2", LIFT_T)
+    zone = g.name()
+    return _fill(t, zone=quoted(g.rng, zone)), [("lift_no_fly_zone", {"zone_name": zone})]
+
+
+def act_waypoint(g: Gen) -> Action:
+    tid, t = g.template("waypoint2", WAYPOINT_T)
+    d_txt, d = drone_surface(g, tid)
+    c_txt, lat, lon = coord_surface(g, tid)
+    wp = g.rng.randint(1, 12) if g.rng.random() < 0.9 else g.rng.randint(13, 40)
+    args: dict = {"drone_id": d, "waypoint_index": wp, "lat": lat, "lon": lon}
+    alt = ""
+    if g.rng.random() < 0.4:
+        a_txt, a, unit = length_surface(g, tid, altitude=True)
+        args |= {"altitude": a, "altitude_unit": unit}
+        alt = g.rng.choice(ALT_T).format(a=a_txt)
+    return _fill(t, d=d_txt, wp=wp, c=c_txt, alt=alt), [("update_waypoint", args)]
+
+
+def _mission_words(g: Gen) -> tuple[str, str, str]:
+    mt = g.rng.choice(MISSION_TYPES)
+    nouns, verbs = _MISSION_WORDS[mt]
+    return mt, g.rng.choice(nouns), g.rng.choice(verbs)
+
+
+def act_mission(g: Gen) -> Action:
+    tid, t = g.template("mission2", MISSION_T)
+    d_txt, d = drone_surface(g, tid)
+    mt, noun, verb = _mission_words(g)
+    target = g.name(target=True)
+    pieces = _fill(t, d=d_txt, noun=noun, a_noun=_a(noun), verb=verb, t=quoted(g.rng, target))
+    return pieces, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})]
+
+
+def act_recall(g: Gen) -> Action:
+    tid, t = g.template("recall2", RECALL_T)
+    d_txt, d = drone_surface(g, tid)
+    return _fill(t, d=d_txt), [("recall_drone", {"drone_id": d})]
+
+
+def act_status(g: Gen) -> Action:
+    tid, t = g.template("status2", STATUS_T)
+    d_txt, d = drone_surface(g, tid)
+    return _fill(t, d=d_txt), [("get_drone_status", {"drone_id": d})]
+
+
+def act_many(g: Gen, n: int) -> Action:
+    """Several drones in one phrase ("recall drones 3, 5 and 7"): one call each, in order."""
+    tool = g.rng.choice(["recall_drone", "get_drone_status"])
+    nums: list[int] = []
+    while len(nums) < n:
+        x = drone_number(g.rng, g.split)
+        nums += [x] if x not in nums else []
+    items = [g.rng.choice(["D-{}", "d{}", "{}", "#{}"]).format(x) for x in nums]
+    ds = ", ".join(items[:-1]) + g.rng.choice([" and ", " & ", ", ", "/"]) + items[-1]
+    ds = ("drones " if not items[0].startswith(("D", "d")) else "") + ds
+    t = {"recall_drone": ["recall {ds}", "everyone back: {ds}", "RTB {ds}", "bring {ds} home"],
+         "get_drone_status": ["status of {ds}?", "quick check on {ds}", "how are {ds} doing?"]}[tool]  # fmt: skip
+    return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": f"D-{x}"}) for x in nums]
+
+
+ACTIONS = [act_create, act_lift, act_waypoint, act_mission, act_recall, act_status]
+_JOIN = [", then ", "; also ", " and ", ". Also ", ", plus ", ". Next, ", " & ", ". ", ", and then ", "; ", "\n",
+         " - ", ". After that, "]  # fmt: skip
+
+
+def actions(g: Gen, n: int) -> tuple[str, list[tuple[str, dict]]]:
+    """A message with ``n`` calls (several drones in one phrase sometimes), phrases in order."""
+    parts, calls = [], []
+    while len(calls) < n:
+        room = n - len(calls)
+        pieces, cs = act_many(g, g.rng.randint(2, min(room, 3))) if room >= 2 and g.rng.random() < 0.15 else (
+            g.rng.choice(ACTIONS)(g))  # fmt: skip
+        parts.append(pieces)
+        calls += cs
+    if len(parts) > 1 and g.rng.random() < 0.25:  # a numbered or bulleted list
+        fmt = g.rng.choice(["{i}) ", "{i}. ", "- ", "* ", "#{i} "])
+        out: Pieces = []
+        for i, p in enumerate(parts):
+            out += ([("\n", True)] if i else []) + [(fmt.format(i=i + 1), True)] + p
+    else:
+        out = list(parts[0])
+        for p in parts[1:]:
+            out += [(g.rng.choice(_JOIN), True)] + p
+    return style(g.rng, out), calls
+
+
+# -- replies in words ---------------------------------------------------------------------------
+def unserved_message(g: Gen) -> str:
+    _, t = g.template("unserved", UNSERVED_T)
+    d_txt, _ = drone_surface(g, "unserved")
+    r_txt = length_surface(g, "unserved")[0]
+    slots = dict(place=g.name(), time=time_surface2(g, "unserved")[0], d=d_txt, t=g.name(target=True),
+                 city=g.rng.choice(_pool(CITIES, g.split)), n=g.rng.randint(1, 30), zone=g.name(), zone2=g.name(),
+                 r=r_txt)  # fmt: skip
+    return style(g.rng, _fill(t, **{k: v for k, v in slots.items() if "{" + k + "}" in t}))
+
+
+def clarify_message(g: Gen) -> tuple[str, str]:
+    """A request missing what its call needs, and the question that asks for it."""
+    rng = g.rng
+    what = rng.choice(["radius", "unit", "centre", "coords", "target", "drone_recall", "drone_status", "zone"])
+    d_txt, d = drone_surface(g, "clarify")
+    if what in ("radius", "unit", "centre"):
+        zone, where = g.name(), coord_surface(g, "clarify")[0]
+        r_txt, r, _ = length_surface(g, "clarify")
+        text = {"radius": f"create a no-fly zone {quoted(rng, zone)} at {where}",
+                "unit": f"no-fly zone {quoted(rng, zone)} at {where}, radius {r}",
+                "centre": f"set up a {r_txt} no-fly zone called {quoted(rng, zone)}"}[what]  # fmt: skip
+        answer = {"radius": f"What radius should the no-fly zone {zone} have?",
+                  "unit": f"A radius of {r} in which unit: metres, kilometres, feet or nautical miles?",
+                  "centre": f"Where should {zone} be centred? Please give its coordinates."}[what]  # fmt: skip
+    elif what == "coords":
+        wp = rng.randint(1, 12)
+        text, answer = (
+            f"move waypoint {wp} of {d_txt}",
+            f"Where should waypoint {wp} of {d} go? Please give coordinates.",
+        )
+    elif what == "target":
+        _, noun, _ = _mission_words(g)
+        text, answer = f"send {d_txt} on {_a(noun)} mission", f"What is the target of the {noun} mission for {d}?"
+    elif what == "drone_recall":
+        text, answer = (
+            rng.choice(["recall the drone", "bring it back to base", "RTB now"]),
+            "Which drone should I recall?",
+        )
+    elif what == "drone_status":
+        text, answer = rng.choice(["what's the battery?", "status?", "where is it now?"]), "Which drone do you mean?"
+    else:
+        text, answer = rng.choice(["lift the zone", "remove the no-fly zone", "cancel the restriction"]), (
+            "Which no-fly zone should I lift?")  # fmt: skip
+    return style(rng, [(text, False)]), answer
+
+
+# -- follow-ups that refer back ----------------------------------------------------------------
+_DRONE_BACK = {  # phrase about "it" / "that drone" -> the call on the earlier turn's drone
+    "recall_drone": ["bring it home", "actually, call it back instead", "recall that drone", "battery is low, bring it home",
+                     "ok, RTB", "abort, send it back to base", "recall it"],
+    "get_drone_status": ["how's it doing now?", "check on that drone", "and its status?", "where is it now?",
+                         "what's its battery?"],
+}  # fmt: skip
+
+
+def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
+    """An earlier exchange about a drone or a zone, then a turn that refers back to it: (earlier
+    messages, the last turn's calls, its text)."""
+    rng = g.rng
+    first, calls = rng.choice([act_mission, act_status, act_waypoint, act_create, act_recall])(g)
+    name, args = calls[0]
+    history = [{"role": "user", "content": style(rng, first)}, _turn(calls)]
+    if rng.random() < 0.7:  # the calls ran: results and a summary
+        res, summary = tool_result(rng, name, args)
+        history += [{"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res, ensure_ascii=False)},
+                    {"role": "assistant", "content": summary}]  # fmt: skip
+    if name == "create_no_fly_zone":
+        z = args["zone_name"]
+        text = rng.choice(["lift it again", "remove that zone", "cancel it", "actually, lift it", "lift that one"])
+        return history, [("lift_no_fly_zone", {"zone_name": z})], text
+    d = args["drone_id"]
+    k = rng.random()
+    if k < 0.45:
+        tool = rng.choice(["recall_drone", "get_drone_status"])
+        return history, [(tool, {"drone_id": d})], rng.choice(_DRONE_BACK[tool])
+    if k < 0.65:  # the same again, for another drone
+        n2 = drone_number(rng, g.split)
+        d2 = rng.choice(drone_forms(n2))[1]
+        text = rng.choice([f"same for {d2}", f"now do {d2} too", f"and {d2} as well"])
+        return history, [(name, {**args, "drone_id": f"D-{n2}"})], text
+    if k < 0.85:
+        mt, noun, verb = _mission_words(g)
+        target = g.name(target=True)
+        text = rng.choice([f"send it to {verb} {target} instead", f"have that drone {verb} {target}",
+                           f"actually, {_a(noun)} mission at {target} for it"])  # fmt: skip
+        return history, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})], text
+    wp, (lat, lon) = rng.randint(1, 12), coord_pair(rng)
+    text = rng.choice([f"move its waypoint {wp} to {lat}, {lon}", f"and its wp {wp} to {lat} {lon}"])
+    return (
+        history,
+        [("update_waypoint", {"drone_id": d, "waypoint_index": wp, "lat": float(lat), "lon": float(lon)})],
+        text,
+    )
+
+
+# -- plain text -------------------------------------------------------------------------------
+def plain_text(g: Gen) -> dict:
+    """Lines of an operations log or a status report, not a chat; ``prompt`` is its first words."""
+    rng, lines = g.rng, []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        d = f"Drone {drone_number(rng, g.split)}" if rng.random() < 0.5 else f"D-{drone_number(rng, g.split)}"
+        lat, lon = coord_pair(rng)
+        r_txt = length_surface(g, "plain")[0]
+        s, e = time_surface2(g, "plain")[0], time_surface2(g, "plain")[0]
+        lines.append(rng.choice([
+            f"{d} is {rng.choice(['hovering', 'en route', 'returning to base', 'holding', 'charging'])} at {lat}, {lon}, "
+            f"battery {rng.randint(5, 100)}%.",
+            f"{d} is assigned to {_a(_mission_words(g)[1])} mission at {g.name(target=True)}.",
+            f"No-fly zone {g.name()} is active from {s} to {e}, {r_txt} around {lat}, {lon}.",
+            f"{d} landed at base at {s} with {rng.randint(5, 100)}% battery left.",
+            f"Zone {g.name()} was lifted at {e}.",
+            f"{d} reached waypoint {rng.randint(1, 12)} at {s}.",
+        ]))  # fmt: skip
+    text = ("\n" if rng.random() < 0.5 else " ").join(lines)
+    words = text.split(" ")
+    k = rng.randint(1, max(1, min(len(words) - 1, 6)))
+    return {"kind": "plain", "text": text, "prompt": " ".join(words[:k]), "tools": None, "messages": []}
+
+
+# -- examples -----------------------------------------------------------------------------------
+def _turn(calls: list[tuple[str, dict]]) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [_call(i, n, a) for i, (n, a) in enumerate(calls)]}
+
+
+def tools_for(rng: random.Random, need: set[str]) -> list[dict]:
+    """All six tools, or (30 %) a shuffled subset that holds the needed ones."""
+    if rng.random() >= 0.3:
+        return EXTRACTION_TOOLS
+    tools = [t for t in EXTRACTION_TOOLS if t["function"]["name"] in need or rng.random() < 0.5]
+    rng.shuffle(tools)
+    return tools
+
+
+def example(rng: random.Random, split: str, mix: dict[str, float] | None = None, pieces: tuple[str, ...] = ()) -> dict:
+    """One example drawn with ``rng`` (the module docstring says what it holds)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    mix = mix or MIX
+    g = Gen(rng, split, pieces)
+    kind = rng.choices(list(mix), weights=list(mix.values()))[0]
+    user = lambda text: {"role": "user", "content": text}  # noqa: E731
+    said = lambda text: {"role": "assistant", "content": text}  # noqa: E731
+    if kind == "plain":
+        return {**plain_text(g), "split": split, "novel": g.novel, "names": g.names}
+    if kind in ("tool_call", "compound"):
+        text, calls = actions(g, 1 if kind == "tool_call" else rng.randint(2, 5))
+        msgs, tools = [user(text), _turn(calls)], tools_for(rng, {c[0] for c in calls})
+    elif kind == "tool_result":
+        text, calls = actions(g, rng.choice([1, 1, 2]))
+        results = [tool_result(rng, n, a) for n, a in calls]
+        msgs = [user(text), _turn(calls)]
+        msgs += [{"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
+                 for i, (r, _) in enumerate(results)]  # fmt: skip
+        msgs.append(said(" ".join(s for _, s in results)))
+        tools = tools_for(rng, {c[0] for c in calls})
+    elif kind == "follow_up":
+        history, calls, text = follow_up(g)
+        history = [dict(m, weight=0) if m["role"] == "assistant" else m for m in history]
+        msgs, tools = [*history, user(style(rng, [(text, True)])), _turn(calls)], EXTRACTION_TOOLS
+    elif kind == "unserved":
+        msgs, tools = [user(unserved_message(g)), said(UNSERVED)], EXTRACTION_TOOLS
+    elif kind == "missing_tool":
+        pieces_, calls = rng.choice(ACTIONS)(g)
+        tools = [t for t in EXTRACTION_TOOLS if t["function"]["name"] != calls[0][0] and rng.random() < 0.6] or None
+        msgs = [user(style(rng, pieces_)), said(declined(calls[0][0]))]
+    elif kind == "no_tools":
+        if rng.random() < 0.5:
+            text, answer = no_tool_message(g)
+        else:
+            pieces_, calls = rng.choice(ACTIONS)(g)
+            text, answer = style(rng, pieces_), declined(calls[0][0])
+        msgs, tools = [user(text), said(answer)], None
+    elif kind == "no_tool":
+        text, answer = no_tool_message(g)
+        msgs, tools = [user(text), said(answer)], EXTRACTION_TOOLS
+    elif kind == "clarify":
+        text, answer = clarify_message(g)
+        msgs, tools = [user(text), said(answer)], EXTRACTION_TOOLS
+    else:
+        raise ValueError(f"unknown kind {kind!r}; choose from {sorted(MIX)}")
+    first = next(m["content"] for m in msgs if m["role"] == "user")
+    system = system_prompt(first, split)
+    msgs = ([{"role": "system", "content": system}] if system is not None else []) + msgs
+    return {"kind": kind, "tools": tools, "messages": msgs, "split": split, "novel": g.novel, "names": g.names}
+
+
+def stream(split: str, seed: int = 0, mix: dict[str, float] | None = None) -> Iterator[dict]:
+    """An endless, seeded stream of examples of one split."""
+    rng = random.Random(f"clover-corpus2-{split}-{seed}")
+    while True:
+        yield example(rng, split, mix)
+
+
+def generate(split: str, n: int, seed: int = 0, mix: dict[str, float] | None = None) -> list[dict]:
+    """``n`` examples of ``split``; the same arguments always give the same list."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    it = stream(split, seed, mix)
+    return [next(it) for _ in range(n)]
+
+
+def load_split(split: str, n: int = 500) -> list[dict]:
+    """The fixed evaluation set of a split (no training seed reaches it)."""
+    return generate(split, n, seed=1_000_003 + _SPLIT_SEED[split])
+
+
+__all__ = ["MIX", "SMALLTALK", "SPLITS", "TEXT_KINDS", "UNSERVED", "example", "generate", "load_split", "stream"]

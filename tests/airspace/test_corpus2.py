@@ -1,0 +1,126 @@
+"""The second airspace corpus (task airspace2): held-out name families, no tool-call markup in
+words, calls in the extraction tools' form, deterministic splits."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from clover.airspace.corpus import plain_call
+from clover.airspace.v2.corpus import MIX, TEXT_KINDS, UNSERVED, generate, load_split
+from clover.airspace.v2.names import HELDOUT_FAMILIES, TRAIN_FAMILIES
+from clover.airspace.v2.tools import extraction_tool
+from clover.airspace.world import check_arguments
+
+
+@pytest.fixture(scope="module")
+def train() -> list[dict]:
+    return generate("train", 3000, seed=5)
+
+
+@pytest.fixture(scope="module")
+def test_split() -> list[dict]:
+    return load_split("test", 1500)
+
+
+def _texts(ex: dict) -> list[str]:
+    if ex["kind"] == "plain":
+        return [ex["text"]]
+    return [m["content"] for m in ex["messages"] if isinstance(m.get("content"), str)]
+
+
+def test_held_out_name_families_never_appear_in_train(train, test_split):
+    assert {fam for ex in train for fam, _ in ex["names"]} == set(TRAIN_FAMILIES)
+    held = {n for ex in test_split for fam, n in ex["names"] if fam in HELDOUT_FAMILIES}
+    assert len(held) > 100
+    train_text = "\n".join(t for ex in train for t in _texts(ex))
+    assert not [n for n in held if n in train_text]
+    # the shapes themselves: initials ("J.K. ...", "A&B ...") and ordinals ("28th Street") never in train
+    assert not re.search(
+        r"\b[A-Z]\.[A-Z]\. |\b[A-Z]&[A-Z] |\b\d+(st|nd|rd|th) (Street|Avenue|Road|Lane|Quay)", train_text
+    )
+
+
+def test_splits_are_deterministic_and_differ():
+    a, b = load_split("validation", 200), load_split("validation", 200)
+    assert json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
+    assert generate("train", 50, seed=1) == generate("train", 50, seed=1) != generate("train", 50, seed=2)
+    assert load_split("validation", 50) != load_split("test", 50)
+
+
+_MARKUP = re.compile(r"<tool_call>|</tool_call>|<tool_response>|<tools>|<\|im_|\{\"name\"|\"arguments\"")
+_TOOL_NAMES = re.compile(
+    r"create_no_fly_zone|lift_no_fly_zone|update_waypoint|assign_mission|recall_drone|get_drone_status"
+)
+
+
+def test_no_tool_call_markup_inside_words(train):
+    for ex in train:
+        for m in ex["messages"]:
+            if m["role"] in ("user", "assistant", "system"):
+                assert not _MARKUP.search(m["content"] or ""), m
+                assert not _TOOL_NAMES.search(m["content"] or ""), m
+        if ex["kind"] == "plain":
+            assert not _MARKUP.search(ex["text"])
+
+
+def test_every_call_fits_the_extraction_tools(train):
+    n = 0
+    for ex in train:
+        for m in ex["messages"]:
+            for c in m.get("tool_calls") or []:
+                call = plain_call(c)
+                schema = extraction_tool(call["name"])["function"]["parameters"]
+                args, problem = check_arguments(schema, call["arguments"])
+                assert problem is None, (call, problem)
+                assert "radius_m" not in args and "altitude_m" not in args
+                n += 1
+    assert n > 2000
+
+
+def test_every_kind_is_drawn_and_text_kinds_are_answered_in_words(train):
+    kinds = {ex["kind"] for ex in train}
+    assert kinds == set(MIX)
+    for ex in train:
+        last = ex["messages"][-1] if ex["messages"] else None
+        if ex["kind"] in TEXT_KINDS:
+            assert last["role"] == "assistant" and not last.get("tool_calls") and last["content"]
+        if ex["kind"] == "unserved":
+            assert last["content"] == UNSERVED
+
+
+def test_follow_ups_refer_back_to_the_earlier_turn(train):
+    ups = [ex for ex in train if ex["kind"] == "follow_up"]
+    assert len(ups) > 200
+    for ex in ups:
+        *history, question, answer = [m for m in ex["messages"] if m["role"] != "system"]
+        assert question["role"] == "user" and all(m.get("weight", 1) == 0 for m in history if m["role"] == "assistant")
+        earlier = json.dumps(history, ensure_ascii=False)
+        args = plain_call(answer["tool_calls"][0])["arguments"]
+        key = args.get("drone_id") or args.get("zone_name")
+        assert key in earlier or key.split("-")[1] in question["content"]
+
+
+def test_plain_text_prompts_are_the_start_of_their_text(train):
+    plain = [ex for ex in train if ex["kind"] == "plain"]
+    assert len(plain) > 50
+    for ex in plain:
+        assert ex["text"].startswith(ex["prompt"]) and len(ex["text"]) > len(ex["prompt"]) and ex["prompt"]
+
+
+def test_lengths_are_given_as_written(train):
+    """Gold lengths are the operator's number and unit; in the message the number appears as written."""
+    seen = set()
+    for ex in train:
+        if ex["kind"] != "tool_call":
+            continue
+        msg = ex["messages"][-2]["content"]
+        for c in ex["messages"][-1]["tool_calls"]:
+            a = plain_call(c)["arguments"]
+            if "radius" in a:
+                seen.add(a["radius_unit"])
+                digits = format(a["radius"], "g") if isinstance(a["radius"], float) else str(a["radius"])
+                assert digits.lstrip("0") in msg.replace(",", ""), (msg, a)
+    assert seen == {"m", "km", "ft", "nm"}
