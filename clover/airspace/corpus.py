@@ -354,6 +354,30 @@ def _chat(kind: str, tools: list[dict] | None, *messages: dict) -> dict:
     return {"kind": kind, "tools": tools, "messages": list(messages)}
 
 
+def _tool_result_chat(ctx: Ctx, max_actions: int) -> dict:
+    """A "tool_result" chat: a request (half of them one drone's status), its calls, their results
+    and the assistant's one-sentence summary of them."""
+    rng = ctx.rng
+    if rng.random() < 0.5:  # the common case: one drone's status
+        pieces, calls = act_status(ctx)
+        text = _style(rng, pieces)
+    else:
+        text, calls = _actions(ctx, min(max_actions, rng.choice([1, 1, 2])))
+    results = [tool_result(rng, n, a) for n, a in calls]
+    tools_msgs = [
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
+        for i, (r, _) in enumerate(results)
+    ]
+    return _chat(
+        "tool_result",
+        _tools_for(rng, {c[0] for c in calls}),
+        {"role": "user", "content": text},
+        _calls_turn(calls),
+        *tools_msgs,
+        {"role": "assistant", "content": " ".join(s for _, s in results)},
+    )
+
+
 def example(
     rng: random.Random,
     split: str,
@@ -391,24 +415,7 @@ def example(
             _calls_turn(calls),
         )
     elif kind == "tool_result":
-        if rng.random() < 0.5:  # the common case: one drone's status
-            pieces, calls = act_status(ctx)
-            text = _style(rng, pieces)
-        else:
-            text, calls = _actions(ctx, min(max_actions, rng.choice([1, 1, 2])))
-        results = [tool_result(rng, n, a) for n, a in calls]
-        tools_msgs = [
-            {"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
-            for i, (r, _) in enumerate(results)
-        ]
-        ex = _chat(
-            "tool_result",
-            _tools_for(rng, {c[0] for c in calls}),
-            user(text),
-            _calls_turn(calls),
-            *tools_msgs,
-            said(" ".join(s for _, s in results)),
-        )
+        ex = _tool_result_chat(ctx, max_actions)
     elif kind == "missing_tool":
         pieces, calls = rng.choice(ACTIONS)(ctx)
         name = calls[0][0]
