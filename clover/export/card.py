@@ -23,9 +23,10 @@ def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
     )
     pattern = "".join("A" if t == ATTN else "G" for t in config.layer_types)
     shift = (
-        "logit i-1 predicts token i (the autoregressive base's alignment)"
+        "token i is predicted at position i-1 (the autoregressive base's way); `forward` returns the "
+        "logits already moved to the token they predict"
         if config.shift_logits
-        else "logit i predicts token i"
+        else "token i is predicted at position i"
     )
     return f"""---
 library_name: transformers
@@ -38,9 +39,10 @@ tags:
 # Clover block-diffusion model
 
 A Clover block-diffusion language model, exported by `clover export hf` from `{src.name}`. It writes text
-in blocks of {config.block_size} tokens (any block size up to {config.max_block_size} works): inside the
-block being written every position starts as the mask token (id {config.mask_token_id}) and a few denoising
-passes fill them in parallel; a finished block is committed into a cache that later blocks read.
+in blocks of {config.block_size} tokens (any block size up to {config.max_block_size} works): inside
+the block being written every position starts as the mask token (id {config.mask_token_id}) and a few
+denoising passes fill them in parallel; a finished block is committed into a cache that later
+blocks read.
 
 | | |
 |---|---|
@@ -49,7 +51,7 @@ passes fill them in parallel; a finished block is committed into a cache that la
 | feed-forward | {ffn} |
 | parameters | {counts["total_params"]:,} ({counts["active_params"]:,} active per token) |
 | vocabulary | {config.vocab_size} |
-| alignment | {shift} |
+| prediction | {shift} |
 
 The modeling code (`configuration_clover.py`, `modeling_clover.py` with `layers_clover.py` and
 `gdn_clover.py`, `generation_clover.py`) needs torch and transformers only; it is plain PyTorch,
@@ -62,7 +64,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 path = "PATH_OR_REPO_ID"
-tok = AutoTokenizer.from_pretrained(path)
+tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
 messages = [{{"role": "user", "content": "Hello!"}}]
 ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
