@@ -1,4 +1,4 @@
-"""The block-diffusion objective (design §3).
+"""The block-diffusion objective (docs/architecture.md, Training objective).
 
 Three named terms, as in BD3-LM: the *clean stream* (true tokens, block-causal history), the
 *noisy stream* (each block masked at its own rate t), and the *loss* on masked positions only,

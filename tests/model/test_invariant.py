@@ -1,4 +1,5 @@
-"""The exactness invariant (design §3): training-forward noisy logits == engine denoise logits."""
+"""The exactness invariant (docs/architecture.md, Exactness rules): the training forward's noisy logits equal the
+engine's denoise logits."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Design §2.5: each rule holds, and breaking it breaks the invariant (errors of order 1)."""
+"""docs/architecture.md, Exactness rules: each rule holds, and breaking it breaks the invariant (errors of order 1)."""
 
 import pytest
 import torch
