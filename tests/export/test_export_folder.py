@@ -95,3 +95,13 @@ def test_unimplemented_feature_is_refused(tmp_path, monkeypatch):
     assert any("['gdn_right_conv']" in p for p in problems) and any("gdn_block_mixing='causal'" in p for p in problems)
     with pytest.raises(ExportError, match="does not implement"):
         export_hf(tmp_path / "ckpt", tmp_path / "hf")
+
+
+def test_generate_defaults_are_the_engines():
+    """The exported ``generate`` decodes with Clover's default policy and threshold, and knows
+    every policy it is compared on."""
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.export.hf_model import generation_clover as g
+
+    assert (g.DEFAULT_POLICY, g.DEFAULT_THRESHOLD) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
+    assert {DEFAULT_POLICY, "threshold", "prefix", "ar", "fixed"} <= set(g.POLICIES)
