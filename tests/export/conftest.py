@@ -150,8 +150,8 @@ def tiny_export(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny(tiny_export):
-    """One transformers run on the tiny export: logits, and threshold, prefix and ar (at several
-    block sizes) on 20 random prompts."""
+    """One transformers run on the tiny export: logits, and the policies (at several block sizes)
+    on 20 random prompts."""
     from clover.engine.policies import DEFAULT_POLICY
 
     d = dict(tiny_export)
@@ -159,7 +159,8 @@ def tiny(tiny_export):
     lengths = torch.randint(1, 30, (N_PROMPTS,), generator=g).tolist()
     prompts = [torch.randint(0, 96, (n,), generator=g).tolist() for n in lengths]
     # (policy, block size, prompts): the default policy and ar on all 20, the others on a few
-    runs = [(DEFAULT_POLICY, None, 20), ("ar", None, 20), ("prefix", None, 6), ("threshold", 3, 6), ("ar", 5, 6)]
+    runs = [(DEFAULT_POLICY, None, 20), ("ar", None, 20), ("prefix", None, 6), ("fixed", None, 6), ("threshold", 3, 6)]
+    runs.append(("ar", 5, 6))
     cases = logit_cases(d["model"].config, 29, [4, 3, 1])
     job = {
         "logits": cases,
