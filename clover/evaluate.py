@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 
 
@@ -83,12 +84,26 @@ def reply_right(text: str | None, ex: dict) -> bool:
     return not calls and content.strip() == (answers(ex)[0].get("content") or "").strip()
 
 
+def repeated_words(text: str | None) -> set[str]:
+    """Words said twice in a row ("fly fly"), lower-cased: the stutter of positions that guessed
+    one word twice in the same pass."""
+    words = re.findall(r"[a-z0-9']+", (text or "").lower())
+    return {a for a, b in zip(words, words[1:]) if a == b}
+
+
+def stutters(text: str | None, ex: dict) -> bool:
+    """A reply in words that repeats a word its gold text does not repeat."""
+    from clover.airspace.corpus import answers
+
+    return bool(repeated_words(text) - repeated_words(answers(ex)[0].get("content")))
+
+
 def evaluate_airspace(
     model,
     tok,
     split: str = "test",
-    policy: str = "threshold",
-    threshold: float = 0.9,
+    policy: str | None = None,
+    threshold: float | None = None,
     n: int = 200,
     n_groups: int = 50,
     block_size: int | None = None,
@@ -121,7 +136,9 @@ def evaluate_airspace(
     from clover.data.chat import render_chat
     from clover.data.decisions import decision_messages, load_groups, parse_joint
     from clover.engine import Engine, SamplingParams
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
+    policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + ("+grammar" if grammar else "")
     engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
@@ -156,6 +173,7 @@ def evaluate_airspace(
     ]
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
+    right = sum(calls["right"]) + sum(map(sum, t_ok.values())) + sum(map(sum, m_ok.values())) + sum(g_ok)
     return {
         "split": split if cases is None else "cases",
         "policy": label,
@@ -167,9 +185,12 @@ def evaluate_airspace(
         "text_turns": len(texts),  # replies in words (n_text); exact-text accuracy, overall and per kind
         "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
+        # replies in words that repeat a word their gold text does not ("fly fly fly")
+        "text_stutter": sum(stutters(o.text, e) for o, e in zip(outs[len(exs) :], texts)) / max(1, len(texts)),
         "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
         "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
         "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
+        "overall_acc": right / max(1, len(outs)),  # every scored answer of every kind, one vote each
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),
         "wall_s": wall,
@@ -203,6 +224,7 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None) -
             errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
                            "text": o.text})  # fmt: skip
     return {
+        "right": ok,
         "exact_match": sum(ok) / max(1, len(ok)),
         "by_kind": {k: r / t for k, (r, t) in sorted(kinds.items())},
         "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},

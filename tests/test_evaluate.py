@@ -47,6 +47,32 @@ def test_eval_scores_replies_in_words_and_conversations_with_earlier_turns():
     assert set(res["multiturn_by_kind"]) <= {"tool_call", "compound", "no_tool", "missing_tool", "clarify", "no_tools"}
 
 
+def test_eval_default_policy_and_a_threshold_sweep_with_its_aup():
+    from clover.bench.aup import aup
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    r = _eval("--policy", "default,ar", "--threshold", "0.5,0.99", "--text", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    # the default policy at each threshold, ar once (it reads none)
+    assert [(x["policy"], x["threshold"]) for x in res] == [(DEFAULT_POLICY, 0.5), (DEFAULT_POLICY, 0.99), ("ar", 0.5)]
+    y_max = max(100 * x["overall_acc"] for x in res)
+    sweep = [(x["tpf"], 100 * x["overall_acc"]) for x in res[:2]]
+    assert res[0]["aup"] == res[1]["aup"] == aup(sweep, y_max)
+    assert res[2]["aup"] == aup([(res[2]["tpf"], 100 * res[2]["overall_acc"])], y_max)
+    assert all(0 <= x["text_stutter"] <= 1 for x in res)
+    one = json.loads(_eval("--n", "1", "--groups", "0").stdout)  # no --policy, no --threshold: the default's own
+    assert (one["policy"], one["threshold"]) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
+
+
+def test_a_stutter_is_a_word_said_twice_that_the_gold_text_does_not_repeat():
+    from clover.evaluate import repeated_words, stutters
+
+    assert repeated_words("I can fly fly fly waypoints") == {"fly"} and repeated_words(None) == set()
+    ex = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello, I fly drones."}]}
+    assert stutters("Hello    can create and fly fly waypoints", ex) and not stutters("Hello, I fly drones.", ex)
+
+
 def test_eval_refuses_an_unknown_policy():
     r = _eval("--policy", "beam")
     assert r.returncode != 0 and "unknown policy" in r.stderr

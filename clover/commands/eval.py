@@ -15,7 +15,7 @@ BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_a
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    policies = _checked_settings(args)
+    runs = _checked_settings(args)
     cases = load_cases(args.cases) if args.cases else None
     if cases is None and args.n == 0 and args.groups == 0 and args.text == 0 and args.multiturn == 0:
         raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0 and --multiturn 0)")
@@ -40,7 +40,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             tok,
             args.split,
             p,
-            args.threshold,
+            t,
             args.n,
             args.groups,
             args.block_size,
@@ -52,8 +52,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             n_multi=args.multiturn,
         )  # fmt: skip
         for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
-        for p in policies
+        for p, t in runs
     ]
+    _add_aup(results)
     if args.errors:
         with open(args.errors, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
@@ -64,21 +65,43 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_settings(args: argparse.Namespace) -> list[str]:
-    """The policies of ``--policy``, each checked with the run's settings before the model loads."""
+def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """The (policy, threshold) runs of ``--policy`` x ``--threshold``, each checked with the run's
+    settings before the model loads. ``default`` is the default policy; no ``--threshold``: the
+    default threshold; policies that read no threshold (``ar``, ``fixed``) run once."""
     from clover.engine import SamplingParams
-    from clover.engine.policies import POLICIES
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    names = [p.strip() for p in args.policy.split(",") if p.strip()]
+    policies = [DEFAULT_POLICY if p == "default" else p for p in names]
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
-        raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {sorted(POLICIES)}")
+        known = ", ".join(["default", *sorted(POLICIES)])
+        raise SystemExit(f"clover: unknown policy {bad or args.policy!r}; choose from {known}")
+    try:
+        taus = [float(t) for t in args.threshold.split(",") if t.strip()] if args.threshold else [DEFAULT_THRESHOLD]
+    except ValueError:
+        raise SystemExit(
+            f"clover eval: --threshold takes numbers separated by commas, not {args.threshold!r}"
+        ) from None
+    runs = list(dict.fromkeys((p, t) for p in policies for t in (taus if POLICIES[p].reads_threshold else taus[:1])))
     try:  # the settings every column decodes with
-        for p in policies:
-            SamplingParams(policy=p, threshold=args.threshold, block_size=args.block_size)
+        for p, t in runs:
+            SamplingParams(policy=p, threshold=t, block_size=args.block_size)
     except ValueError as e:
         raise SystemExit(f"clover eval: {e}") from None
-    return policies
+    return runs
+
+
+def _add_aup(results: list[dict]) -> None:
+    """Each result gets its policy's AUP (``clover.bench.aup``) over the thresholds of this run,
+    from the pooled accuracy of every scored answer, against the best accuracy of the run."""
+    from clover.bench.aup import aup
+
+    y_max = max(100 * r["overall_acc"] for r in results)
+    for r in results:
+        sweep = [(x["tpf"], 100 * x["overall_acc"]) for x in results if x["policy"] == r["policy"]]
+        r["aup"] = aup(sweep, y_max)
 
 
 def print_results(results: list[dict], title: str) -> None:
@@ -89,7 +112,7 @@ def print_results(results: list[dict], title: str) -> None:
     t = Table(title=title)
     t.add_column("metric")
     for r in results:
-        t.add_column(r["policy"], justify="right")
+        t.add_column(_column(r), justify="right")
     for k in results[0]:
         if k != "policy" and k not in BREAKDOWNS:
             t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
@@ -97,11 +120,18 @@ def print_results(results: list[dict], title: str) -> None:
     w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
     w.add_column("")
     for r in results:
-        w.add_column(r["policy"], justify="right")
+        w.add_column(_column(r), justify="right")
     for group, label in BREAKDOWNS.items():
         for k in results[0][group]:
             w.add_row(f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
     Console().print(w)
+
+
+def _column(r: dict) -> str:
+    from clover.engine.policies import POLICIES
+
+    name = r["policy"].split("+")[0]
+    return r["policy"] + (f" τ {r['threshold']:g}" if POLICIES[name].reads_threshold else "")
 
 
 def register(sub) -> None:
@@ -112,11 +142,14 @@ def register(sub) -> None:
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument(
         "--policy",
-        default="threshold",
-        help="ar, threshold, prefix, fixed or edit; several comma-separated: one column each",
+        default="default",
+        help="'default' (the default policy) or a registered policy's name (an unknown one lists them); several "
+        "comma-separated: one column each",
     )
     p.add_argument(
-        "--threshold", type=float, default=0.9, help="confidence to commit a position (threshold, prefix, edit)"
+        "--threshold",
+        help="confidence to commit a position (default: the default policy's); several comma-separated: a sweep "
+        "(each policy that reads a threshold runs at each, and gets its AUP over the sweep)",
     )
     p.add_argument("--block-size", type=int, help="tokens per block (default: the model's)")
     p.add_argument("--split", default="test", choices=["train", "validation", "test"], help="the corpus split to score")
@@ -137,7 +170,7 @@ def register(sub) -> None:
         help="decode the tool-call turns under the tool-call grammar of their tools, as the server does "
         "(off: the model alone; both: each policy both ways)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
     p.add_argument("--cases", metavar="JSONL", help='score these messages instead of the split\'s tool-call turns: '
                    '{"message", "gold", "system"?} per line, e.g. benchmarks/operator_messages.jsonl')  # fmt: skip

@@ -44,6 +44,7 @@ def most_confident(score: torch.Tensor, where: torch.Tensor, k: torch.Tensor) ->
 class Policy:
     name = ""
     edits = False  # re-predicts committed positions (their probabilities are then computed)
+    reads_threshold = True  # its choices depend on SamplingParams.threshold
 
     def commit(self, v: PassView) -> torch.Tensor:
         raise NotImplementedError
@@ -74,6 +75,7 @@ class Fixed(Policy):
     """A fixed number of passes per block: the ceil(remaining / passes left) most confident."""
 
     name = "fixed"
+    reads_threshold = False
 
     def commit(self, v: PassView) -> torch.Tensor:
         remaining = v.cand.sum(1)
@@ -85,6 +87,7 @@ class AR(Policy):
     """One token per pass, left to right: the autoregressive baseline on the same model and caches."""
 
     name = "ar"
+    reads_threshold = False
 
     def commit(self, v: PassView) -> torch.Tensor:
         return v.cand & (v.cand.cumsum(1) == 1)
