@@ -1,10 +1,13 @@
 # From a fresh clone, one command each: `make run` serves the bundled model, `make test` runs the
 # tests. Every target first makes the virtual environment .venv (once: the stamp file marks it done,
-# and a change to pyproject.toml redoes it). Machines without nvidia-smi get the pinned CPU build of
-# torch before the package, so installing it never pulls a multi-GB CUDA build.
+# and a change to pyproject.toml redoes it). torch comes first, so the package's own install finds it
+# there: with nvidia-smi, the package index's build; without it on Linux (where the index's torch is
+# the multi-GB CUDA build) the CPU build, as pip finds it when that is one (a local wheel or mirror),
+# else from PyTorch's CPU index (about 200 MB); elsewhere (macOS, Windows) the index's, which has no CUDA.
 PY ?= python3
 VENV ?= .venv
 TORCH_CPU ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -19,7 +22,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q torch; \
-	else $(BIN)/python -m pip install -q $(TORCH_CPU); fi
+	elif [ "$$(uname -s)" != Linux ] || $(BIN)/python -m pip install -q --dry-run --no-deps --ignore-installed \
+		--report - $(TORCH_CPU) 2>/dev/null | grep -q '+cpu"'; then $(BIN)/python -m pip install -q $(TORCH_CPU); \
+	else echo "torch: the CPU build from $(TORCH_CPU_INDEX)"; \
+		$(BIN)/python -m pip install -q $(TORCH_CPU) --index-url $(TORCH_CPU_INDEX); fi
 	$(BIN)/python -m pip install -q -e ".[test]"
 	@$(BIN)/python -m pip uninstall -y -q triton 2>/dev/null || true  # triton makes fla/transformers pick GPU kernels on CPU
 	@touch $@

@@ -28,6 +28,7 @@ from clover.api.responses import EventStream, ResponsesRequest, output_items, re
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
 from clover.engine import Finished, TextDelta
+from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
 
@@ -95,8 +96,10 @@ async def playground():
 @router.get("/playground/config")
 async def playground_config(request: Request):
     s = _state(request)
+    task = {"name": s.task.name, "summary": s.task.summary} if s.task else None
     return {"model": s.model_name, "block_size": s.config.block_size, "max_block_size": s.config.max_block_size,
-            "auth": s.api_key is not None, "tools": s.task.tools() if s.task else []}  # fmt: skip
+            "auth": s.api_key is not None, "tools": s.task.tools() if s.task else [], "task": task,
+            "policies": sorted(POLICIES), "policy": DEFAULT_POLICY, "threshold": DEFAULT_THRESHOLD}  # fmt: skip
 
 
 # -- the tokenizer (vLLM's /tokenize, /detokenize, /tokenizer_info: what scoring tools such as

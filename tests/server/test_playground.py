@@ -2,12 +2,15 @@
 active block step by step and shows the completion and its stats (screenshot in the tmp dir); in
 agent mode it draws the airspace world and runs a compound message's calls against it."""
 
+import re
 import time
 
 import httpx
 import pytest
 
+from clover.engine import POLICIES as ENGINE_POLICIES
 from clover.engine import Engine
+from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 from tests.server.browser import CHROMIUM, Chromium
 
 POLICIES = ["ar", "threshold", "prefix", "fixed", "edit"]
@@ -21,10 +24,17 @@ def test_page_is_served(live):
         cfg = httpx.get(srv.url + "/playground/config").json()
         assert cfg["model"] == "clover" and cfg["block_size"] == 8 and len(cfg["tools"]) == 6
         assert cfg["auth"] is False  # the page shows no API-key box then
+        # the policy selector is the engine's registry, its defaults the engine's
+        assert set(POLICIES) <= set(cfg["policies"]) and cfg["policies"] == sorted(ENGINE_POLICIES)
+        assert (cfg["policy"], cfg["threshold"]) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
+        # a first visitor reads what the model does (the served model's task) and what to type
+        assert cfg["task"]["name"] == "airspace" and "airspace" in cfg["task"]["summary"]
         page = r.text
-    for p in POLICIES:  # a policy selector, as the API takes ``policy``
-        assert f"<option>{p}</option>" in page or f"<option selected>{p}</option>" in page
-    assert 'id="policy"' in page and 'policy: $("policy").value' in page
+        assert httpx.get(srv.url + "/favicon.ico").status_code == 404  # so the page declares none:
+    assert '<link rel="icon" href="data:,">' in page
+    assert 'id="intro"' in page and "cfg.task.summary" in page and "press Enter" in page
+    assert 'id="policy"' in page and 'policy: $("policy").value' in page and "cfg.policies" in page
+    assert "0.9" not in page  # the threshold shown is the engine's default, from the config
     assert "[hidden] { display:none !important; }" in page  # a hidden label stays hidden despite display:flex
     with live(api_key="k") as srv:
         assert httpx.get(srv.url + "/playground/config").json()["auth"] is True
@@ -94,7 +104,7 @@ def test_agent_mode_is_on_the_page(live):
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
         '"http://www.w3.org/2000/svg"', ""
     )  # one self-contained file: no external assets, no CDN
-    assert "<link" not in page and "src=" not in page
+    assert re.findall("<link[^>]*>", page) == ['<link rel="icon" href="data:,">'] and "src=" not in page  # no icon
 
 
 def _map(browser) -> dict:
