@@ -250,7 +250,7 @@ def tool_result(rng: random.Random, name: str, args: dict) -> tuple[dict, str]:
         )
     if name == "recall_drone":
         eta = rng.randint(1, 45)
-        return {"drone_id": d, "status": "returning", "eta_min": eta}, f"{d} is returning to base, ETA {eta} min."
+        return {"drone_id": d, "status": "returning", "eta_min": eta}, f"{d} is returning to base, ETA {eta} minute{'' if eta == 1 else 's'}."
     if name == "create_no_fly_zone":
         return {"zone_name": z, "status": "active"}, f"No-fly zone {z} is now active."
     if name == "lift_no_fly_zone":

@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+from clover.commands.common import count
+
 
 def print_world(world, console) -> None:
     from rich.table import Table
@@ -92,8 +94,9 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
             console.print(f"[bold cyan]clover>[/] {escape(result.reply)}")
         else:
             console.print(f"[dim](stopped at the step limit, {max_steps} model calls)[/]")
-        passes = f", {result.forward_passes} forward passes" if result.forward_passes is not None else ""
-        console.print(f"[dim]{result.steps} model calls{passes}, {result.wall_s:.2f} s[/]")
+        fp = result.forward_passes
+        passes = f", {count(fp, 'forward pass', 'forward passes')}" if fp is not None else ""
+        console.print(f"[dim]{count(result.steps, 'model call')}{passes}, {result.wall_s:.2f} s[/]")
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from rich.text import Text
 from clover.commands.common import (
     add_decoding_args,
     add_model_positional,
+    count,
     decoding_setup,
     offered_tools,
     take_model_positional,
@@ -119,7 +120,7 @@ def run_chat(model, tokenizer, params, tools=None, system=None, console=None) ->
         )
         s = out.stats
         console.print(
-            f"[dim]{s['tokens']} tokens, {s['forward_passes']} passes, TPF {s['tpf']:.2f}, "
+            f"[dim]{count(s['tokens'], 'token')}, {count(s['forward_passes'], 'pass', 'passes')}, TPF {s['tpf']:.2f}, "
             f"{s['tokens_per_s']:.1f} tok/s[/]"
         )
 

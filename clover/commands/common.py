@@ -105,6 +105,11 @@ def int_at_least(minimum: int):
 positive_int = int_at_least(1)
 
 
+def count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun that agrees with it: ``count(1, "pass", "passes")`` is "1 pass"."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def add_model_positional(p: argparse.ArgumentParser) -> None:
     """``clover serve DIR`` / ``clover chat DIR``: the model as a positional too (``vllm serve``'s form)."""
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from clover.commands.common import add_decoding_args, decoding_setup, encode_prompt, offered_tools
+from clover.commands.common import add_decoding_args, count, decoding_setup, encode_prompt, offered_tools
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -53,10 +53,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             d["content"], d["tool_calls"] = parse_assistant(out.text or "")
         print(json.dumps(d))
     else:
+        print()  # the streamed text ends with a newline, as a command's output does
         s = out.stats
         print(
-            f"\n[{out.finish_reason}: {s['tokens']} tokens, {s['forward_passes']} passes, TPF {s['tpf']:.2f}, "
-            f"{s['tokens_per_s']:.1f} tok/s, TTFT {s['ttft_s'] * 1e3:.0f} ms]",
+            f"[{out.finish_reason}: {count(s['tokens'], 'token')}, {count(s['forward_passes'], 'pass', 'passes')}, "
+            f"TPF {s['tpf']:.2f}, {s['tokens_per_s']:.1f} tok/s, TTFT {s['ttft_s'] * 1e3:.0f} ms]",
             file=sys.stderr,
         )
     if not args.chat and not (out.text or "").strip():  # a model trained on chats ends a bare prompt at once

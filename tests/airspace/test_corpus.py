@@ -350,3 +350,18 @@ def test_needs_unit_arithmetic_finds_lengths_in_feet_and_nautical_miles():
         assert needs_unit_arithmetic(msg), msg
     for msg in ("radius 2 km", "800 m", "drone 17 at 120 m", "the left foot", "NFZ Sierra 96, 3,800 m"):
         assert not needs_unit_arithmetic(msg), msg
+
+
+def test_tool_result_summaries_read_as_sentences():
+    """A summary ends with one period and counts in words that agree ("ETA 1 minute", "ETA 5
+    minutes"), never an abbreviation's period before the sentence's ("ETA 2 min..")."""
+    import random
+
+    from clover.airspace.corpus import tool_result
+
+    for seed in range(300):
+        result, text = tool_result(random.Random(seed), "recall_drone", {"drone_id": "D-17"})
+        if "eta_min" in result:
+            n = result["eta_min"]
+            assert text.endswith(f"ETA {n} minute{'' if n == 1 else 's'}."), text
+        assert not text.endswith(".."), text

@@ -163,3 +163,16 @@ def test_chat_offers_the_airspace_tools_only_to_a_model_trained_for_them():
     assert clover.commands.common.offered_tools(args, m) == AIRSPACE_TOOLS
     assert clover.commands.common.offered_tools(argparse.Namespace(tools="none"), m) is None
     assert clover.commands.common.offered_tools(argparse.Namespace(tools="airspace"), None) == AIRSPACE_TOOLS
+
+
+def test_generate_ends_its_text_with_a_newline_and_counts_in_words(checkpoint, capsys):
+    """The streamed text ends with a newline (a shell prompt after it starts on its own line);
+    the stats say "1 pass", not "1 passes"."""
+    d, _ = checkpoint
+    with pytest.raises(SystemExit):
+        main(["generate", "hello", "--model", str(d), "--max-tokens", "1", "--policy", "ar"])
+    out, err = capsys.readouterr()
+    assert out.endswith("\n")
+    assert "1 pass," in err and "1 passes" not in err and ("1 token," in err or "0 tokens," in err)
+    assert clover.commands.common.count(1, "pass", "passes") == "1 pass"
+    assert clover.commands.common.count(2, "model call") == "2 model calls"
