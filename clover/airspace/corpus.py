@@ -250,7 +250,8 @@ def tool_result(rng: random.Random, name: str, args: dict) -> tuple[dict, str]:
         )
     if name == "recall_drone":
         eta = rng.randint(1, 45)
-        return {"drone_id": d, "status": "returning", "eta_min": eta}, f"{d} is returning to base, ETA {eta} minute{'' if eta == 1 else 's'}."
+        minutes = f"{eta} minute{'' if eta == 1 else 's'}"
+        return {"drone_id": d, "status": "returning", "eta_min": eta}, f"{d} is returning to base, ETA {minutes}."
     if name == "create_no_fly_zone":
         return {"zone_name": z, "status": "active"}, f"No-fly zone {z} is now active."
     if name == "lift_no_fly_zone":
@@ -263,7 +264,8 @@ def tool_result(rng: random.Random, name: str, args: dict) -> tuple[dict, str]:
 
 
 # fmt: off
-_GREET = "Hello! I can create and lift no-fly zones, update waypoints, assign missions, recall drones and check their status."
+_GREET = ("Hello! I can create and lift no-fly zones, update waypoints, assign missions, recall drones and check "
+          "their status.")
 _CAN = "I can create and lift no-fly zones, update waypoints, assign missions, recall drones and check drone status."
 _OUT = "Sorry, I can't help with that: I only handle airspace operations."
 _WHO = "I am Clover, an airspace-operations assistant."
@@ -458,7 +460,8 @@ def multi_turn(
 ) -> dict:  # fmt: skip
     """A conversation of 2-4 user turns: 1-3 earlier exchanges, then the turn to answer (an
     ``example`` of ``mix``, default :data:`MIX` and a tenth of chats without tools), as an agent
-    loop or a chat client sends it. The earlier assistant turns carry OpenAI's ``weight: 0`` (context, never a training target);
+    loop or a chat client sends it. The earlier assistant turns carry OpenAI's ``weight: 0``
+    (context, never a training target);
     the conversation offers the last turn's tools, and an earlier exchange that called a tool
     not offered is left out. ``kind`` is "multi_turn", ``final_kind`` the last turn's kind."""
     final = example(rng, split, max_actions, mix=mix or _FINAL_MIX, pieces=pieces)

@@ -338,7 +338,8 @@ def drone_surface(ctx: Ctx, tid: str) -> tuple[str, str]:
 
 # -- templates (the last of each list is held out of train) -------------------------------------
 # fmt: off
-CREATE_T = ["create a no-fly zone {zone} at {where} with radius {r}{when}", "set up NFZ {zone}, {r} around {where}{when}",
+CREATE_T = ["create a no-fly zone {zone} at {where} with radius {r}{when}",
+            "set up NFZ {zone}, {r} around {where}{when}",
             "no-fly zone called {zone} centred on {where}, radius {r}{when}", "new nfz {zone} @ {where} r={r}{when}",
             "please block the airspace at {where}: {r} radius, name it {zone}{when}",
             "establish a {r} no fly zone named {zone} at {where}{when}", "NFZ {zone}: center {where}, radius {r}{when}",

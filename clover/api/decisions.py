@@ -252,8 +252,12 @@ def grammar_answers(group: DecisionGroup, plan: Plan, out, tokenizer) -> list[tu
         q = group.questions[qi]
         at += len(prefix.encode()) if text.startswith(prefix.encode(), at) else 0
         after = plan.layout[k + 1][0].encode() if k + 1 < len(plan.layout) else b""
-        fits = [j for j, o in enumerate(opts) if text.startswith(o.encode(), at)
-                and (text.startswith(after, at + len(o.encode())) if after else at + len(o.encode()) == len(text))]  # fmt: skip
+
+        def ends_here(o: str) -> bool:  # the option is followed by the next prefix, or ends the text
+            end = at + len(o.encode())
+            return text.startswith(after, end) if after else end == len(text)
+
+        fits = [j for j, o in enumerate(opts) if text.startswith(o.encode(), at) and ends_here(o)]
         if not fits:  # cut short (max tokens): no answer
             res.append((qi, {"index": qi, "question": q.text, "option": None, "option_index": None,
                              "probability": 0.0, "probabilities": {}}))  # fmt: skip

@@ -34,8 +34,9 @@ STATEFUL = ("previous_response_id", "conversation", "prompt")
 
 
 class ResponsesRequest(Decoding):
-    """The fields Clover reads (the decoding settings among them); the rest (``store``, ``metadata``, ``user``, ``reasoning``,
-    ``truncation``, ``service_tier``, other ``include`` entries …) are accepted and ignored."""
+    """The fields Clover reads (the decoding settings among them); the rest (``store``, ``metadata``,
+    ``user``, ``reasoning``, ``truncation``, ``service_tier``, other ``include`` entries …) are
+    accepted and ignored."""
 
     model: str | None = None
     input: str | list[dict]
@@ -159,8 +160,10 @@ def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
         if getattr(req, param) is None:
             continue
         if param == "prompt":
-            raise bad_request("prompt (a stored prompt template) is not supported: this server keeps no prompts, "
-                              "so send the instructions and input themselves", param, "unsupported_parameter")  # fmt: skip
+            why = "this server keeps no prompts, so send the instructions and input themselves"
+            raise bad_request(
+                f"prompt (a stored prompt template) is not supported: {why}", param, "unsupported_parameter"
+            )
         raise bad_request(f"{param} is not supported: this server keeps no conversation state, so send the whole "
                           "conversation as input each turn", param, "unsupported_parameter")  # fmt: skip
     want_lp = LOGPROBS in (req.include or [])
@@ -196,8 +199,8 @@ def _status(out: RequestOutput) -> str:
 
 def message_item(text: str, status: str = "completed", item_id: str | None = None,
                  logprobs: list[dict] | None = None) -> dict:  # fmt: skip
-    return {"type": "message", "id": item_id or _id("msg"), "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]}  # fmt: skip
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+    return {"type": "message", "id": item_id or _id("msg"), "status": status, "role": "assistant", "content": [part]}
 
 
 def text_logprobs(entries: list[TokenLogprob] | None, tokenizer, room: int | None = None) -> list[dict]:
@@ -336,7 +339,8 @@ class EventStream:
             evs += [self.event("response.output_text.done", **at, content_index=0, text=self.text,
                                logprobs=self.logprobs),
                     self.event("response.content_part.done", **at, content_index=0, part=part),
-                    self.event("response.output_item.done", output_index=at["output_index"], item=self.msg)]  # fmt: skip
+                    self.event("response.output_item.done", output_index=at["output_index"],
+                               item=self.msg)]  # fmt: skip
         body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return evs + [self.event(kind, response=body)]

@@ -120,7 +120,8 @@ class TextStream:
             return [self.chunk(i, ev.text, logprobs=ev.logprobs)]
         if isinstance(ev, Finished):
             self.outs[i] = ev.output
-            return [self.chunk(i, "", finish_reason(ev.output, []), clover=clover_stats(ev.output, self.prep.block_size))]
+            stats = clover_stats(ev.output, self.prep.block_size)
+            return [self.chunk(i, "", finish_reason(ev.output, []), clover=stats)]
         return []
 
     def end(self) -> list[dict]:

@@ -108,7 +108,8 @@ def register(sub) -> None:
     structured.add_argument(
         "--json-schema",
         metavar="SCHEMA",
-        help='constrain the output to JSON valid for this JSON Schema (inline or a file; {"type": "object"}: any object)',
+        help="constrain the output to JSON valid for this JSON Schema "
+        '(inline or a file; {"type": "object"}: any object)',
     )
     structured.add_argument("--regex", metavar="PATTERN", help="constrain the output to a full match of this pattern")
     structured.add_argument(

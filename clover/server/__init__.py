@@ -1,4 +1,5 @@
-"""OpenAI-compatible HTTP server over the engine (docs/architecture.md, Serving): a thin async layer, the engine in its own thread.
+"""OpenAI-compatible HTTP server over the engine (docs/architecture.md, Serving): a thin async layer,
+the engine in its own thread.
 
 Names are imported on first use, so the other sub-commands (``clover train`` on a GPU box without
 the server's web stack, say) never import FastAPI."""

@@ -249,7 +249,8 @@ def read_chat_jsonl(path: str | Path) -> list[dict]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise ValueError(
-                    f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
+                    f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                    "save the file as UTF-8"
                 ) from None
             if not line.strip():
                 continue

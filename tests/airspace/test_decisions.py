@@ -80,9 +80,8 @@ def test_joint_rendering_and_slots():
         assert m1[-1]["content"] == one.questions[0].options[one.questions[0].answer]
         assert layout.answer_slots(one, "independent") == [("", one.questions[0].options)]
         assert layout.parse_answers(m1[-1]["content"], one, "independent") == one.answers
-    assert layout.parse_answers(
-        "1: yes\n2: maybe", layout.DecisionGroup("c", [layout.Question("a?", ["yes", "no"]), layout.Question("b?", ["yes", "no"])])
-    ) == [0, None]
+    two = layout.DecisionGroup("c", [layout.Question("a?", ["yes", "no"]), layout.Question("b?", ["yes", "no"])])
+    assert layout.parse_answers("1: yes\n2: maybe", two) == [0, None]
     with pytest.raises(ValueError):
         layout.answer_slots(g, "independent")
     with pytest.raises(ValueError):

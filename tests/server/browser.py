@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import time
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
-                 if p and os.path.exists(p)), None)  # fmt: skip
+_CANDIDATES = ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
+CHROMIUM = next((p for p in _CANDIDATES if p and os.path.exists(p)), None)
 
 
 class Chromium:

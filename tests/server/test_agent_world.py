@@ -91,7 +91,8 @@ def test_bad_calls_are_error_results_and_leave_the_world_unchanged(url):
     state = _world(url)
     calls = [{"name": "recall_drone", "arguments": {"drone_id": "D-999"}},
              {"name": "lift_no_fly_zone", "arguments": {"zone_name": "lower arena"}},
-             {"name": "update_waypoint", "arguments": {"drone_id": "D-18", "waypoint_index": 9, "lat": 1.0, "lon": 2.0}},
+             {"name": "update_waypoint",
+              "arguments": {"drone_id": "D-18", "waypoint_index": 9, "lat": 1.0, "lon": 2.0}},
              {"name": "assign_mission", "arguments": '{"drone_id": "D-18"'},
              {"name": "launch_missiles", "arguments": {}}]  # fmt: skip
     r = _post(url, "/v1/agent/execute", {"world": state, "calls": calls})

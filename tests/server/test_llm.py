@@ -59,7 +59,8 @@ def test_decide_answers_as_the_server_does(llm, live):
     body = {"context": "Drones fly in daylight only. It is 23:00.",
             "questions": [{"question": "Is it daylight?", "options": ["yes", "no"]},
                           {"question": "May drone 4 fly?", "options": ["yes", "no"]},
-                          {"question": "Who decides?", "options": ["the pilot", "escalate to supervisor"]}]}  # fmt: skip
+                          {"question": "Who decides?",
+                           "options": ["the pilot", "escalate to supervisor"]}]}  # fmt: skip
     with live() as srv:
         want = httpx.post(srv.url + "/v1/decisions", json=body, timeout=120).json()
     for mode in ("joint", "independent"):
@@ -152,7 +153,8 @@ def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
     hello = [{"role": "user", "content": "hello"}]  # then the model's own reply, as a chat client sends it back
     hello.append(llm.chat(hello, tools=AIRSPACE_TOOLS)["choices"][0]["message"])
     for convo, name, args in (
-        (history + [{"role": "user", "content": "now check the status of drone 42"}], "get_drone_status", {"drone_id": "D-42"}),
+        (history + [{"role": "user", "content": "now check the status of drone 42"}], "get_drone_status",
+         {"drone_id": "D-42"}),
         (hello + [{"role": "user", "content": "recall drone 17"}], "recall_drone", {"drone_id": "D-17"}),
     ):  # fmt: skip
         for policy in ("ar", "threshold"):

@@ -153,8 +153,8 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
             browser.screenshot(shot)
             # a wrong key: the world route answers 401 like the other /v1 routes, and the page says so
             browser.evaluate("localStorage.clear()")
-            refused = browser.open(srv.url + "/?key=wrong&mode=agent", "document.getElementById('status').dataset.state "
-                                   "=== 'error'")  # fmt: skip
+            state_is_error = "document.getElementById('status').dataset.state === 'error'"
+            refused = browser.open(srv.url + "/?key=wrong&mode=agent", state_is_error)
             refusal = browser.evaluate("document.getElementById('status').textContent")
         finally:
             browser.close()

@@ -181,7 +181,8 @@ def test_errors_in_the_openai_shape(forced):
         (dict(input="hi", max_output_tokens=10**6), "max_output_tokens"),
         (dict(input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "weird"}}}),
          "text.format"),
-        (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]), "input.0.content.0.type"),
+        (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+         "input.0.content.0.type"),
         (dict(input="hi", tool_choice={"type": "function", "name": "nope"}, tools=TOOLS), "tool_choice"),
     ]  # fmt: skip
     for kw, param in cases:

@@ -90,7 +90,8 @@ def test_response_format_json_object_and_json_schema_constrain_the_answer(forced
     assert r.choices[0].message.content.startswith("{")
     r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
     assert r.choices[0].finish_reason in ("stop", "length") and engine.grammars[-1] is None
-    bad = [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {"type": "weird"}}},
+    bad = [{"type": "xml"}, {"type": "json_schema"},
+           {"type": "json_schema", "json_schema": {"schema": {"type": "weird"}}},
            {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://example.com/s.json"}}}]  # fmt: skip
     for fmt in bad:
         with pytest.raises(openai.BadRequestError, match="response_format") as e:
@@ -163,7 +164,8 @@ def test_random_model_with_tools_gives_a_valid_shape(client):
 
 SWITCH = [{"type": "function", "function": {"name": "set_mode", "parameters": {"type": "object", "properties": {
     "mode": {"enum": ["on", "off"]}, "level": {"type": "integer"}}, "required": ["mode"]}}},
-    {"type": "function", "function": {"name": "get_mode", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+    {"type": "function",
+     "function": {"name": "get_mode", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -351,7 +353,8 @@ def test_continue_final_message_prefills_the_answer(forced, tokenizer):
     assert tokenizer.decode(engine.prompts[-1]).count("<|im_start|>assistant") == 2
     for body, m in [({"continue_final_message": True, "add_generation_prompt": True}, msgs),
                     ({"continue_final_message": True}, MSG),
-                    ({"continue_final_message": True, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, msgs)]:  # fmt: skip
+                    ({"continue_final_message": True, "tool_choice": "required",
+                      "tools": AIRSPACE_TOOLS}, msgs)]:  # fmt: skip
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="clover", messages=m, extra_body=body)
         assert e.value.body["param"] == "continue_final_message"

@@ -110,7 +110,8 @@ def test_legacy_functions_and_function_call_read_as_tools_and_tool_calls(tmp_pat
                            {"role": "assistant", "content": None,
                             "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
                            {"role": "function", "name": "get_weather", "content": '{"temp": 3}'},
-                           {"role": "assistant", "content": "3 degrees."}], "functions": [WEATHER["function"]]}  # fmt: skip
+                           {"role": "assistant", "content": "3 degrees."}],
+              "functions": [WEATHER["function"]]}  # fmt: skip
     modern = {"messages": [legacy["messages"][0], {"role": "assistant", "content": None,
                                                    "tool_calls": [_call('{"city": "Oslo"}')]},
                            {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 3}'},
@@ -123,8 +124,10 @@ def test_legacy_functions_and_function_call_read_as_tools_and_tool_calls(tmp_pat
 
 
 def test_weight_zero_assistant_turns_are_context_never_targets(tmp_path):
-    ex = {"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "BAD ANSWER", "weight": 0},
-                       {"role": "user", "content": "q2"}, {"role": "assistant", "content": "good", "weight": 1}]}  # fmt: skip
+    ex = {"messages": [{"role": "user", "content": "q1"},
+                       {"role": "assistant", "content": "BAD ANSWER", "weight": 0},
+                       {"role": "user", "content": "q2"},
+                       {"role": "assistant", "content": "good", "weight": 1}]}  # fmt: skip
     (ex,) = read_chat_jsonl(_file(tmp_path, ex))
     tok = _tok()
     for seed in range(12):
@@ -142,7 +145,8 @@ def test_weight_zero_assistant_turns_are_context_never_targets(tmp_path):
 def test_answers_past_max_len_are_never_targets(tmp_path):
     long_q = {"messages": [{"role": "user", "content": "x " * 2000}, {"role": "assistant", "content": "ok"}]}
     late = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "early"},
-                         {"role": "user", "content": "x " * 2000}, {"role": "assistant", "content": "LATE"}]}  # fmt: skip
+                         {"role": "user", "content": "x " * 2000},
+                         {"role": "assistant", "content": "LATE"}]}  # fmt: skip
     long_a = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "y " * 2000}]}
     data = read_chat_jsonl(_file(tmp_path, GOOD, long_q, late, long_a))
     tok = _tok()
