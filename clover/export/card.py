@@ -12,6 +12,7 @@ def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
     """The card's Markdown for a model of ``config`` exported from ``src``, stopping at ``stops``."""
     import torch
 
+    from clover.export.hf_model.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.model.model import CloverForBlockDiffusion
 
     with torch.device("meta"):
@@ -72,12 +73,13 @@ out = model.generate(ids["input_ids"], max_new_tokens=128)
 print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
 ```
 
-`generate(input_ids, attention_mask=None, max_new_tokens=None, block_size=None, policy="threshold",
-threshold=0.9, steps_per_block=None, eos_token_id=None, pad_token_id=None)` decodes greedily:
+`generate(input_ids, attention_mask=None, max_new_tokens=None, block_size=None, policy="{DEFAULT_POLICY}",
+threshold={DEFAULT_THRESHOLD}, steps_per_block=None, eos_token_id=None, pad_token_id=None)` decodes greedily:
 
-- `policy`: which masked positions a pass commits. `threshold` (the default): every position whose
-  probability is at least `threshold`, and at least the most confident one; `prefix`: left to right,
-  the leftmost open position and then each next one while it is at least `threshold`; `fixed`:
+- `policy`: which masked positions a pass commits (default `{DEFAULT_POLICY}`). `prefix`: left to
+  right, the leftmost open position and then each next one while its probability is at least
+  `threshold`; `threshold`: every position whose probability is at least `threshold`, and at least
+  the most confident one; `fixed`:
   `steps_per_block` passes per block (default `block_size // 4`), the most confident positions
   first; `ar`: one position per pass, left to right (autoregressive decoding of the same model).
 - `block_size`: tokens per block (default {config.block_size}, at most {config.max_block_size}).

@@ -30,7 +30,9 @@ def test_folder_layout(bundled_export):
     for name in MODELING_FILES:  # copied verbatim
         assert (out / name).read_bytes() == (HF_MODEL / name).read_bytes()
     card = (out / "README.md").read_text()
-    assert "trust_remote_code=True" in card and 'policy="threshold"' in card and "LoraConfig" in card
+    from clover.engine.policies import DEFAULT_POLICY
+
+    assert "trust_remote_code=True" in card and f'policy="{DEFAULT_POLICY}"' in card and "LoraConfig" in card
 
 
 def test_cli_shards_and_json(tmp_path, capsys):

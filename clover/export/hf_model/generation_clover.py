@@ -6,10 +6,10 @@ clean, at the start of the first generated block, whose other positions hold the
 Each denoising pass reads the cache and the block, picks the most likely token for every masked
 position, and a policy decides which of them to commit:
 
+* ``prefix`` (the default): left to right in runs: the leftmost open position, then each next
+  one while it is >= ``threshold`` (no token is chosen while a position to its left is open);
 * ``threshold``: every position whose probability is >= ``threshold``, and at least the most
   confident one;
-* ``prefix``: left to right in runs: the leftmost open position, then each next one while it is
-  >= ``threshold``;
 * ``fixed``: ``steps_per_block`` passes per block, the most confident positions first;
 * ``ar``: one position per pass, left to right (autoregressive decoding on the same model).
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-DEFAULT_POLICY = "threshold"
-DEFAULT_THRESHOLD = 0.9
+DEFAULT_POLICY = "prefix"  # Clover's engine default (clover/engine/policies.py), with its threshold
+DEFAULT_THRESHOLD = 0.95
 DEFAULT_MAX_NEW_TOKENS = 256
 
 
@@ -79,7 +79,7 @@ class BlockDiffusionGenerationMixin:
         marked by ``attention_mask``; each row decodes on its own, as it would alone).
 
         ``max_new_tokens`` (default: the generation config's, else 256; or ``max_length`` minus the
-        prompt), ``block_size`` (default: the model's), ``policy`` (threshold, prefix, fixed, ar),
+        prompt), ``block_size`` (default: the model's), ``policy`` (prefix, threshold, fixed, ar),
         ``threshold`` (for threshold and prefix), ``steps_per_block`` (for fixed; default
         block_size // 4), ``eos_token_id`` (int or list: the stop tokens; default the generation
         config's, else the model config's). Returns ``[B, P + n]``: each row's input, its new tokens
