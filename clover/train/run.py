@@ -210,11 +210,14 @@ def apply_overrides(recipe: Recipe, over: dict, where: str) -> None:
             raise SetupError(f"{where}: unknown data field {k!r}; known: {sorted(data)}")
         setattr(recipe, k, _typed(v, data[k], f"{where}: data field {k!r}"))
     known = {f.name for f in fields(recipe.train)}
+    optional = {f.name for f in fields(recipe.train) if f.default is None}  # None means "off" for these
     for k, v in over.get("train", {}).items():
         if k not in known:
             raise SetupError(f"{where}: unknown train field {k!r}; known: {sorted(known)}")
         if k == "masking":
             v = _masking(v, where)
+        elif v is None and k in optional:  # an optional field turned off (e.g. block_size_range)
+            pass
         elif getattr(recipe.train, k) is not None:  # a field without a default takes what it is given
             v = _typed(v, getattr(recipe.train, k), f"{where}: train field {k!r}")
         setattr(recipe.train, k, v)

@@ -85,3 +85,17 @@ def test_a_run_with_drawn_block_sizes_trains_at_each_and_resumes_bit_exactly(tmp
     run(until=5)
     rest = run(resume=True)
     assert [f["loss"] for f in rest] == [f["loss"] for f in full[5:]]
+
+
+def test_the_recipe_option_is_set_and_turned_off_by_config():
+    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.train.run import SetupError, apply_overrides
+
+    r = Airspace2Recipe()
+    assert r.train.block_size_range == [1, 64]  # the airspace2 recipe trains at every size
+    apply_overrides(r, {"train": {"block_size_range": [2, 8]}}, "cfg.json")
+    assert r.train.block_size_range == [2, 8] and {r.train.block_size_at(s) for s in range(200)} == set(range(2, 9))
+    apply_overrides(r, {"train": {"block_size_range": None}}, "cfg.json")
+    assert r.train.block_size_range is None and r.train.block_size_at(5) == 32
+    with pytest.raises(SetupError, match="train field 'lr' must be float"):
+        apply_overrides(r, {"train": {"lr": None}}, "cfg.json")

@@ -1,0 +1,111 @@
+"""Models of either airspace task side by side on the second corpus's validation chats (and on
+hand-written messages): the check a retrained model must pass before it replaces the bundled one.
+
+Each model is offered the tools of its own task (``model_task``: the bundled model the metres
+tools, an ``airspace2`` model the extraction tools) and its calls are scored by what they do: a
+length in either form is read in whole metres (``tools.in_metres``) before the exact match, so
+``{"radius": 1.5, "radius_unit": "nm"}`` and ``{"radius_m": 2778}`` are the same call. A turn
+answered in words is right when the model makes no call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from decimal import InvalidOperation
+from pathlib import Path
+
+from clover.airspace.corpus import plain_call, score_tool_calls
+from clover.airspace.v2.corpus import load_split
+from clover.airspace.v2.tools import EXTRACTION_TOOLS, in_metres, uses_units, with_unit_names
+from clover.data.task import model_task
+
+SCORED_KINDS = ("tool_call", "compound", "follow_up", "unserved", "clarify", "no_tool")
+
+
+def in_metres_calls(calls: list[dict]) -> list[dict]:
+    """Calls (either form) as ``{"name", "arguments"}`` with lengths in metres; a length that cannot
+    be read is left as it is (and so matches nothing)."""
+    out = []
+    for c in map(plain_call, calls):
+        args = c["arguments"]
+        if uses_units(c["name"], args):
+            try:
+                metres, _ = in_metres(c["name"], with_unit_names(c["name"], args))
+            except (TypeError, ValueError, InvalidOperation):
+                metres = None
+            args = metres if metres is not None else args
+        out.append({"name": c["name"], "arguments": args})
+    return out
+
+
+def validation_chats(n: int) -> list[dict]:
+    """The first ``n`` validation chats of the kinds scored here (calls, follow-ups, replies in words)."""
+    return [ex for ex in load_split("validation", 4 * n) if ex["kind"] in SCORED_KINDS][:n]
+
+
+def case_chats(path: str | Path) -> list[dict]:
+    """Hand-written messages (``{"message", "gold", "system"?}`` per line, gold in either form)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        msgs = [{"role": "system", "content": d["system"]}] if d.get("system") else []
+        gold = {"role": "assistant", "content": "" if d["gold"] else "(words)", "tool_calls": d["gold"]}
+        kind = "tool_call" if len(d["gold"]) == 1 else "compound" if d["gold"] else "unserved"
+        out.append(
+            {
+                "kind": kind,
+                "tools": EXTRACTION_TOOLS,
+                "messages": [*msgs, {"role": "user", "content": d["message"]}, gold],
+            }
+        )
+    return out
+
+
+def _offered(chat_tools: list[dict] | None, own: list[dict]) -> list[dict] | None:
+    """The model's own form of the tools a chat offers (the same names, in the same order)."""
+    if chat_tools is None:
+        return None
+    by_name = {t["function"]["name"]: t for t in own}
+    return [by_name[t["function"]["name"]] for t in chat_tools if t["function"]["name"] in by_name]
+
+
+def score(llm, chats: list[dict], policy: str = "ar", max_tokens: int = 200) -> dict:
+    """Exact match of one model over ``chats`` (overall and by kind) and its tokens per pass."""
+    own = model_task(llm.config, default=True).tools()
+    groups: dict[str, list[int]] = defaultdict(list)  # one batch per offered tool list
+    for i, ex in enumerate(chats):
+        groups[json.dumps([t["function"]["name"] for t in ex["tools"] or []]) + str(ex["tools"] is None)].append(i)
+    right, by_kind = [False] * len(chats), defaultdict(lambda: [0, 0])
+    tokens = passes = 0
+    for idx in groups.values():
+        tools = _offered(chats[idx[0]]["tools"], own)
+        convs = [[{k: v for k, v in m.items() if k != "weight"} for m in chats[i]["messages"][:-1]] for i in idx]
+        outs = llm.chat(convs, tools=tools, policy=policy, max_tokens=max_tokens, temperature=0)
+        for i, out in zip(idx, outs):
+            gold = chats[i]["messages"][-1].get("tool_calls") or []
+            calls = out["choices"][0]["message"].get("tool_calls") or []
+            ok = score_tool_calls(in_metres_calls(calls), in_metres_calls(gold)) if gold else not calls
+            right[i] = ok
+            by_kind[chats[i]["kind"]][0] += ok
+            by_kind[chats[i]["kind"]][1] += 1
+            tokens += out["clover"]["tokens"]
+            passes += out["clover"]["forward_passes"]
+    return {"n": len(chats), "exact": sum(right) / max(1, len(chats)),
+            "by_kind": {k: v[0] / v[1] for k, v in sorted(by_kind.items())}, "tpf": tokens / max(1, passes)}  # fmt: skip
+
+
+def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), policy: str = "ar",
+            device: str | None = None, threads: int | None = None) -> dict:  # fmt: skip
+    """``{model name: {"validation": figures, <case file stem>: figures}}`` for every model."""
+    from clover.api.llm import LLM  # deferred: the engine and torch
+
+    sets = {"validation": validation_chats(n), **{Path(p).stem: case_chats(p) for p in cases}}
+    out = {}
+    for name, path in models.items():
+        llm = LLM(path, device=device, threads=threads)
+        out[name] = {"task": model_task(llm.config, default=True).name,
+                     **{k: score(llm, chats, policy) for k, chats in sets.items()}}  # fmt: skip
+    return out
