@@ -54,8 +54,13 @@ def test_cuda_without_a_gpu_is_one_line_before_anything_loads(argv, no_gpu, monk
     def loaded(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(clover.api.loading, "load_model_dir", loaded)
-    monkeypatch.setattr(clover.api.loading, "load_engine", loaded)
+    import clover.api.llm
+    import clover.commands.common
+
+    for module in (clover.api.loading, clover.commands.common):
+        monkeypatch.setattr(module, "load_model_dir", loaded)
+    for module in (clover.api.loading, clover.api.llm):
+        monkeypatch.setattr(module, "load_engine", loaded)
     with pytest.raises(SystemExit) as e:
         main([*argv, "--device", "cuda"])
     err = capsys.readouterr().err.strip()

@@ -14,8 +14,10 @@ import json
 import zlib
 from dataclasses import dataclass
 
+from clover.airspace.corpus import gold_calls, load_split
 from clover.airspace.loop import AgentResult
 from clover.airspace.world import READ_ONLY, World, execute
+from clover.data.chat import is_answer
 
 TASK_KINDS = ("tool_call", "compound", "tool_result")
 
@@ -33,9 +35,6 @@ class Task:
 
 def task_from_example(ex: dict, seed: int | None = None) -> Task:
     """The task of one corpus chat (its first answer turn must be calls)."""
-    from clover.airspace.corpus import gold_calls
-    from clover.data.chat import is_answer
-
     prompt = []
     for m in ex["messages"]:
         if is_answer(m):
@@ -61,8 +60,6 @@ def task_from_example(ex: dict, seed: int | None = None) -> Task:
 
 def operator_tasks(n: int, split: str = "test") -> list[Task]:
     """The first ``n`` operator tasks of ``split``'s fixed evaluation set (``load_split``)."""
-    from clover.airspace.corpus import load_split
-
     size, tasks = max(64, 3 * n), []
     while len(tasks) < n:
         pool = load_split(split, size)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from clover.api import decisions as dec
 from clover.api.errors import APIError, from_validation
+from clover.api.loading import load_engine
 from clover.api.protocol import (
     as_api_error,
     chat_response,
@@ -89,8 +90,6 @@ class LLM:
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
     ):
-        from clover.api.loading import load_engine
-
         if isinstance(model, Engine):
             if device is not None or dtype is not None:
                 raise TypeError("device and dtype apply when LLM loads a checkpoint; this Engine's model is loaded")

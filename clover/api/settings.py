@@ -10,7 +10,7 @@ cheaply; the policy list and the engine's defaults are looked up only when help 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,6 @@ def policy_names() -> str:
 
 def engine_default(name: str):
     """``SamplingParams``' default for ``name`` (the one definition of every decoding default)."""
-    from dataclasses import fields
-
     from clover.engine.params import SamplingParams  # deferred: torch
 
     return next(f.default for f in fields(SamplingParams) if f.name == name)

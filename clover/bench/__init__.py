@@ -21,14 +21,14 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
 # -- helpers shared by the benchmarks ----------------------------------------------------------
 def set_threads(n: int) -> None:
     """Benchmarks default to one thread: on a small shared CPU more threads often run slower."""
-    import torch
+    import torch  # deferred: listing the benchmarks (clover --help) needs no torch
 
     torch.set_num_threads(n)
     torch.set_flush_denormal(True)
 
 
 def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
-    from rich.console import Console
+    from rich.console import Console  # deferred: rich only when a table is printed
     from rich.table import Table
 
     t = Table(title=title)

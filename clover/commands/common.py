@@ -12,6 +12,7 @@ import argparse
 import copy
 import sys
 
+from clover.api.loading import load_model_dir
 from clover.api.settings import add_decoding_flags, decoding_values
 from clover.data.task import get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
@@ -46,8 +47,6 @@ class Parser(argparse.ArgumentParser):
 def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None, device="auto", dtype="auto"):
     """A checkpoint directory (default: the bundled model) → (model, tokenizer or None), on
     ``device`` in ``dtype`` (``--device`` / ``--dtype``); a problem is a one-line ``clover: ...`` exit."""
-    from clover.api.loading import load_model_dir
-
     try:
         return load_model_dir(model_dir, threads, device, dtype)
     except (FileNotFoundError, ValueError) as e:
@@ -139,7 +138,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
 
 def sampling_params(args: argparse.Namespace):
     """The decoding flags as ``SamplingParams``; a flag not given takes its default from there."""
-    from clover.engine import SamplingParams
+    from clover.engine import SamplingParams  # deferred: torch, which --help does not need
 
     return SamplingParams(max_tokens=args.max_tokens, **decoding_values(args))
 

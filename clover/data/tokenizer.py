@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from clover.data.chat import render_chat, tokenize_segments
+
 SPECIAL_TOKENS = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -168,8 +170,6 @@ class CloverTokenizer:
 
     def encode_segments(self, segments: list[tuple[str, bool]]) -> tuple[list[int], list[bool]]:
         """(text, is_target) segments (``chat.render_segments``) → ids and one target flag per id."""
-        from clover.data.chat import tokenize_segments
-
         return tokenize_segments(self.encode, segments)
 
     def token_bytes(self, i: int) -> bytes:
@@ -239,8 +239,6 @@ class CloverTokenizer:
     ) -> str:
         """The chat as prompt text: by this tokenizer's own chat template when it has one (a
         converted checkpoint's), else by Clover's ``render``."""
-        from clover.data.chat import render_chat
-
         return render_chat(messages, tools, add_generation_prompt, self.chat_template)
 
     @classmethod
