@@ -317,5 +317,7 @@ def test_help_texts_show_the_defaults(monkeypatch):
     serve = help_of("serve")
     assert "port to listen on (default: 8000)" in serve and "sk-secret" not in serve
     gen = help_of("generate")
-    assert "(default: threshold)" in gen and "(default: 0.9)" in gen and "(default: 256)" in gen
-    assert "(default: 0.9)" in help_of("eval")
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    assert f"(default: {DEFAULT_POLICY})" in gen and f"(default: {DEFAULT_THRESHOLD})" in gen and "(default: 256)" in gen
+    assert "'default' (the default policy)" in help_of("eval") and "default: the default policy's" in help_of("eval")
