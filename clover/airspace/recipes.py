@@ -20,32 +20,38 @@ from clover.train.objective import MaskingConfig
 from clover.train.recipes import Recipe, collate, encode_example
 from clover.train.trainer import TrainConfig
 
+# the small hybrid MoE both airspace models share (the Clover model adds its own switches, the
+# autoregressive base more layers): Qwen3.5's layout, one attention layer to three GDN layers
+SMALL_SHAPE = dict(
+    hidden_size=128,
+    layer_types=None,  # None: from full_attention_interval
+    full_attention_interval=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=128,
+    shared_expert_intermediate_size=128,
+    max_position_embeddings=4096,
+    # every head dimension rotates: with head_dim 32, Qwen's 25 % leaves 8 dims and the model
+    # cannot copy by position (synthetic copy task, 200 steps: loss 3.80 with 25 % / theta 1e5,
+    # 0.03 with 100 % / theta 1e4)
+    partial_rotary_factor=1.0,
+    rope_theta=10_000.0,
+)
+
 
 @dataclass
 class AirspaceRecipe(Recipe):
     model: dict = field(
         default_factory=lambda: dict(
-            hidden_size=128,
+            SMALL_SHAPE,
             num_hidden_layers=4,
-            layer_types=None,  # None: from full_attention_interval
-            full_attention_interval=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=32,
-            linear_value_head_dim=32,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=128,
-            shared_expert_intermediate_size=128,
-            max_position_embeddings=4096,
-            # every head dimension rotates: with head_dim 32, Qwen's 25 % leaves 8 dims and the
-            # model cannot copy by position (synthetic copy task, 200 steps: loss 3.80 with
-            # 25 % / theta 1e5, 0.03 with 100 % / theta 1e4; see the training issue's notes)
-            partial_rotary_factor=1.0,
-            rope_theta=10_000.0,
             shift_logits=False,
             block_size=32,
             max_block_size=64,
@@ -130,26 +136,7 @@ class AirspaceArRecipe(AirspaceRecipe):
 
     model: dict = field(
         default_factory=lambda: dict(
-            hidden_size=128,
-            num_hidden_layers=8,
-            layer_types=None,  # None: from full_attention_interval
-            full_attention_interval=4,  # three GDN layers to one attention layer, as Qwen3.5
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=32,
-            linear_value_head_dim=32,
-            linear_conv_kernel_dim=4,
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=128,
-            shared_expert_intermediate_size=128,
-            max_position_embeddings=4096,
-            partial_rotary_factor=1.0,  # every head dimension rotates (a small head_dim copies by position)
-            rope_theta=10_000.0,
-            router_aux_loss_coef=0.001,
+            SMALL_SHAPE, num_hidden_layers=8, linear_conv_kernel_dim=4, router_aux_loss_coef=0.001
         )
     )
     train: TrainConfig = field(
