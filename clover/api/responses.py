@@ -17,11 +17,19 @@ import time
 from pydantic import Field, ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation
-from clover.api.protocol import Prepared, assistant_message, chat_logprobs, clover_stats, new_id, usage
+from clover.api.protocol import (
+    AssistantStream,
+    Prepared,
+    assistant_message,
+    chat_logprobs,
+    clover_stats,
+    new_id,
+    usage,
+)
 from clover.api.schemas import ChatRequest, Decoding
 from clover.api.settings import decoding_values
 from clover.data.chat import TOOL_OPEN
-from clover.engine import RequestOutput, TokenLogprob
+from clover.engine import Event, Finished, RequestOutput, TextDelta, TokenLogprob
 
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -280,6 +288,16 @@ class EventStream:
         self.output: list[dict] = []
         self.msg: dict | None = None  # the open message item
         self.text = ""
+        self.chat = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names)
+
+    def on(self, ev: Event) -> list[dict]:
+        """The Responses events for one engine event of the request (its text, its end)."""
+        if isinstance(ev, TextDelta):
+            self.pending += ev.logprobs or []  # sent with the next text delta
+            return [e for d in self.chat.feed(ev.text) for e in self.feed(d)]
+        if isinstance(ev, Finished):
+            return [*(e for d in self.chat.finish() for e in self.feed(d)), *self.finish(ev.output)]
+        return []
 
     def event(self, kind: str, **fields) -> dict:
         self.seq += 1

@@ -14,7 +14,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from clover.api import decisions as dec
 from clover.api.errors import APIError, bad_request
 from clover.api.protocol import (
-    AssistantStream,
     Prepared,
     as_api_error,
     chat_response,
@@ -27,7 +26,6 @@ from clover.api.protocol import (
 from clover.api.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
-from clover.engine import Finished, TextDelta
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
@@ -234,27 +232,15 @@ async def responses(request: Request):
 
 
 async def _responses_stream(handle, es: EventStream):
-    prep = es.prep
-
     def sse(ev: dict) -> str:
         return f"event: {ev['type']}\n{_sse(ev)}"
 
-    stream = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names)
     try:
         for ev in es.start():
             yield sse(ev)
         async for ev in handle.events():
-            if isinstance(ev, TextDelta):
-                es.pending += ev.logprobs or []  # sent with the next text delta
-                for d in stream.feed(ev.text):
-                    for e in es.feed(d):
-                        yield sse(e)
-            elif isinstance(ev, Finished):
-                for d in stream.finish():
-                    for e in es.feed(d):
-                        yield sse(e)
-                for e in es.finish(ev.output):
-                    yield sse(e)
+            for e in es.on(ev):
+                yield sse(e)
     except (ValueError, EngineFailure) as e:
         yield sse(es.error(as_api_error(e)))
     finally:
