@@ -91,9 +91,11 @@ def model_task(config, default: bool = False) -> Task | None:
     ``extra["recipe"]`` as ``<task>`` or ``<task>-<variant>``); with ``default``, the bundled
     model's task for a model that names none."""
     extra = (getattr(config, "extra", None) or {}) if config is not None else {}
-    name = extra.get("task") or str(extra.get("recipe") or "").split("-")[0]
-    if name in TASKS:
-        return get_task(name)
+    recipe = str(extra.get("recipe") or "")
+    named = extra.get("task") or next((t for t in sorted(TASKS, key=len, reverse=True)
+                                       if recipe == t or recipe.startswith(t + "-")), None)  # fmt: skip
+    if named in TASKS:
+        return get_task(named)
     return get_task(DEFAULT_TASK) if default else None
 
 
