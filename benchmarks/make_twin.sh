@@ -6,16 +6,21 @@
 #   benchmarks/make_twin.sh [WORK_DIR]        (default ~/.cache/clover/twin)
 #
 # Environment: AR_MINUTES / ADAPT_MINUTES (time budgets, default 70 / 35), NPROC (processes under
-# torchrun with FSDP2, default 2: one per core, or per GPU), THREADS (per process, default 1),
-# DEVICE (auto|cpu|cuda), AR_CONFIG / ADAPT_CONFIG (JSON overrides for clover train --config).
-# One single-threaded process per core also keeps its speed when another job shares the CPU.
+# torchrun with FSDP2; default one per GPU present, 1 on a machine without GPUs or with
+# DEVICE=cpu; NPROC=2 on a 2-core CPU runs one single-threaded process per core), THREADS (per
+# process, default 1), DEVICE (auto|cpu|cuda), AR_CONFIG / ADAPT_CONFIG (JSON overrides for clover
+# train --config). One single-threaded process per core keeps its speed when another job shares the CPU.
 set -euo pipefail
 W=${1:-$HOME/.cache/clover/twin}
 AR_MINUTES=${AR_MINUTES:-70}
 ADAPT_MINUTES=${ADAPT_MINUTES:-35}
-NPROC=${NPROC:-2}
 THREADS=${THREADS:-1}
 DEVICE=${DEVICE:-auto}
+if [ -z "${NPROC:-}" ]; then  # one process per GPU (a process per rank asks for cuda:LOCAL_RANK)
+    NPROC=0
+    [ "$DEVICE" = cpu ] || NPROC=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    [ "$NPROC" -ge 1 ] || NPROC=1
+fi
 mkdir -p "$W"
 AR_CONFIG=${AR_CONFIG:-$W/ar.json}
 ADAPT_CONFIG=${ADAPT_CONFIG:-$W/adapt.json}

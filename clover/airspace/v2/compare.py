@@ -98,11 +98,12 @@ def score(llm, chats: list[dict], policy: str = "ar", max_tokens: int = 200) -> 
 
 
 def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), policy: str = "ar",
-            device: str | None = None, threads: int | None = None) -> dict:  # fmt: skip
-    """``{model name: {"validation": figures, <case file stem>: figures}}`` for every model."""
+            device: str | None = None, threads: int | None = None, case_n: int | None = None) -> dict:  # fmt: skip
+    """``{model name: {"validation": figures, <case file stem>: figures}}`` for every model
+    (``case_n``: only the first messages of each cases file)."""
     from clover.api.llm import LLM  # deferred: the engine and torch
 
-    sets = {"validation": validation_chats(n), **{Path(p).stem: case_chats(p) for p in cases}}
+    sets = {"validation": validation_chats(n), **{Path(p).stem: case_chats(p)[:case_n] for p in cases}}
     out = {}
     for name, path in models.items():
         llm = LLM(path, device=device, threads=threads)

@@ -1,0 +1,60 @@
+"""Models of either airspace task side by side on the airspace2 validation chats and hand-written
+messages (``clover.airspace.v2.compare``): exact match overall and by kind, tokens per pass.
+
+    python benchmarks/compare_models.py --model new=RUN/export --model bundled= \
+        --cases benchmarks/newcomer_messages.jsonl --cases benchmarks/operator_messages.jsonl --json OUT.json
+
+``--model NAME=PATH`` (an empty PATH is the bundled model); the first model is the one to judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", action="append", required=True, help="NAME=PATH (PATH empty: the bundled model)")
+    p.add_argument("--n", type=int, default=200, help="validation chats")
+    p.add_argument("--cases", action="append", default=[], help="hand-written messages (JSONL), repeatable")
+    p.add_argument("--case-n", type=int, default=None, help="only the first N messages of each cases file")
+    p.add_argument("--policy", default="ar")
+    p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, help="write the figures here")
+    a = p.parse_args(argv)
+    from clover.airspace.v2 import compare
+
+    models = {}
+    for m in a.model:
+        name, _, path = m.partition("=")
+        models[name] = path or None
+    t0 = time.perf_counter()
+    res = compare.compare(models, a.n, a.cases, a.policy, a.device, a.threads, a.case_n)
+    res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy,
+                        "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    print(table(res))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def table(res: dict) -> str:
+    """One row per model: exact match on each set, then tokens per pass on validation."""
+    names = [k for k in res if not k.startswith("_")]
+    sets = [k for k in res[names[0]] if k != "task"]
+    rows = ["| model | task | " + " | ".join(sets) + " | TPF (validation) |", "|" + " --- |" * (len(sets) + 3)]
+    for m in names:
+        cells = [f"{100 * res[m][s]['exact']:.1f} % of {res[m][s]['n']}" for s in sets]
+        rows.append(f"| {m} | {res[m]['task']} | " + " | ".join(cells) + f" | {res[m]['validation']['tpf']:.2f} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
