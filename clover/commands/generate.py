@@ -60,10 +60,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"TPF {s['tpf']:.2f}, {s['tokens_per_s']:.1f} tok/s, TTFT {s['ttft_s'] * 1e3:.0f} ms]",
             file=sys.stderr,
         )
-    if not args.chat and not (out.text or "").strip():  # a model trained on chats ends a bare prompt at once
+    text = (out.text or "").strip()
+    if not args.chat and (not text or "tool_call>" in text):  # a chat model after a bare prompt: nothing, or markup
         print(
-            "clover generate: the model wrote nothing after this plain prompt; a chat model answers a user "
-            "turn: try --chat (the prompt as a user message of its chat template)",
+            "clover generate: the model wrote " + ("nothing" if not text else "chat markup") + " after this plain "
+            "prompt; a chat model answers a user turn: try --chat (the prompt as a user message of its chat template)",
             file=sys.stderr,
         )
     return 0
