@@ -79,8 +79,9 @@ def main() -> None:
         w_off, w_on = mean(per["off"]["wall"][t]), mean(per["on"]["wall"][t])
         rows.append([str(t + 1), round(prompt_tokens[t] / args.conversations), off * 1e3, on * 1e3, off / on,
                      w_off * 1e3, w_on * 1e3])  # fmt: skip
-        figures[f"turn{t + 1}"] = {"prompt_tokens": prompt_tokens[t] / args.conversations, "ttft_ms_off": off * 1e3,
-                                   "ttft_ms_on": on * 1e3, "wall_ms_off": w_off * 1e3, "wall_ms_on": w_on * 1e3}  # fmt: skip
+        figures[f"turn{t + 1}"] = {"prompt_tokens": prompt_tokens[t] / args.conversations,
+                                   "ttft_ms_off": off * 1e3, "ttft_ms_on": on * 1e3,
+                                   "wall_ms_off": w_off * 1e3, "wall_ms_on": w_on * 1e3}  # fmt: skip
     figures.update(engines["on"].prefix_cache.stats())
     print_table(
         f"agent loop, prefix cache off vs on ({args.conversations} conversations, batch 1, {args.threads} thread(s))",

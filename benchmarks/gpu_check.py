@@ -363,7 +363,8 @@ def _rows(res: dict) -> list[list]:
     rows += [["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
              ["speed", "weights GiB", sp["weights_gib"],
               f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
-             ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"], "batch 1"]]  # fmt: skip
+             ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"],
+              "batch 1"]]  # fmt: skip
     for key, r in sp["decode"].items():
         rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])
     rows += [["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],

@@ -125,8 +125,9 @@ def run_decisions(args: argparse.Namespace) -> int:
            "independent": _run_mode(engine, tok, groups, "independent", args)}  # fmt: skip
     if not args.no_sequential:
         res["independent_sequential"] = _run_mode(engine, tok, groups, "independent", args, sequential=True)
-    figures = {"split": args.split, "n_groups": len(groups), "skipped_groups": len(asked) - len(groups), "n_questions": sum(len(g.questions) for g in groups),
-               "model": str(args.model or "bundled default"), "policy": args.policy, "threshold": args.threshold}  # fmt: skip
+    figures = {"split": args.split, "n_groups": len(groups), "skipped_groups": len(asked) - len(groups),
+               "n_questions": sum(len(g.questions) for g in groups), "model": str(args.model or "bundled default"),
+               "policy": args.policy, "threshold": args.threshold}  # fmt: skip
     w = engine.model.lm_head.weight
     figures.update(device=str(w.device), dtype=str(w.dtype)[6:])
     for mode, r in res.items():

@@ -63,8 +63,9 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
     for b in (1, big):
         for name, r in by_batch[b].items():
             pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
+            vs_twin = r["tokens_per_s"] / by_batch[b]["twin"]["tokens_per_s"]
             rows.append([b, name, pct(r.get("exact_match")), pct(r.get("text_acc")), pct(r.get("multiturn_acc")),
-                         r.get("tpf", 1.0), r["tokens_per_s"], r["tokens_per_s"] / by_batch[b]["twin"]["tokens_per_s"]])  # fmt: skip
+                         r.get("tpf", 1.0), r["tokens_per_s"], vs_twin])  # fmt: skip
     notes = [
         f"quality: batch {big} runs over {len(exs)} tool-call turns, {len(words)} replies in words, "
         f"{len(convs)} conversations ({args.split} split); batch 1: the first {k} chats one at a time",
