@@ -141,16 +141,19 @@ def act_mission(g: Gen) -> Action:
     return pieces, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})]
 
 
-def act_recall(g: Gen) -> Action:
-    tid, t = g.template("recall2", RECALL_T)
+def _drone_call(g: Gen, action: str, templates: list[str], tool: str) -> Action:
+    """A message about one drone whose call takes only its id."""
+    tid, t = g.template(action, templates)
     d_txt, d = drone_surface(g, tid)
-    return _fill(t, d=d_txt), [("recall_drone", {"drone_id": d})]
+    return _fill(t, d=d_txt), [(tool, {"drone_id": d})]
+
+
+def act_recall(g: Gen) -> Action:
+    return _drone_call(g, "recall2", RECALL_T, "recall_drone")
 
 
 def act_status(g: Gen) -> Action:
-    tid, t = g.template("status2", STATUS_T)
-    d_txt, d = drone_surface(g, tid)
-    return _fill(t, d=d_txt), [("get_drone_status", {"drone_id": d})]
+    return _drone_call(g, "status2", STATUS_T, "get_drone_status")
 
 
 def act_many(g: Gen, n: int) -> Action:
