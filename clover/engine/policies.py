@@ -35,6 +35,7 @@ class PassView:
     threshold: torch.Tensor  # [R] float
     steps_left: torch.Tensor  # [R] long, >= 1: passes left in the block for "fixed"
     edits_left: torch.Tensor  # [R] long
+    stop: torch.Tensor  # [R, bs] bool: the chosen token is one of the row's stop tokens
 
 
 def most_confident(score: torch.Tensor, where: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -83,7 +83,7 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
             v = PassView(
                 tok, ch.conf, ch.cur_p, block[None], cand[None], settled[None],
                 torch.tensor([params.threshold], dtype=torch.float), torch.tensor([max(1, steps - step)]),
-                torch.tensor([params.max_edits - edits]),
+                torch.tensor([params.max_edits - edits]), torch.isin(tok, torch.tensor(sorted(stop_ids), dtype=torch.long)),
             )  # fmt: skip
             commit = policy.commit(v)[0]
             edit = policy.edit(v)

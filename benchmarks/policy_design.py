@@ -1,0 +1,201 @@
+"""How the default policy was chosen: commit rules measured against ``ar`` on the validation split.
+
+Every validation turn of every kind (tool calls, replies in words, conversations with earlier
+turns, decision groups) is decoded once with ``ar`` and once with each candidate rule. Each
+candidate gets its accuracy per kind, its TPF, and the share of answers whose tokens are exactly
+``ar``'s (a finer measure than accuracy: it moves with every token a parallel commit changes).
+``--calibration`` also prints how often a token committed to the right of the leftmost open
+position (a run's extension) differs from ``ar``'s, by its confidence and token kind.
+
+The candidates that are not registered policies live here: they were measured and not kept.
+
+python benchmarks/policy_design.py [--rules prefix@0.9,prefix@0.95,...] [--calibration] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from clover.bench import print_table, set_threads, write_json
+from clover.data.chat import render_chat
+from clover.data.decisions import decision_messages, load_groups, parse_joint
+from clover.engine import Engine, SamplingParams
+from clover.engine.batch import Batch
+from clover.engine.policies import POLICIES, PassView, Policy, register
+from clover.evaluate import eval_chats, prompt_of, reply_right
+from clover.loading import load_checkpoint
+
+
+def _first_open(v: PassView) -> torch.Tensor:
+    return v.cand & (v.cand.long().cumsum(1) == 1)
+
+
+def _run_of(v: PassView, ok: torch.Tensor) -> torch.Tensor:
+    """The leftmost open position, then each next open one while ``ok`` (a run stops at the first
+    open position that is not ``ok``)."""
+    return (_first_open(v) | ok | ~v.cand).long().cumprod(1).bool() & v.cand
+
+
+class RunProduct(Policy):
+    """A run extends while the product of its extensions' confidences stays >= τ."""
+
+    name = "run-product"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        logc = torch.where(v.cand & ~_first_open(v), v.conf.clamp_min(1e-9).log(), torch.zeros_like(v.conf))
+        return _run_of(v, logc.cumsum(1) >= v.threshold.log()[:, None])
+
+
+class SureFirst(Policy):
+    """A run extends only while every position of it, the first included, has p >= τ."""
+
+    name = "sure-first"
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        sure = v.cand & (v.conf >= v.threshold[:, None])
+        return (sure | ~v.cand).long().cumprod(1).bool() & v.cand | _first_open(v)
+
+
+class Digits(Policy):
+    """prefix, but a token with a digit in it extends a run only at p >= 1 - (1 - τ) / 10.
+    ``far``: also commit positions right of an open gap at p >= 1 - (1 - τ) * far (never a stop
+    token or a digit)."""
+
+    def __init__(self, name: str, digit: torch.Tensor, far: float = 0.0):
+        self.name, self.digit, self.far = name, digit, far
+
+    def commit(self, v: PassView) -> torch.Tensor:
+        tau = v.threshold[:, None]
+        dig = self.digit[v.tok]
+        run = _run_of(v, v.cand & (v.conf >= torch.where(dig, 1 - (1 - tau) / 10, tau)))
+        if self.far:
+            run |= v.cand & (v.conf >= 1 - (1 - tau) * self.far) & ~dig & ~v.stop
+        return run
+
+
+def _prompts(tok, split: str, n: int) -> tuple[list[list[int]], list[str], list]:
+    exs, texts, convs = eval_chats(split, n, n // 2, n // 2)
+    groups = load_groups(split, n // 4)
+    template = getattr(tok, "chat_template", None)
+    chats = exs + texts + convs
+    prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
+    prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
+    kinds = ["tool calls"] * len(exs) + ["words"] * len(texts) + ["conversations"] * len(convs)
+    return prompts, kinds + ["decision groups"] * len(groups), chats + groups
+
+
+def _decode(model, tok, prompts, params) -> dict:
+    engine = Engine(model, tok, max_batch_size=16)
+    outs = []
+    for i in range(0, len(prompts), 16):
+        outs += engine.generate_batch(prompts[i : i + 16], [params] * len(prompts[i : i + 16]))
+    tokens = sum(len(o.token_ids) for o in outs)
+    return {"outs": outs, "tpf": tokens / max(1, sum(o.stats["forward_passes"] for o in outs))}
+
+
+def _right(text: str | None, item) -> bool:
+    if isinstance(item, dict):
+        return reply_right(text, item)
+    return parse_joint(text or "", item.questions) == [q.answer for q in item.questions]
+
+
+def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[list]:
+    """Extensions of ``prefix`` at a low τ whose left context equals ``ar``'s, by confidence and
+    kind of token: how often each differs from ``ar``'s token there."""
+    seen = []
+    apply = Batch.apply
+
+    def spy(self, choice, commit, edit):
+        for r, req in enumerate(self.requests):
+            cand = self.masked[r] & self.need[r]
+            if cand.any():
+                seen.append((req.id, req.block_start - len(req.prompt), int(cand.nonzero()[0]), commit[r].nonzero()[:, 0].tolist(), choice.tok[r].tolist(),
+                             choice.conf[r].tolist(), self.x[r].tolist()))  # fmt: skip
+        return apply(self, choice, commit, edit)
+
+    Batch.apply = spy
+    try:
+        outs = _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy="prefix", threshold=tau))["outs"]
+    finally:
+        Batch.apply = apply
+    index = {o.request_id: k for k, o in enumerate(outs)}
+    bins = [0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 1.01]
+    counts: dict[tuple[str, int], list[int]] = {}  # (token kind, bin) -> [extensions, differing]
+    for rid, base, first, commits, toks, confs, x in seen:  # base: the generated index of block position 0
+        want = ref[index[rid]]
+        if any(base + i >= 0 and (base + i >= len(want) or x[i] != want[base + i]) for i in range(first)):
+            continue  # the context already left ar's path: nothing to compare with
+        for i in sorted(commits):
+            g = base + i
+            if g >= len(want) - 1:
+                break
+            if i > first and confs[i] >= bins[0]:
+                piece = tok.decode([toks[i]])
+                kind = (
+                    "digit"
+                    if any(c.isdigit() for c in piece)
+                    else "letters"
+                    if any(c.isalpha() for c in piece)
+                    else "other"
+                )
+                b = next(j for j in range(len(bins) - 1) if confs[i] < bins[j + 1])
+                for key in ((kind, b), ("all", b)):
+                    c = counts.setdefault(key, [0, 0])
+                    c[0], c[1] = c[0] + 1, c[1] + (toks[i] != want[g])
+            if toks[i] != want[g]:
+                break  # later positions of this run were chosen beside a wrong token
+    rows = []
+    for kind in ("all", "digit", "letters", "other"):
+        for b in range(len(bins) - 1):
+            n, wrong = counts.get((kind, b), (0, 0))
+            if n:
+                rows.append([kind, f"[{bins[b]:g}, {min(1, bins[b + 1]):g})", n, f"{100 * wrong / n:.2f} %"])
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rules", default="threshold@0.9,prefix@0.9,prefix@0.93,prefix@0.95,prefix@0.97,sure-first@0.9,"
+                   "run-product@0.9,digits@0.9,digits@0.95,digits+far0.1@0.9,digits+far0.01@0.9")  # fmt: skip
+    p.add_argument("--split", default="validation")
+    p.add_argument("--n", type=int, default=200, help="tool-call turns (half as many of words and conversations)")
+    p.add_argument("--calibration", action="store_true", help="also the extension table (prefix at τ 0.3)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args()
+    set_threads(args.threads)
+    model, tok = load_checkpoint(None, args.threads)
+    digit = torch.tensor([any(c.isdigit() for c in tok.decode([i])) for i in range(model.config.vocab_size)])
+    for rule in (RunProduct(), SureFirst(), Digits("digits", digit), Digits("digits+far0.1", digit, 0.1),
+                 Digits("digits+far0.01", digit, 0.01)):  # fmt: skip
+        if rule.name not in POLICIES:
+            register(rule)
+    prompts, kinds, items = _prompts(tok, args.split, args.n)
+    ref = _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy="ar"))
+    ref_ids = [o.token_ids for o in ref["outs"]]
+    figures, rows = {}, []
+    for rule in ["ar"] + [r for r in args.rules.split(",") if r]:
+        name, _, tau = rule.partition("@")
+        res = ref if rule == "ar" else _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy=name,
+                                                                                  threshold=float(tau or 0.9)))  # fmt: skip
+        acc: dict[str, list[bool]] = {}
+        for o, kind, item in zip(res["outs"], kinds, items):
+            acc.setdefault(kind, []).append(_right(o.text, item))
+        same = sum(o.token_ids == r for o, r in zip(res["outs"], ref_ids)) / len(ref_ids)
+        figures[rule] = {**{k: sum(v) / len(v) for k, v in acc.items()}, "same_as_ar": same, "tpf": res["tpf"]}
+        rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"]])
+    heads = [f"{k} ({kinds.count(k)})" for k in dict.fromkeys(kinds)]
+    print_table(f"commit rules on the {args.split} split against ar (accuracy %)",
+                ["rule", *heads, "same tokens as ar %", "TPF"], rows)  # fmt: skip
+    if args.calibration:
+        cal = _calibration(model, tok, prompts, ref_ids, 0.3)
+        figures["calibration"] = cal
+        print_table("extensions of prefix τ 0.3 whose context matched ar: how often the token differs from ar's",
+                    ["token", "confidence", "extensions", "differ"], cal)  # fmt: skip
+    write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
