@@ -14,11 +14,15 @@ import json
 from collections import defaultdict
 from decimal import InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clover.airspace.corpus import plain_call, score_tool_calls
 from clover.airspace.v2.corpus import load_split
 from clover.airspace.v2.tools import EXTRACTION_TOOLS, in_metres, uses_units, with_unit_names
 from clover.data.task import model_task
+
+if TYPE_CHECKING:
+    from clover.api.llm import LLM
 
 SCORED_KINDS = ("tool_call", "compound", "follow_up", "unserved", "clarify", "no_tool")
 
@@ -72,7 +76,7 @@ def _offered(chat_tools: list[dict] | None, own: list[dict]) -> list[dict] | Non
     return [by_name[t["function"]["name"]] for t in chat_tools if t["function"]["name"] in by_name]
 
 
-def score(llm, chats: list[dict], policy: str = "ar", max_tokens: int = 200) -> dict:
+def score(llm: LLM, chats: list[dict], policy: str = "ar", max_tokens: int = 200) -> dict:
     """Exact match of one model over ``chats`` (overall and by kind) and its tokens per pass."""
     own = model_task(llm.config, default=True).tools()
     groups: dict[str, list[int]] = defaultdict(list)  # one batch per offered tool list
