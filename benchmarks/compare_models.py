@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", action="append", default=[], help="hand-written messages (JSONL), repeatable")
     p.add_argument("--case-n", type=int, default=None, help="only the first N messages of each cases file")
     p.add_argument("--policy", default="ar")
+    p.add_argument("--block-size", type=int, default=None, help="decode at this block size (default: the model's)")
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the figures here")
@@ -36,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, path = m.partition("=")
         models[name] = path or None
     t0 = time.perf_counter()
-    res = compare.compare(models, a.n, a.cases, a.policy, a.device, a.threads, a.case_n)
-    res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy,
+    res = compare.compare(models, a.n, a.cases, a.policy, a.device, a.threads, a.case_n, a.block_size)
+    res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy, "block_size": a.block_size,
                         "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
     print(table(res))
     if a.json:
@@ -46,13 +47,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(res: dict) -> str:
-    """One row per model: exact match on each set, then tokens per pass on validation."""
+    """One row per model: exact match on each set, then tokens per pass and per second on validation."""
     names = [k for k in res if not k.startswith("_")]
     sets = [k for k in res[names[0]] if k != "task"]
-    rows = ["| model | task | " + " | ".join(sets) + " | TPF (validation) |", "|" + " --- |" * (len(sets) + 3)]
+    rows = ["| model | task | " + " | ".join(sets) + " | TPF | tokens/s |", "|" + " --- |" * (len(sets) + 4)]
     for m in names:
         cells = [f"{100 * res[m][s]['exact']:.1f} % of {res[m][s]['n']}" for s in sets]
-        rows.append(f"| {m} | {res[m]['task']} | " + " | ".join(cells) + f" | {res[m]['validation']['tpf']:.2f} |")
+        v = res[m]["validation"]
+        rows.append(
+            f"| {m} | {res[m]['task']} | " + " | ".join(cells) + f" | {v['tpf']:.2f} | {v['tokens_per_s']:.0f} |"
+        )
     return "\n".join(rows)
 
 

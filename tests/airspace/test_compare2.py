@@ -51,7 +51,7 @@ def test_score_offers_each_model_its_own_tools_and_reads_calls_in_metres():
     gold = {c["messages"][-2]["content"]: c["messages"][-1].get("tool_calls") or [] for c in chats}
     perfect = _Echo("airspace2", gold)
     res = score(perfect, chats)
-    assert res["exact"] == 1.0 and res["tpf"] == 2.0
+    assert res["exact"] == 1.0 and res["tpf"] == 2.0 and res["tokens_per_s"] > 0
     assert all("radius" in t[0]["function"]["parameters"]["properties"] for t in perfect.tools_seen if t and
                t[0]["function"]["name"] == "create_no_fly_zone")  # fmt: skip
     old = _Echo("airspace", {})

@@ -11,6 +11,7 @@ answered in words is right when the model makes no call.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from decimal import InvalidOperation
 from pathlib import Path
@@ -76,18 +77,25 @@ def _offered(chat_tools: list[dict] | None, own: list[dict]) -> list[dict] | Non
     return [by_name[t["function"]["name"]] for t in chat_tools if t["function"]["name"] in by_name]
 
 
-def score(llm: LLM, chats: list[dict], policy: str = "ar", max_tokens: int = 200) -> dict:
-    """Exact match of one model over ``chats`` (overall and by kind) and its tokens per pass."""
+def score(
+    llm: LLM, chats: list[dict], policy: str = "ar", max_tokens: int = 200, block_size: int | None = None
+) -> dict:
+    """Exact match of one model over ``chats`` (overall and by kind), its tokens per pass and
+    tokens per second (batches of chats that offer the same tools), at ``block_size`` (None: the
+    model's own)."""
     own = model_task(llm.config, default=True).tools()
     groups: dict[str, list[int]] = defaultdict(list)  # one batch per offered tool list
     for i, ex in enumerate(chats):
         groups[json.dumps([t["function"]["name"] for t in ex["tools"] or []]) + str(ex["tools"] is None)].append(i)
     right, by_kind = [False] * len(chats), defaultdict(lambda: [0, 0])
     tokens = passes = 0
+    wall = 0.0
     for idx in groups.values():
         tools = _offered(chats[idx[0]]["tools"], own)
         convs = [[{k: v for k, v in m.items() if k != "weight"} for m in chats[i]["messages"][:-1]] for i in idx]
-        outs = llm.chat(convs, tools=tools, policy=policy, max_tokens=max_tokens, temperature=0)
+        t0 = time.perf_counter()
+        outs = llm.chat(convs, tools=tools, policy=policy, max_tokens=max_tokens, temperature=0, block_size=block_size)
+        wall += time.perf_counter() - t0
         for i, out in zip(idx, outs):
             gold = chats[i]["messages"][-1].get("tool_calls") or []
             calls = out["choices"][0]["message"].get("tool_calls") or []
@@ -98,11 +106,13 @@ def score(llm: LLM, chats: list[dict], policy: str = "ar", max_tokens: int = 200
             tokens += out["clover"]["tokens"]
             passes += out["clover"]["forward_passes"]
     return {"n": len(chats), "exact": sum(right) / max(1, len(chats)),
-            "by_kind": {k: v[0] / v[1] for k, v in sorted(by_kind.items())}, "tpf": tokens / max(1, passes)}  # fmt: skip
+            "by_kind": {k: v[0] / v[1] for k, v in sorted(by_kind.items())}, "tpf": tokens / max(1, passes),
+            "tokens_per_s": tokens / max(1e-9, wall)}  # fmt: skip
 
 
 def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), policy: str = "ar",
-            device: str | None = None, threads: int | None = None, case_n: int | None = None) -> dict:  # fmt: skip
+            device: str | None = None, threads: int | None = None, case_n: int | None = None,
+            block_size: int | None = None) -> dict:  # fmt: skip
     """``{model name: {"validation": figures, <case file stem>: figures}}`` for every model
     (``case_n``: only the first messages of each cases file)."""
     from clover.api.llm import LLM  # deferred: the engine and torch
@@ -112,5 +122,5 @@ def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), 
     for name, path in models.items():
         llm = LLM(path, device=device, threads=threads)
         out[name] = {"task": model_task(llm.config, default=True).name,
-                     **{k: score(llm, chats, policy) for k, chats in sets.items()}}  # fmt: skip
+                     **{k: score(llm, chats, policy, block_size=block_size) for k, chats in sets.items()}}  # fmt: skip
     return out
