@@ -5,6 +5,7 @@ every default is ``SamplingParams``' own (``DEFAULT_POLICY`` / ``DEFAULT_THRESHO
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from clover.api.responses import ResponsesRequest
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest
@@ -47,3 +48,16 @@ def test_help_follows_the_policy_registry():
         POLICIES.update(saved)
     assert SamplingParams().policy == DEFAULT_POLICY
 
+
+
+def test_no_default_policy_or_threshold_is_retyped():
+    """Outside engine/policies.py no code gives "threshold" or 0.9 as a default."""
+    root = Path(__file__).parents[2]
+    wrong = []
+    for path in [*root.glob("clover/**/*.py"), *root.glob("benchmarks/*.py")]:
+        if path.as_posix().endswith(("engine/policies.py", "export/hf_model/generation_clover.py")):
+            continue  # the one definition; the exported model's code runs without clover installed
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if 'default="threshold"' in line or "default=0.9" in line or 'or "threshold"' in line:
+                wrong.append(f"{path.relative_to(root)}:{n}")
+    assert wrong == []
