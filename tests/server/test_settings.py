@@ -51,13 +51,16 @@ def test_help_follows_the_policy_registry():
 
 
 def test_no_default_policy_or_threshold_is_retyped():
-    """Outside engine/policies.py no code gives "threshold" or 0.9 as a default."""
+    """Outside engine/policies.py no code gives the default policy or threshold (nor the old
+    "threshold" / 0.9) as a default of its own."""
     root = Path(__file__).parents[2]
     wrong = []
     for path in [*root.glob("clover/**/*.py"), *root.glob("benchmarks/*.py")]:
         if path.as_posix().endswith(("engine/policies.py", "export/hf_model/generation_clover.py")):
             continue  # the one definition; the exported model's code runs without clover installed
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if 'default="threshold"' in line or "default=0.9" in line or 'or "threshold"' in line:
+            retyped = (f'default="{DEFAULT_POLICY}"', f"default={DEFAULT_THRESHOLD}", f'or "{DEFAULT_POLICY}"',
+                       'default="threshold"', "default=0.9")  # fmt: skip
+            if any(r in line for r in retyped):
                 wrong.append(f"{path.relative_to(root)}:{n}")
     assert wrong == []
