@@ -85,9 +85,11 @@ def reply_right(text: str | None, ex: dict) -> bool:
 
 
 def repeated_words(text: str | None) -> set[str]:
-    """Words said twice in a row ("fly fly"), lower-cased: the stutter of positions that guessed
-    one word twice in the same pass."""
-    words = re.findall(r"[a-z0-9']+", (text or "").lower())
+    """Words said twice in a row ("fly fly"), lower-cased, in the words of a reply (tool-call
+    markup, well-formed or not, is left out): the stutter of positions that guessed one word twice
+    in the same pass."""
+    words = re.sub(r"<tool_call>.*?(</tool_call>|$)", " ", text or "", flags=re.S)
+    words = re.findall(r"[a-z0-9']+", words.lower())
     return {a for a, b in zip(words, words[1:]) if a == b}
 
 

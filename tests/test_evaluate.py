@@ -69,6 +69,7 @@ def test_a_stutter_is_a_word_said_twice_that_the_gold_text_does_not_repeat():
     from clover.evaluate import repeated_words, stutters
 
     assert repeated_words("I can fly fly fly waypoints") == {"fly"} and repeated_words(None) == set()
+    assert repeated_words('<tool_call>{"lon": , "lon": 7}</tool_call> ok ok <tool_call>{"a a') == {"ok"}
     ex = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello, I fly drones."}]}
     assert stutters("Hello    can create and fly fly waypoints", ex) and not stutters("Hello, I fly drones.", ex)
 
