@@ -7,6 +7,9 @@ Layout: ``run/step-00001000/{config.json, model.safetensors, optimizer.safetenso
 and ``run/latest`` naming the newest complete one. A step directory is written under a temporary
 name and renamed when complete, and ``latest`` is replaced atomically, so a killed run never
 leaves a broken checkpoint behind. No pickle anywhere.
+
+torch.distributed.checkpoint takes about a second to import, so the functions that need it
+import it (deferred on purpose).
 """
 
 from __future__ import annotations

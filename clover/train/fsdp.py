@@ -11,6 +11,9 @@ each rank materialises and initialises only its own rows.
 (``CloverForBlockDiffusion.reset_parameters`` and the GDN mixer's constructor), in blocks of
 rows each drawn from its own seeded generator: a rank draws only the blocks its rows fall in, and
 the values do not depend on the number of ranks (one process and two give the same model).
+
+torch.distributed's FSDP, device-mesh and tensor modules take about a second to import, so
+the functions that shard import them (deferred on purpose).
 """
 
 from __future__ import annotations

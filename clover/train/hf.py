@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from clover.data.chat import CLOVER_TEMPLATE as CHAT_TEMPLATE
 from clover.data.tokenizer import CloverTokenizer
+from clover.model.io import CheckpointError, _atomic_save
 
 
 def save_hf(model, tok: CloverTokenizer, out: str | Path, state: dict | None = None) -> Path:
@@ -19,8 +21,6 @@ def save_hf(model, tok: CloverTokenizer, out: str | Path, state: dict | None = N
     ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained`` load it and
     ``apply_chat_template`` renders what training saw. ``state``: full weights to write instead
     of the model's own (gathered from FSDP2 shards)."""
-    from clover.model.io import _atomic_save
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in (model.state_dict() if state is None else state).items()}
@@ -40,10 +40,6 @@ def save_tokenizer(tok: CloverTokenizer, out: Path) -> None:
 
 def load_hf_state(path: Path, model) -> dict[str, torch.Tensor]:
     """A checkpoint's weights for ``model``, refused when its config or tensors differ."""
-    from safetensors.torch import load_file
-
-    from clover.model.io import CheckpointError
-
     try:
         saved = json.loads((path / "config.json").read_text())
         state = load_file(str(path / "model.safetensors"))

@@ -23,7 +23,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from clover.model import CloverForBlockDiffusion
 from clover.model.config import ATTN, CloverConfig
+from clover.model.layers import RotaryEmbedding
+from clover.model.model import DecoderLayer
 
 GIB = 1 << 30
 
@@ -52,8 +55,6 @@ class MemoryEstimate:
 def parameter_counts(config: CloverConfig) -> dict:
     """Exact parameter counts from a meta-device build: ``total``, ``root`` (embedding, head,
     final norm) and ``layers`` (one count per decoder layer)."""
-    from clover.model import CloverForBlockDiffusion
-
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)
     layers = [sum(p.numel() for p in layer.parameters()) for layer in model.model.layers]
@@ -83,9 +84,6 @@ def measure_layer_activations(
     """Saved-for-backward bytes of one decoder layer of ``layer_type`` on one sequence of
     ``tokens`` clean tokens with every block also in the noisy stream (the pretraining case:
     ``tokens`` noisy tokens more), in ``dtype``, measured on the CPU."""
-    from clover.model.layers import RotaryEmbedding
-    from clover.model.model import DecoderLayer
-
     bs = config.block_size
     T = -(-tokens // bs) * bs
     nb = T // bs

@@ -17,6 +17,9 @@ Layout of ``run/step-00001000/`` (written as ``.step-00001000.tmp``, renamed whe
 
 Resuming reads each rank's rows of every tensor (``get_slice``), at any number of processes,
 sharded or not: DCP reshards on load.
+
+torch.distributed.checkpoint takes about a second to import, so the functions that need it
+import it (deferred on purpose).
 """
 
 from __future__ import annotations

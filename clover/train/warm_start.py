@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from clover.model.io import INDEX, WEIGHTS, CheckpointError, load_config
 from clover.train.fsdp import local_rows
@@ -45,8 +46,6 @@ def weight_files(src_dir: Path) -> dict[str, Path]:
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise CheckpointError(f"{src_dir / INDEX}: unreadable shard index ({e})") from None
         return {k: src_dir / f for k, f in wm.items()}
-    from safetensors import safe_open
-
     f = src_dir / WEIGHTS
     if not f.exists():
         raise CheckpointError(f"missing weights file {f}")
@@ -58,8 +57,6 @@ def weight_files(src_dir: Path) -> dict[str, Path]:
 
 
 def _shapes(files: dict[str, Path]) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
-
     out = {}
     for f in sorted(set(files.values())):
         if not f.exists():
@@ -97,8 +94,6 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
     in-order subsequence). Matched layers take the source's weights; each new layer keeps its
     fresh init but with zeroed output projections, so the grown model starts as exactly the
     source's function (tested). Returns the layer map when growing."""
-    from safetensors import safe_open
-
     try:
         src_config = load_config(src_dir)
         files = weight_files(Path(src_dir))
