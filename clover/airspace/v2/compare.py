@@ -1,7 +1,7 @@
 """Models of either airspace task side by side on the second corpus's validation chats (and on
 hand-written messages): the check a retrained model must pass before it replaces the bundled one.
 
-Each model is offered the tools of its own task (``model_task``: the bundled model the metres
+Each model is offered the six tools of its own task (``model_task``: the bundled model the metres
 tools, an ``airspace2`` model the extraction tools) and its calls are scored by what they do: a
 length in either form is read in whole metres (``tools.in_metres``) before the exact match, so
 ``{"radius": 1.5, "radius_unit": "nm"}`` and ``{"radius_m": 2778}`` are the same call. A turn
@@ -69,29 +69,22 @@ def case_chats(path: str | Path) -> list[dict]:
     return out
 
 
-def _offered(chat_tools: list[dict] | None, own: list[dict]) -> list[dict] | None:
-    """The model's own form of the tools a chat offers (the same names, in the same order)."""
-    if chat_tools is None:
-        return None
-    by_name = {t["function"]["name"]: t for t in own}
-    return [by_name[t["function"]["name"]] for t in chat_tools if t["function"]["name"] in by_name]
-
-
 def score(
     llm: LLM, chats: list[dict], policy: str = "ar", max_tokens: int = 200, block_size: int | None = None
 ) -> dict:
     """Exact match of one model over ``chats`` (overall and by kind), its tokens per pass and
-    tokens per second (batches of chats that offer the same tools), at ``block_size`` (None: the
-    model's own)."""
+    tokens per second, at ``block_size`` (None: the model's own). A chat that offers tools is
+    offered all six in the model's own form (a chat's subset always holds the tools it needs), so
+    the chats run as one batch; a chat without tools runs without."""
     own = model_task(llm.config, default=True).tools()
-    groups: dict[str, list[int]] = defaultdict(list)  # one batch per offered tool list
+    groups: dict[bool, list[int]] = defaultdict(list)
     for i, ex in enumerate(chats):
-        groups[json.dumps([t["function"]["name"] for t in ex["tools"] or []]) + str(ex["tools"] is None)].append(i)
+        groups[ex["tools"] is not None].append(i)
     right, by_kind = [False] * len(chats), defaultdict(lambda: [0, 0])
     tokens = passes = 0
     wall = 0.0
-    for idx in groups.values():
-        tools = _offered(chats[idx[0]]["tools"], own)
+    for offered, idx in groups.items():
+        tools = own if offered else None
         convs = [[{k: v for k, v in m.items() if k != "weight"} for m in chats[i]["messages"][:-1]] for i in idx]
         t0 = time.perf_counter()
         outs = llm.chat(convs, tools=tools, policy=policy, max_tokens=max_tokens, temperature=0, block_size=block_size)
