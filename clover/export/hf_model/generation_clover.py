@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 DEFAULT_POLICY = "prefix"  # Clover's engine default (clover/engine/policies.py), with its threshold
-DEFAULT_THRESHOLD = 0.95
+DEFAULT_THRESHOLD = 0.97
 DEFAULT_MAX_NEW_TOKENS = 256
 
 
