@@ -4,6 +4,8 @@ Every validation turn of every kind (tool calls, replies in words, conversations
 turns, decision groups) is decoded once with ``ar`` and once with each candidate rule. Each
 candidate gets its accuracy per kind, its TPF, and the share of answers whose tokens are exactly
 ``ar``'s (a finer measure than accuracy: it moves with every token a parallel commit changes).
+A last column decodes ``benchmarks/small_talk.txt`` (small talk written for this check, not in
+the corpus's phrasings) with the airspace tools offered: how many replies equal ``ar``'s.
 ``--calibration`` also prints how often a token committed to the right of the leftmost open
 position (a run's extension) differs from ``ar``'s, by its confidence and token kind.
 
@@ -18,6 +20,7 @@ import argparse
 
 import torch
 
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.bench import print_table, set_threads, write_json
 from clover.data.chat import render_chat
 from clover.data.decisions import decision_messages, load_groups, parse_joint
@@ -161,6 +164,7 @@ def main() -> None:
                    "run-product@0.9,digits@0.9,digits@0.95,digits+far0.1@0.9,digits+far0.01@0.9")  # fmt: skip
     p.add_argument("--split", default="validation")
     p.add_argument("--n", type=int, default=200, help="tool-call turns (half as many of words and conversations)")
+    p.add_argument("--small-talk", default="benchmarks/small_talk.txt", help="one message a line")
     p.add_argument("--calibration", action="store_true", help="also the extension table (prefix at τ 0.3)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", metavar="PATH")
@@ -175,6 +179,10 @@ def main() -> None:
     prompts, kinds, items = _prompts(tok, args.split, args.n)
     ref = _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy="ar"))
     ref_ids = [o.token_ids for o in ref["outs"]]
+    template = getattr(tok, "chat_template", None)
+    talk = [tok.encode(render_chat([{"role": "user", "content": m}], AIRSPACE_TOOLS, True, template))
+            for m in open(args.small_talk, encoding="utf-8").read().splitlines() if m.strip()]  # fmt: skip
+    talk_ref = [o.token_ids for o in _decode(model, tok, talk, SamplingParams(max_tokens=64, policy="ar"))["outs"]]
     figures, rows = {}, []
     for rule in ["ar"] + [r for r in args.rules.split(",") if r]:
         name, _, tau = rule.partition("@")
@@ -184,11 +192,14 @@ def main() -> None:
         for o, kind, item in zip(res["outs"], kinds, items):
             acc.setdefault(kind, []).append(_right(o.text, item))
         same = sum(o.token_ids == r for o, r in zip(res["outs"], ref_ids)) / len(ref_ids)
-        figures[rule] = {**{k: sum(v) / len(v) for k, v in acc.items()}, "same_as_ar": same, "tpf": res["tpf"]}
-        rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"]])
+        params = SamplingParams(max_tokens=64, policy=name or "ar", threshold=float(tau or 0.9))
+        talked = sum(o.token_ids == r for o, r in zip(_decode(model, tok, talk, params)["outs"], talk_ref))
+        figures[rule] = {**{k: sum(v) / len(v) for k, v in acc.items()}, "same_as_ar": same, "tpf": res["tpf"],
+                         "small_talk_same_as_ar": talked}  # fmt: skip
+        rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"], talked])
     heads = [f"{k} ({kinds.count(k)})" for k in dict.fromkeys(kinds)]
     print_table(f"commit rules on the {args.split} split against ar (accuracy %)",
-                ["rule", *heads, "same tokens as ar %", "TPF"], rows)  # fmt: skip
+                ["rule", *heads, "same tokens as ar %", "TPF", f"small talk as ar ({len(talk)})"], rows)  # fmt: skip
     if args.calibration:
         cal = _calibration(model, tok, prompts, ref_ids, 0.3)
         figures["calibration"] = cal
