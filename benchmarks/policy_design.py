@@ -20,15 +20,16 @@ import argparse
 
 import torch
 
+from clover.airspace.decisions import load_groups
+from clover.airspace.evaluate import eval_chats, prompt_of, reply_right
 from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.api.loading import load_model_dir
 from clover.bench import print_table, set_threads, write_json
 from clover.data.chat import render_chat
-from clover.data.decisions import decision_messages, load_groups, parse_joint
+from clover.data.decisions import decision_messages, parse_joint
 from clover.engine import Engine, SamplingParams
 from clover.engine.batch import Batch
 from clover.engine.policies import POLICIES, PassView, Policy, register
-from clover.evaluate import eval_chats, prompt_of, reply_right
-from clover.loading import load_checkpoint
 
 
 def _first_open(v: PassView) -> torch.Tensor:
@@ -170,7 +171,7 @@ def main() -> None:
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     set_threads(args.threads)
-    model, tok = load_checkpoint(None, args.threads)
+    model, tok = load_model_dir(None, args.threads)
     digit = torch.tensor([any(c.isdigit() for c in tok.decode([i])) for i in range(model.config.vocab_size)])
     for rule in (RunProduct(), SureFirst(), Digits("digits", digit), Digits("digits+far0.1", digit, 0.1),
                  Digits("digits+far0.01", digit, 0.01)):  # fmt: skip

@@ -104,9 +104,9 @@ MAY_IMPORT = {
     "train": {"ops", "model", "data"},
     "convert": {"ops", "model", "data"},
     # a task sits beside the command line: it may use any library layer, never a command
-    "airspace": {"ops", "model", "data", "engine", "api", "train", "evaluate"},
+    "airspace": {"ops", "model", "data", "engine", "api", "train"},
     # what the benchmarks measure, with their registry and table/JSON helpers: a task's too
-    "bench": {"ops", "model", "data", "engine", "api", "train", "airspace", "evaluate"},
+    "bench": {"ops", "model", "data", "engine", "api", "train", "airspace"},
 }
 GENERIC = ("ops", "model", "data", "engine", "api", "server", "train", "convert")
 

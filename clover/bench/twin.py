@@ -14,8 +14,8 @@ import dataclasses
 import time
 from pathlib import Path
 
+from clover.airspace.evaluate import prompt_of, reply_right
 from clover.data.chat import render_chat
-from clover.evaluate import prompt_of, reply_right
 
 TWIN_DIR = Path(__file__).resolve().parents[1] / "assets" / "twin"
 MAX_TOKENS = 320

@@ -49,8 +49,8 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     from clover.airspace.loop import LocalModel
     from clover.airspace.tasks import operator_tasks
+    from clover.api.llm import LLM
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.llm import LLM
 
     if args.n < 1:
         raise SystemExit("clover bench agent: --n must be >= 1")

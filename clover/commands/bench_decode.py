@@ -62,8 +62,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
 def _random_model_and_tokenizer(device, dtype):
     import torch
 
-    from clover.data.tokenizer import build_default_tokenizer
-    from clover.loading import place_model
+    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.api.loading import place_model
     from clover.model import CloverForBlockDiffusion, preset
 
     tok = build_default_tokenizer()
@@ -76,8 +76,8 @@ def _random_model_and_tokenizer(device, dtype):
 
 
 def _airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | None]]:
+    from clover.airspace.corpus import gold_calls, load_split
     from clover.data.chat import render_chat
-    from clover.data.corpus import gold_calls, load_split
 
     cases = []
     for ex in load_split("test", max(4 * n, 64)):
@@ -107,8 +107,8 @@ def _file_cases(path: str, tokenizer, n: int):
 def _exact(text: str | None, gold) -> bool | None:
     if gold is None or text is None:
         return None
+    from clover.airspace.corpus import score_tool_calls
     from clover.data.chat import parse_assistant
-    from clover.data.corpus import score_tool_calls
 
     return score_tool_calls(parse_assistant(text)[1], gold)
 

@@ -3,7 +3,7 @@
 For the bundled model and for the ``medium`` preset (random weights, where the matmuls dominate a
 CPU decode step): weight bytes per precision (fp32, bf16, int8, int4), decode tokens/s with
 ``ar`` and ``threshold`` at batch 1 and 16, and for the bundled model tool-call exact match on the
-test split (``clover.evaluate.evaluate_airspace``, ``--n`` turns) per precision and policy.
+test split (``clover.airspace.evaluate.evaluate_airspace``, ``--n`` turns) per precision and policy.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def _speed(model, tok, cases, args) -> dict:
 def run_quant(args: argparse.Namespace) -> int:
     import torch
 
+    from clover.airspace.evaluate import evaluate_airspace
     from clover.commands.bench_decode import _airspace_cases
-    from clover.evaluate import evaluate_airspace
     from clover.model.quant import weight_bytes
 
     t_start = time.perf_counter()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from clover.airspace.evaluate import eval_chats
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.twin import MAX_TOKENS, TWIN_DIR, load_twin, measure_twin
-from clover.evaluate import eval_chats
 
 
 def run_twin(args: argparse.Namespace) -> int:

@@ -1,13 +1,13 @@
 """``clover eval airspace``: the model's accuracy on the held-out splits or your own messages,
-per policy (the figures come from ``clover.evaluate``)."""
+per policy (the figures come from ``clover.airspace.evaluate``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from clover.airspace.evaluate import evaluate_airspace, load_cases
 from clover.commands.common import add_device_args, device_setup, int_at_least, load_model_and_tokenizer, positive_int
-from clover.evaluate import evaluate_airspace, load_cases
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",

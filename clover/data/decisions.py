@@ -107,12 +107,3 @@ def parse_answers(text: str, group: DecisionGroup, mode: str = "joint") -> list[
 def parse_joint(text: str, questions: list[Question]) -> list[int | None]:
     """``parse_answers`` for a joint answer, given the questions only."""
     return parse_answers(text, DecisionGroup("", questions), "joint")
-
-
-def __getattr__(name: str):
-    # transitional: the airspace decision groups moved to clover.airspace.decisions (goes once every caller uses it)
-    import importlib
-
-    if name == "load_groups":
-        return importlib.import_module("clover.airspace.decisions").load_groups
-    raise AttributeError(name)

@@ -273,12 +273,3 @@ class CloverTokenizer:
         return tok
 
     from_pretrained = load
-
-
-def __getattr__(name: str):
-    # transitional: the airspace tokenizer moved to clover.airspace.tokenizer (goes once every caller uses it)
-    import importlib
-
-    if name == "build_default_tokenizer":
-        return importlib.import_module("clover.airspace.tokenizer").build_default_tokenizer
-    raise AttributeError(name)

@@ -47,8 +47,8 @@ def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_t
 
 def chat_prompts(tokenizer, n: int) -> tuple[list[tuple[list, list]], list[list[int]]]:
     """The first ``n`` test-split tool-call chats: (messages, tools) and their prompt ids."""
+    from clover.airspace.evaluate import eval_chats, prompt_of
     from clover.data.chat import render_chat
-    from clover.evaluate import eval_chats, prompt_of
 
     exs = eval_chats("test", n)[0]
     chats = [(prompt_of(e), e["tools"]) for e in exs]
@@ -78,10 +78,10 @@ def clover_logits(model, case) -> torch.Tensor:
 @pytest.fixture(scope="session")
 def bundled_export(tmp_path_factory):
     """The bundled model, its tokenizer and its export."""
+    from clover.api.loading import load_model_dir
     from clover.export import export_hf
-    from clover.loading import load_checkpoint
 
-    model, tok = load_checkpoint(None, device="cpu")
+    model, tok = load_model_dir(None, device="cpu")
     root = tmp_path_factory.mktemp("bundled")
     export_hf(_default_dir(), root / "hf")
     return dict(model=model, tok=tok, root=root, export=root / "hf", src=_default_dir())

@@ -9,12 +9,27 @@ import json
 import re
 import time
 
+from clover.airspace.corpus import (
+    TEXT_KINDS,
+    answers,
+    field_scores,
+    gold_calls,
+    load_split,
+    multiturn_set,
+    needs_unit_arithmetic,
+    score_tool_calls,
+    toolless_set,
+)
+from clover.airspace.decisions import load_groups
+from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.api.structured import tools_grammar
+from clover.data.chat import is_answer, parse_assistant, render_chat
+from clover.data.decisions import decision_messages, parse_joint
+
 
 def prompt_of(ex: dict) -> list[dict]:
     """The messages before the first assistant turn to answer (earlier ones, ``weight: 0``, are
     a conversation's history)."""
-    from clover.data.chat import is_answer
-
     out = []
     for m in ex["messages"]:
         if is_answer(m):
@@ -27,8 +42,6 @@ def load_cases(path: str) -> list[dict]:
     """Tool-call test messages from a JSONL file, one ``{"message", "gold": [{"name", "arguments"}],
     "system"?}`` per line (e.g. ``benchmarks/operator_messages.jsonl``, written by hand rather than
     by the corpus generator), as corpus examples offering the airspace tools."""
-    from clover.data.tools import AIRSPACE_TOOLS
-
     out = []
     try:
         f = open(path, encoding="utf-8")
@@ -62,8 +75,6 @@ def eval_chats(
     ``cases``), ``n_text`` turns answered in words plus as many chats offering no tools, and
     ``n_multi`` conversations with earlier turns. One draw of the split serves the first two (a
     longer draw starts with the shorter one)."""
-    from clover.data.corpus import TEXT_KINDS, load_split, multiturn_set, toolless_set
-
     if cases is not None:  # hand-written messages (load_cases) instead of the split's tool-call turns
         return cases, [], []
     pool = load_split(split, max(n * 2, 50, n_text * 8))
@@ -75,9 +86,6 @@ def eval_chats(
 
 def reply_right(text: str | None, ex: dict) -> bool:
     """One answer scored: the gold calls by exact match; a reply in words, no call and the gold text."""
-    from clover.data.chat import parse_assistant
-    from clover.data.corpus import answers, gold_calls, score_tool_calls
-
     content, calls = parse_assistant(text or "")
     if gold := gold_calls(ex):
         return score_tool_calls(calls, gold)
@@ -95,8 +103,6 @@ def repeated_words(text: str | None) -> set[str]:
 
 def stutters(text: str | None, ex: dict) -> bool:
     """A reply in words that repeats a word its gold text does not repeat."""
-    from clover.airspace.corpus import answers
-
     return bool(repeated_words(text) - repeated_words(answers(ex)[0].get("content")))
 
 
@@ -132,54 +138,64 @@ def evaluate_airspace(
     ``n_multi``: also that many conversations with earlier turns (``corpus.multiturn_set``: an
     agent loop's or a chat client's later request), right when the last turn's answer is (the
     calls by exact match, a reply in words by its text)."""
-    from tqdm import tqdm
-
-    from clover.api.structured import tools_grammar
-    from clover.data.chat import render_chat
-    from clover.data.decisions import decision_messages, load_groups, parse_joint
-    from clover.engine import Engine, SamplingParams
+    from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + ("+grammar" if grammar else "")
-    engine = Engine(model, tok, max_batch_size=batch_size)
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
     exs, texts, convs = eval_chats(split, n, n_text, n_multi, cases)
-    chats = exs + texts + convs
     groups = load_groups(split, n_groups)
+    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar)
+    t0 = time.perf_counter()
+    outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
+    wall = time.perf_counter() - t0
+    head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
+    return {**head, **_figures(outs, exs, texts, convs, groups, label, errors, wall)}
+
+
+def _requests(tok, chats: list[dict], groups, params, grammar: bool) -> tuple[list[list[int]], list]:
+    """The prompts of the chats, then of the decision groups, and each one's sampling parameters:
+    with ``grammar`` a chat's are held to its tools' grammar (one per tool set, compiled once)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
     prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
     plist = [params] * len(prompts)
-    if grammar:  # one grammar per tool set (compiled once, its allowed sets shared by the requests)
+    if grammar:
         grammars: dict[str, object] = {}
         for i, e in enumerate(chats):
             key = json.dumps(e["tools"], sort_keys=True)
             if key not in grammars:
                 grammars[key] = tools_grammar(e["tools"])
             plist[i] = dataclasses.replace(params, grammar=grammars[key])
-    t0 = time.perf_counter()
+    return prompts, plist
+
+
+def _generate(engine, prompts: list[list[int]], plist: list, batch_size: int, label: str, progress: bool) -> list:
+    """Every prompt answered, ``batch_size`` at a time, with a progress bar when asked."""
+    from tqdm import tqdm  # deferred: only an evaluation draws a bar
+
     outs = []
     bar = tqdm(total=len(prompts), desc=f"eval {label}", disable=not progress)
     for i in range(0, len(prompts), batch_size):
         outs += engine.generate_batch(prompts[i : i + batch_size], plist[i : i + batch_size])
         bar.update(len(prompts[i : i + batch_size]))
     bar.close()
-    wall = time.perf_counter() - t0
+    return outs
+
+
+def _figures(outs: list, exs, texts, convs, groups, label: str, errors: list | None, wall: float) -> dict:
+    """The scores of every answer: tool calls, replies in words, conversations, decision groups."""
     calls = _tool_call_figures(outs[: len(exs)], exs, label, errors)
     t_ok = _right_by(outs[len(exs) :], texts, "kind")
     m_ok = _right_by(outs[len(exs) + len(texts) :], convs, "final_kind")  # by the last turn's kind
-    g_ok = [
-        parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-        for o, g in zip(outs[len(chats) :], groups)
-    ]
+    n_chats = len(exs) + len(texts) + len(convs)
+    g_ok = [parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
+            for o, g in zip(outs[n_chats:], groups)]  # fmt: skip
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     right = sum(calls["right"]) + sum(map(sum, t_ok.values())) + sum(map(sum, m_ok.values())) + sum(g_ok)
     return {
-        "split": split if cases is None else "cases",
-        "policy": label,
-        "threshold": threshold,
         "n": len(exs),
         "exact_match": calls["exact_match"],
         "decision_groups": len(groups),
@@ -206,9 +222,6 @@ def evaluate_airspace(
 def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None) -> dict:
     """Exact match of the tool-call turns, and per message kind, system prompt, unit arithmetic
     and call field (``corpus.field_scores``); the failed turns are appended to ``errors``."""
-    from clover.data.chat import parse_assistant
-    from clover.data.corpus import field_scores, gold_calls, needs_unit_arithmetic, score_tool_calls
-
     ok, kinds, systems, units, fields = [], {}, {}, {}, {}
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)

@@ -66,7 +66,7 @@ def test_eval_default_policy_and_a_threshold_sweep_with_its_aup():
 
 
 def test_a_stutter_is_a_word_said_twice_that_the_gold_text_does_not_repeat():
-    from clover.evaluate import repeated_words, stutters
+    from clover.airspace.evaluate import repeated_words, stutters
 
     assert repeated_words("I can fly fly fly waypoints") == {"fly"} and repeated_words(None) == set()
     assert repeated_words('<tool_call>{"lon": , "lon": 7}</tool_call> ok ok <tool_call>{"a a') == {"ok"}

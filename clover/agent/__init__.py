@@ -1,1 +1,0 @@
-"""Transitional: moved to ``clover.airspace``."""

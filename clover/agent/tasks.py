@@ -1,7 +1,0 @@
-"""Transitional: moved to ``clover.airspace.tasks`` (this name goes once every caller uses the new one)."""
-
-import importlib
-
-
-def __getattr__(name: str):
-    return getattr(importlib.import_module("clover.airspace.tasks"), name)
