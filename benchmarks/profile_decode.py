@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags, decoding_values
 from clover.bench import print_table, set_threads, write_json
-from clover.commands.bench_decode import _airspace_cases
+from clover.bench.decode import airspace_cases
 from clover.commands.common import load_model_and_tokenizer
 from clover.engine import Engine, SamplingParams
 
@@ -107,7 +107,7 @@ def main() -> int:
     args = p.parse_args()
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model, args.threads)
-    cases = _airspace_cases(tok, args.n)
+    cases = airspace_cases(tok, args.n)
     params = SamplingParams(max_tokens=args.max_tokens, **decoding_values(args))
     args.policy = params.policy  # named in the title and the JSON
     engine = Engine(model, tok, max_batch_size=args.batch)

@@ -60,16 +60,16 @@ def _medium(precision: str, tok, group4: int):
 
 
 def _speed(model, tok, cases, args) -> dict:
-    from clover.commands.bench_decode import _run
+    from clover.bench.decode import run_engine
     from clover.engine import SamplingParams
 
-    _run(model, tok, cases[:1], SamplingParams(max_tokens=8), 1)  # warm-up
+    run_engine(model, tok, cases[:1], SamplingParams(max_tokens=8), 1)  # warm-up
     out = {}
     for policy in ("ar", "threshold"):
         params = SamplingParams(max_tokens=args.max_tokens, policy=policy)  # the engine's threshold
         for b in (1, args.batch):
             group = cases[: args.speed_prompts] if b == 1 else cases[: args.batch]
-            out[f"{policy}@{b}"] = _run(model, tok, group, params, b)["tokens_per_s"]
+            out[f"{policy}@{b}"] = run_engine(model, tok, group, params, b)["tokens_per_s"]
     return out
 
 
@@ -77,7 +77,7 @@ def run_quant(args: argparse.Namespace) -> int:
     import torch
 
     from clover.airspace.evaluate import evaluate_airspace
-    from clover.commands.bench_decode import _airspace_cases
+    from clover.bench.decode import airspace_cases
     from clover.model.quant import weight_bytes
 
     t_start = time.perf_counter()
@@ -100,7 +100,7 @@ def run_quant(args: argparse.Namespace) -> int:
             if which == "bundled":
                 model, tok = _bundled(prec, args.int4_group_size)
                 if cases is None:
-                    cases = _airspace_cases(tok, max(args.batch, args.speed_prompts))
+                    cases = airspace_cases(tok, max(args.batch, args.speed_prompts))
             else:
                 model = _medium(prec, tok, args.int4_group_size)
             cfg = model.config.replace(quantization=None)

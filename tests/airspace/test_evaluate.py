@@ -81,7 +81,7 @@ def test_eval_refuses_an_unknown_policy():
 
 def test_eval_scores_hand_written_cases(tmp_path):
     cases = tmp_path / "cases.jsonl"
-    lines = (Path(__file__).parents[1] / "benchmarks" / "operator_messages.jsonl").read_text().splitlines()
+    lines = (Path(__file__).parents[2] / "benchmarks" / "operator_messages.jsonl").read_text().splitlines()
     cases.write_text("\n".join(lines[:3]) + "\n")
     r = _eval("--policy", "ar", "--cases", cases, "--groups", "0")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -132,7 +132,7 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
 
 
 def test_transformers_baseline_has_the_clovers_shape():
-    from clover.commands.bench_decode import _run_hf, hf_twin
+    from clover.bench.decode import hf_twin, run_hf
 
     cfg = preset("tiny")
     hf = hf_twin(cfg)
@@ -140,7 +140,7 @@ def test_transformers_baseline_has_the_clovers_shape():
     hf_params = sum(p.numel() for p in hf.parameters())
     assert abs(hf_params - clover_params) / clover_params < 0.02  # Clover adds a few per-head parameters
     # a batch runs to its longest row; each row counts its own length (3 + 2), not 2 x 3
-    assert _run_hf(hf, [([1, 2, 3], None), ([4, 5], None)], [3, 2], batch=2)["tokens"] == 5
+    assert run_hf(hf, [([1, 2, 3], None), ([4, 5], None)], [3, 2], batch=2)["tokens"] == 5
 
 
 def test_bench_context_writes_its_figures(tmp_path, capsys):

@@ -1,0 +1,202 @@
+"""What ``clover bench decode`` measures (its flags and table are ``clover.commands.bench_decode``):
+the airspace test prompts (or a file's) through the engine with a policy, exact match of their
+tool calls, tokens per forward and tokens/s; a random model of the small preset; and a
+transformers ``Qwen3_5MoeForCausalLM`` of the same shape run with ``generate()``, a real
+one-token-per-step decoder with a KV cache. torch and transformers are imported inside the
+functions (deferred on purpose: listing the benchmarks needs neither).
+"""
+
+from __future__ import annotations
+
+import time
+
+DEFAULT_NAME = "default"  # the row of the default policy (clover.engine.policies.DEFAULT_POLICY)
+
+
+def random_model_and_tokenizer(device, dtype):
+    import torch
+
+    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.api.loading import place_model
+    from clover.model import CloverForBlockDiffusion, preset
+
+    tok = build_default_tokenizer()
+    cfg = preset("small", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = CloverForBlockDiffusion(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(50)  # peaky, so the threshold policy commits several tokens per pass
+    return place_model(model, device, dtype), tok
+
+
+def airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | None]]:
+    from clover.airspace.corpus import gold_calls, load_split
+    from clover.data.chat import render_chat
+
+    cases = []
+    for ex in load_split("test", max(4 * n, 64)):
+        gold = gold_calls(ex)
+        if not gold:
+            continue  # exact match is scored on tool-call turns
+        i = next(i for i, m in enumerate(ex["messages"]) if m["role"] == "assistant")
+        prompt = render_chat(ex["messages"][:i], ex["tools"], True, getattr(tokenizer, "chat_template", None))
+        cases.append((tokenizer.encode(prompt), gold))
+        if len(cases) == n:
+            break
+    return cases
+
+
+def file_cases(path: str, tokenizer, n: int):
+    import json
+
+    cases = []
+    for line in open(path):
+        if line.strip():
+            d = json.loads(line)
+            ids = d.get("prompt_ids") or tokenizer.encode(d["prompt"])
+            cases.append((ids, d.get("gold_calls")))
+    return cases[:n]
+
+
+def exact(text: str | None, gold) -> bool | None:
+    if gold is None or text is None:
+        return None
+    from clover.airspace.corpus import score_tool_calls
+    from clover.data.chat import parse_assistant
+
+    return score_tool_calls(parse_assistant(text)[1], gold)
+
+
+def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -> dict:
+    from clover.engine import Engine
+
+    engine = Engine(model, tokenizer, max_batch_size=batch, fuse=fuse)
+    t0 = time.perf_counter()
+    outs = engine.generate_batch([c[0] for c in cases], params)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(o.token_ids) for o in outs)
+    passes = sum(o.stats["forward_passes"] for o in outs)
+    scores = [s for s in (exact(o.text, c[1]) for o, c in zip(outs, cases)) if s is not None]
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "tpf": tokens / passes if passes else 0.0,
+        "forward_calls": engine.stats()["forward_calls"],
+        "exact_match": sum(scores) / len(scores) if scores else None,
+        "lengths": [len(o.token_ids) for o in outs],
+        "ids": [o.token_ids for o in outs],
+    }
+
+
+def hf_twin(config):
+    """A transformers Qwen3.5-MoE of the same shape as a Clover config (random weights)."""
+    import torch
+    import transformers
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    transformers.logging.set_verbosity_error()  # the "falling back to PyTorch kernels" notices
+
+    c = config
+    hc = Qwen3_5MoeTextConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_hidden_layers=c.num_hidden_layers,
+        layer_types=list(c.layer_types),
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        linear_conv_kernel_dim=c.linear_conv_kernel_dim,
+        linear_key_head_dim=c.linear_key_head_dim,
+        linear_value_head_dim=c.linear_value_head_dim,
+        linear_num_key_heads=c.linear_num_key_heads,
+        linear_num_value_heads=c.linear_num_value_heads,
+        num_experts=c.num_experts,
+        num_experts_per_tok=c.num_experts_per_tok,
+        moe_intermediate_size=c.moe_intermediate_size,
+        shared_expert_intermediate_size=c.shared_expert_intermediate_size,
+        max_position_embeddings=c.max_position_embeddings,
+        rms_norm_eps=c.rms_norm_eps,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": c.rope_theta,
+            "partial_rotary_factor": c.partial_rotary_factor,
+        },
+        tie_word_embeddings=c.tie_word_embeddings,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    return Qwen3_5MoeForCausalLM(hc).eval()
+
+
+def run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
+    """Greedy ``generate()`` with as many new tokens per prompt as Clover's ``ar`` run produced.
+
+    A batch runs until its longest row is done (``generate()`` with EOS stops no earlier), but
+    only each row's own length counts as output, as for Clover's rows: tokens/s is the same
+    requests' output over the time to deliver it. (Counting every row at the longest length
+    would credit the baseline with the tokens it computes after a shorter row has ended.)
+    """
+    import torch
+
+    tokens, wall = 0, 0.0
+    for s in range(0, len(cases), batch):
+        group = cases[s : s + batch]
+        new = max(1, max(lengths[s : s + batch]))
+        width = max(len(c[0]) for c in group)
+        ids = torch.zeros(len(group), width, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for i, (p, _) in enumerate(group):  # left padding, as for batched generation
+            ids[i, width - len(p) :] = torch.tensor(p)
+            att[i, width - len(p) :] = 1
+        ids, att = ids.to(hf.device), att.to(hf.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            hf.generate(
+                ids, attention_mask=att, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0
+            )
+        wall += time.perf_counter() - t0
+        tokens += sum(max(1, n) for n in lengths[s : s + batch])
+    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+
+
+def measure_decoders(model, tokenizer, cases, configs, sizes, speed_prompts: int, hf) -> tuple[dict, dict]:
+    """Quality and speed of every decoder at the largest batch size; ``ar``, the default and the
+    transformers baseline at the smaller ones (speed only: decoding is batch-invariant); the
+    default unfused (the commit of a finished block as its own forward) at the smallest."""
+    big = sizes[-1]
+    full = {name: run_engine(model, tokenizer, cases, p, big) for name, p in configs.items()}
+    by_batch: dict[int, dict] = {}
+    for b in sizes:
+        speed_cases = cases if b == big else cases[: max(b, speed_prompts)]
+        res = full if b == big else {
+            k: run_engine(model, tokenizer, speed_cases, configs[k], b) for k in ("ar", DEFAULT_NAME)
+        }
+        if b == sizes[0]:
+            res = dict(res, unfused=run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b, fuse=False))
+        if hf is not None:
+            res = dict(res, hf=run_hf(hf, speed_cases, full["ar"]["lengths"][: len(speed_cases)], b))
+        by_batch[b] = res
+    return full, by_batch
+
+
+def headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict:
+    """The JSON's top-level figures: batch ``sizes[0]`` speed, quality and TPF from the big batch."""
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    b1, d, ar = by_batch[sizes[0]], DEFAULT_NAME, "ar"
+    unfused = b1["unfused"]  # thr: the threshold policy at the sweep's last threshold (the old headline)
+    return dict(
+        default_policy=DEFAULT_POLICY, default_threshold=DEFAULT_THRESHOLD,
+        default_exact_match=full[d]["exact_match"], default_tpf=full[d]["tpf"],
+        default_tokens_per_s=b1[d]["tokens_per_s"], ar_tokens_per_s=b1[ar]["tokens_per_s"],
+        speedup_vs_ar=b1[d]["tokens_per_s"] / b1[ar]["tokens_per_s"], ar_exact_match=full[ar]["exact_match"],
+        hf_tokens_per_s=b1["hf"]["tokens_per_s"] if hf is not None else None,
+        speedup_vs_hf=b1[d]["tokens_per_s"] / b1["hf"]["tokens_per_s"] if hf is not None else None,
+        threshold_tokens_per_s=by_batch[sizes[-1]][thr]["tokens_per_s"], threshold_tpf=full[thr]["tpf"],
+        threshold_exact_match=full[thr]["exact_match"],
+        unfused_tokens_per_s=unfused["tokens_per_s"], fused_speedup=b1[d]["tokens_per_s"] / unfused["tokens_per_s"],
+        fused_forward_calls=b1[d]["forward_calls"], unfused_forward_calls=unfused["forward_calls"],
+        fused_same_tokens=unfused["ids"] == b1[d]["ids"], headline=d,
+    )  # fmt: skip
