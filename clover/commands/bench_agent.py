@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     tasks = operator_tasks(args.n)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
-    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD, "max_steps": args.max_steps,
+    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD,
+                     "max_steps": args.max_steps,
                      "threads": args.threads, "model": args.model or "bundled",
                      "device": str(llm.engine.model.lm_head.weight.device),
                      "dtype": str(llm.engine.model.lm_head.weight.dtype)[6:]}  # fmt: skip

@@ -11,7 +11,8 @@ from clover.commands.common import add_device_args, device_setup, int_at_least, 
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
-              "fields": "field", "text_by_kind": "text reply", "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
+              "fields": "field", "text_by_kind": "text reply",
+              "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
