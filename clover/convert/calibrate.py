@@ -1,4 +1,4 @@
-"""Readout-scale calibration during conversion (design §2.5 rule 6).
+"""Readout-scale calibration during conversion (docs/architecture.md, Rule 6).
 
 The memory slot's value is ``ρ_h · S[b-1]ᵀ q̂``. With unit q̂ the raw readout is much smaller
 than the block's values, so a converted checkpoint starts from ``ρ_h = RMS(v_h) / RMS(r_h)``,

@@ -103,32 +103,13 @@ def convert(
     mask = pick_mask(tok, int(tc.get("vocab_size", 248320)))
     config = clover_config(hf, mask.token_id, mask.vocab_size, block_size, special_ids(hf, tc, src))
     p = plan(config, ckpt, family, mask.grow)  # every error is raised before anything is written
-    calib = None
+    calib, n_ids = None, 0
     if calib_seqs > 0:
         n_ids = min(tok.size or config.vocab_size, config.vocab_size)
         ids = calibration_tokens(n_ids, calib_seqs, calib_blocks, block_size, seed, mask.token_id)
         calib = ReadoutCalibration(config, ids, block_size)
-    config.extra = {
-        "converted_from": {
-            "path": str(src),
-            "model_type": hf.get("model_type"),
-            "architectures": hf.get("architectures"),
-            "layout": p.layout,
-            "experts": p.experts,
-            "family": family,
-            "dtype": str(dt).removeprefix("torch."),
-            "mask_token": mask.note,
-            "readout_calibration": None
-            if calib is None
-            else {
-                "seqs": calib_seqs,
-                "blocks": calib_blocks,
-                "block_size": block_size,
-                "seed": seed,
-                "ids_below": n_ids,
-            },
-        }
-    }
+    how = {"seqs": calib_seqs, "blocks": calib_blocks, "block_size": block_size, "seed": seed, "ids_below": n_ids}
+    config.extra = {"converted_from": _provenance(src, hf, p, family, dt, mask, how if calib is not None else None)}
     out.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(out, [(t.name, t.shape) for t in p.targets], dt, max_shard_bytes)
     try:
@@ -139,6 +120,25 @@ def convert(
         raise
     config.save(out / "config.json")
     copied = copy_tokenizer(src, out, mask)
+    return _report(out, p, family, ckpt, writer, files, dt, mask, copied, rho, time.time() - t0)
+
+
+def _provenance(src: Path, hf: dict, p: Plan, family: str, dt: torch.dtype, mask, calibration: dict | None) -> dict:
+    """What ``config.json``'s ``extra.converted_from`` records: the source and how it was read."""
+    return {
+        "path": str(src),
+        "model_type": hf.get("model_type"),
+        "architectures": hf.get("architectures"),
+        "layout": p.layout,
+        "experts": p.experts,
+        "family": family,
+        "dtype": str(dt).removeprefix("torch."),
+        "mask_token": mask.note,
+        "readout_calibration": calibration or None,
+    }
+
+
+def _report(out, p: Plan, family, ckpt, writer, files, dt, mask, copied, rho, seconds) -> ConversionReport:
     used = len({key for t in p.targets for key in t.parts.values()})  # a fused tensor feeds two targets
     return ConversionReport(
         out=out,
@@ -157,7 +157,7 @@ def convert(
         mask_note=mask.note,
         tokenizer_files=copied,
         rho=rho,
-        seconds=time.time() - t0,
+        seconds=seconds,
     )
 
 

@@ -18,21 +18,10 @@ from pathlib import Path
 
 import torch
 
-WEIGHTS = "model.safetensors"  # the names clover.model.io reads
-INDEX = "model.safetensors.index.json"
+from clover.model.io import INDEX, SAFETENSORS_DTYPES, WEIGHTS
 
-ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}
-TORCH_DTYPES = {
-    **{v: k for k, v in ST_DTYPES.items()},
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-}
+TORCH_DTYPES = SAFETENSORS_DTYPES  # a header's dtype name -> torch dtype
+ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64"}  # written
 
 
 class ConversionError(RuntimeError):

@@ -29,7 +29,21 @@ def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
         if config.shift_logits
         else "token i is predicted at position i"
     )
-    return f"""---
+    return CARD.format(
+        config=config,
+        src=src,
+        pattern=pattern,
+        ffn=ffn,
+        counts=counts,
+        shift=shift,
+        stops=stops,
+        DEFAULT_POLICY=DEFAULT_POLICY,
+        DEFAULT_THRESHOLD=DEFAULT_THRESHOLD,
+    )
+
+
+# the card, filled by model_card (str.format fields: the config, the counts, the decoding defaults)
+CARD = """---
 library_name: transformers
 tags:
 - clover
@@ -50,7 +64,7 @@ blocks read.
 | layers | {config.num_hidden_layers} (`{pattern}`: G = Gated DeltaNet mixer, A = block-causal attention) |
 | hidden size | {config.hidden_size} |
 | feed-forward | {ffn} |
-| parameters | {counts["total_params"]:,} ({counts["active_params"]:,} active per token) |
+| parameters | {counts[total_params]:,} ({counts[active_params]:,} active per token) |
 | vocabulary | {config.vocab_size} |
 | prediction | {shift} |
 

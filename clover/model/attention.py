@@ -1,4 +1,5 @@
-"""Block-causal gated attention (design §2.1): GQA, q/k RMSNorm, partial RoPE, output gate.
+"""Block-causal gated attention (docs/architecture.md, "Block-causal attention"): GQA, q/k
+RMSNorm, partial RoPE, output gate.
 
 A token in block b sees all tokens of blocks < b (clean history) and every token of its own
 block. In training, the noisy stream is a set of blocks, each reading its row's clean history.

@@ -1,6 +1,6 @@
-"""Explicit caches for incremental decoding (design §4): denoise reads them, commit writes them.
+"""Explicit caches for incremental decoding (docs/architecture.md, "Caches"): denoise reads them, commit writes them.
 
-A cache holds, per row of the batch, complete committed blocks only (design §2.5 rule 1):
+A cache holds, per row of the batch, complete committed blocks only (docs/architecture.md, Rule 1):
 ``lengths[b]`` tokens, always a multiple of that row's block size during decoding.
 """
 

@@ -1,4 +1,5 @@
-"""The Clover GDN mixer (design §2.2): compressed history + bidirectional block.
+"""The Clover GDN mixer (docs/architecture.md, "The Clover mixer"): compressed history +
+bidirectional block.
 
 * History: committed blocks write the gated-delta-rule state exactly as Qwen3.5's GDN does
   (same projections, causal conv, L2-normed q/k, gates), from *causal* conv features only.
@@ -60,7 +61,7 @@ class GatedDeltaNetMixer(nn.Module):
         self.block_mixing = config.gdn_block_mixing
         self.use_right_conv = config.gdn_right_conv
         self.use_calibration = config.gdn_block_calibration
-        # Clover's own parameters (design §2.2, §2.5 rule 6), per value head. All exist in every
+        # Clover's own parameters (docs/architecture.md: The Clover mixer; Rule 6), per value head. All exist in every
         # variant (same state dict, conversion and loading); those a variant does not use
         # (all of them for causal mixing, conv_right / mem_gamma when switched off) never reach
         # its outputs and get no gradient.

@@ -23,10 +23,13 @@ INDEX = "model.safetensors.index.json"
 # until the handle is dropped: a load reopens the file after this many bytes, so that the CPU
 # holds a window of the file rather than all of it while the weights go to the device
 READ_WINDOW = 64 << 20
-# safetensors' dtype names: a tensor's dtype is known from the header, before it is read
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}  # fmt: skip
+# safetensors' dtype names: a tensor's dtype is known from the header, before it is read (the
+# checkpoint loader here and the streaming shard reader of clover.convert share this table)
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+}  # fmt: skip
 
 
 class CheckpointError(RuntimeError):
@@ -122,9 +125,9 @@ def read_header(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtyp
             for k in h.keys():
                 sl = h.get_slice(k)
                 name = sl.get_dtype()
-                if name not in _DTYPES:
+                if name not in SAFETENSORS_DTYPES:
                     raise CheckpointError(f"{f}: tensor {k} has dtype {name}, which Clover does not load")
-                out[k] = (tuple(sl.get_shape()), _DTYPES[name], f)
+                out[k] = (tuple(sl.get_shape()), SAFETENSORS_DTYPES[name], f)
     return out
 
 

@@ -3,10 +3,11 @@
 Two ways to run, sharing every weight and layer:
 
 * ``forward_blocks(x0, valid, xt, rows, blks)`` (the training call) and its full-sequence
-  form ``forward_train(x0, xt)``: clean stream x0 and noisy stream xt (design §3) → logits
-  aligned so that row i predicts token i, for the noisy blocks;
-* ``prefill`` / ``step``: the incremental API of the engine (design §4). ``step`` takes
-  clean blocks to commit and/or one block to denoise; denoising only reads the cache.
+  form ``forward_train(x0, xt)``: clean stream x0 and noisy stream xt (docs/architecture.md,
+  "Training objective") → logits aligned so that row i predicts token i, for the noisy blocks;
+* ``prefill`` / ``step``: the incremental API of the engine (docs/architecture.md, "The engine
+  contract"). ``step`` takes clean blocks to commit and/or one block to denoise; denoising only
+  reads the cache.
 
 The invariant tying them together: for any inputs, ``forward_train`` logits of block b equal
 ``step(denoise=block b)`` logits after committing the clean prefix.
@@ -154,8 +155,8 @@ class CloverForBlockDiffusion(nn.Module):
         logits_at: torch.Tensor | None = None,
         return_hidden: bool = False,
     ) -> TrainOutput:
-        """The training forward (design §3): the clean stream over whole sequences and the noisy
-        stream as a set of blocks.
+        """The training forward (docs/architecture.md, "Training objective"): the clean stream over
+        whole sequences and the noisy stream as a set of blocks.
 
         x0 ``[B, T]`` clean tokens (positions 0..T-1), valid ``[B, T]`` bool (padding only at
         the end; None = all real). xt ``[N, bs]``: N noisy blocks, block ``blks[n]`` of row
