@@ -115,8 +115,17 @@ def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[
         for r, req in enumerate(self.requests):
             cand = self.masked[r] & self.need[r]
             if cand.any():
-                seen.append((req.id, req.block_start - len(req.prompt), int(cand.nonzero()[0]), commit[r].nonzero()[:, 0].tolist(), choice.tok[r].tolist(),
-                             choice.conf[r].tolist(), self.x[r].tolist()))  # fmt: skip
+                seen.append(
+                    (
+                        req.id,
+                        req.block_start - len(req.prompt),
+                        int(cand.nonzero()[0]),
+                        commit[r].nonzero()[:, 0].tolist(),
+                        choice.tok[r].tolist(),
+                        choice.conf[r].tolist(),
+                        self.x[r].tolist(),
+                    )
+                )
         return apply(self, choice, commit, edit)
 
     Batch.apply = spy
@@ -187,8 +196,11 @@ def main() -> None:
     figures, rows = {}, []
     for rule in ["ar"] + [r for r in args.rules.split(",") if r]:
         name, _, tau = rule.partition("@")
-        res = ref if rule == "ar" else _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy=name,
-                                                                                  threshold=float(tau or 0.9)))  # fmt: skip
+        res = (
+            ref
+            if rule == "ar"
+            else _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy=name, threshold=float(tau or 0.9)))
+        )
         acc: dict[str, list[bool]] = {}
         for o, kind, item in zip(res["outs"], kinds, items):
             acc.setdefault(kind, []).append(_right(o.text, item))

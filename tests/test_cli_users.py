@@ -319,5 +319,7 @@ def test_help_texts_show_the_defaults(monkeypatch):
     gen = help_of("generate")
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
-    assert f"(default: {DEFAULT_POLICY})" in gen and f"(default: {DEFAULT_THRESHOLD})" in gen and "(default: 256)" in gen
+    assert (
+        f"(default: {DEFAULT_POLICY})" in gen and f"(default: {DEFAULT_THRESHOLD})" in gen and "(default: 256)" in gen
+    )
     assert "'default' (the default policy)" in help_of("eval") and "default: the default policy's" in help_of("eval")

@@ -444,8 +444,16 @@ def json_grammar(schema: dict | bool | None = None, prefix: str = "", suffix: st
 NO_PARAMETERS = {"type": "object", "properties": {}}
 
 
-def tool_call_grammar(tools: dict[str, dict | None], open_: str, close: str, head: str = '{"name": "',
-                      sep: str = "\n", parallel: bool = True, started: str = "", auto: bool = False) -> Grammar:  # fmt: skip
+def tool_call_grammar(
+    tools: dict[str, dict | None],
+    open_: str,
+    close: str,
+    head: str = '{"name": "',
+    sep: str = "\n",
+    parallel: bool = True,
+    started: str = "",
+    auto: bool = False,
+) -> Grammar:
     """Tool calls in the Qwen style, ``open_ {"name": NAME, "arguments": ARGS} close``, each ARGS
     valid for NAME's parameter schema; with ``parallel`` further calls may follow after ``sep``.
     ``started``: how much of the first call the prompt already holds (a prefill), which is then

@@ -35,12 +35,18 @@ _TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d{1,9})?(?:[Zz]|[+-](?:[
 _DATE = r"\d{4}-(?:0[1-9]|1[0-2])-" + _D2
 # string formats enforced (a full match of the text), as RFC 3339 and JSON Schema's format list
 # read them; others ("uri", "hostname", ...) are not checked
-FORMATS = {name: regex.compile(rx, regex.ASCII) for name, rx in {
-    "date": _DATE, "time": _TIME, "date-time": _DATE + "[Tt ]" + _TIME,
-    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "email": r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
-    "ipv4": r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)",
-}.items()}  # fmt: skip
+FORMATS = {
+    name: regex.compile(rx, regex.ASCII)
+    for name, rx in {
+        "date": _DATE,
+        "time": _TIME,
+        "date-time": _DATE + "[Tt ]" + _TIME,
+        "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+        "email": r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+",
+        "ipv4": r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)",
+    }.items()
+}
 
 
 class GrammarError(ValueError):

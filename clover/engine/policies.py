@@ -3,8 +3,9 @@
 A policy sees one pass of the rows that use it (a ``PassView``, tensors ``[R, bs]``) and
 returns the positions to commit and, optionally, committed positions to re-predict (edit). A
 row decoded under a grammar commits left to right instead; ``extends`` says which positions are
-sure enough, by the policy's own rule, to join the leftmost open one in the same pass. Every decision is made per row from that row's own numbers, so a request decodes the same
-whatever else is in the batch. Add a policy by subclassing ``Policy`` and ``register``-ing it.
+sure enough, by the policy's own rule, to join the leftmost open one in the same pass. Every
+decision is made per row from that row's own numbers, so a request decodes the same whatever else
+is in the batch. Add a policy by subclassing ``Policy`` and ``register``-ing it.
 """
 
 from __future__ import annotations

@@ -81,10 +81,17 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
             ch = choose(logits, (cand | settled)[None], block[None], [req], [allowed], mask)
             tok = ch.tok
             v = PassView(
-                tok, ch.conf, ch.cur_p, block[None], cand[None], settled[None],
-                torch.tensor([params.threshold], dtype=torch.float), torch.tensor([max(1, steps - step)]),
-                torch.tensor([params.max_edits - edits]), torch.isin(tok, torch.tensor(sorted(stop_ids), dtype=torch.long)),
-            )  # fmt: skip
+                tok,
+                ch.conf,
+                ch.cur_p,
+                block[None],
+                cand[None],
+                settled[None],
+                torch.tensor([params.threshold], dtype=torch.float),
+                torch.tensor([max(1, steps - step)]),
+                torch.tensor([params.max_edits - edits]),
+                torch.isin(tok, torch.tensor(sorted(stop_ids), dtype=torch.long)),
+            )
             commit = policy.commit(v)[0]
             edit = policy.edit(v)
             edit = torch.zeros_like(commit) if edit is None else edit[0]

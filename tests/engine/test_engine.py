@@ -188,9 +188,13 @@ def test_a_refused_setting_is_named_by_the_error_not_its_message():
     without reading the message; a bad max_tokens is one problem, not also a min_tokens one."""
     from clover.engine import ParamError
 
-    for kwargs, param in ((dict(policy="beam"), "policy"), (dict(threshold=2, top_p=0), "threshold"),
-                          (dict(min_tokens=9, max_tokens=8), "min_tokens"), (dict(stop_token_ids=[-1]), "stop_token_ids"),
-                          (dict(ignore_eos=True, grammar=json_grammar()), "ignore_eos")):  # fmt: skip
+    for kwargs, param in (
+        (dict(policy="beam"), "policy"),
+        (dict(threshold=2, top_p=0), "threshold"),
+        (dict(min_tokens=9, max_tokens=8), "min_tokens"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
+        (dict(ignore_eos=True, grammar=json_grammar()), "ignore_eos"),
+    ):
         with pytest.raises(ParamError) as e:
             SamplingParams(**kwargs)
         assert e.value.param == param, (kwargs, str(e.value))

@@ -58,8 +58,16 @@ def test_json_schema(text, ok):
 
 
 def test_schema_features_refs_unions_and_errors():
-    rec = {"$defs": {"n": {"type": "object", "required": ["v", "next"], "properties": {
-        "v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}}}, "$ref": "#/$defs/n"}  # fmt: skip
+    rec = {
+        "$defs": {
+            "n": {
+                "type": "object",
+                "required": ["v", "next"],
+                "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}},
+            }
+        },
+        "$ref": "#/$defs/n",
+    }
     g = json_grammar(rec)
     assert g.accepts('{"v": 1, "next": {"v": 2, "next": null}}') and not g.accepts('{"v": 1}')
     assert json_grammar({"enum": [1, 2, 12]}).accepts("12") and not json_grammar({"enum": [1, 2, 12]}).accepts("13")
@@ -67,16 +75,19 @@ def test_schema_features_refs_unions_and_errors():
     assert (
         empty.accepts("{}") and not empty.accepts('{"a": 1}') and json_grammar({"type": "object"}).accepts('{"a": 1}')
     )
-    assert json_grammar(None).accepts("42") and json_grammar({"type": "object", "additionalProperties": True,
-                                                               "properties": {"a": {"type": "string"}}}).accepts('{"b": 1}')  # fmt: skip
+    assert json_grammar(None).accepts("42") and json_grammar(
+        {"type": "object", "additionalProperties": True, "properties": {"a": {"type": "string"}}}
+    ).accepts('{"b": 1}')
     for bad in ({"type": "weird"}, {"$ref": "https://x/y.json"}, {"$ref": "#/nowhere"}, {"enum": []}, False):
         with pytest.raises(GrammarError):
             json_grammar(bad)
 
 
 def test_tool_call_grammar_prefills_and_parallel_calls():
-    tools = {"recall_drone": {"type": "object", "properties": {"drone_id": {"type": "string"}}, "required": ["drone_id"]},
-             "get_drone_status": None}  # fmt: skip
+    tools = {
+        "recall_drone": {"type": "object", "properties": {"drone_id": {"type": "string"}}, "required": ["drone_id"]},
+        "get_drone_status": None,
+    }
     call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-1"}}</tool_call>'
     g = tool_call_grammar(tools, TOOL_OPEN, TOOL_CLOSE)
     bare = '<tool_call>{"name": "get_drone_status", "arguments": {}}</tool_call>'
@@ -337,8 +348,10 @@ def test_decoding_under_a_regex_and_a_choice(bundled, policy):
 
     engine, tok = bundled
     ids = _prompt(tok, "Recall drone 17.")
-    for g, ok in [(regex_grammar(r"D-\d{1,4}"), lambda s: regex.fullmatch(r"D-\d{1,4}", s)),
-                  (choice_grammar([("", ["yes", "no", "maybe later"])]), lambda s: s in ("yes", "no", "maybe later"))]:  # fmt: skip
+    for g, ok in [
+        (regex_grammar(r"D-\d{1,4}"), lambda s: regex.fullmatch(r"D-\d{1,4}", s)),
+        (choice_grammar([("", ["yes", "no", "maybe later"])]), lambda s: s in ("yes", "no", "maybe later")),
+    ]:
         for seed in range(3):
             out = engine.generate(ids, SamplingParams(max_tokens=12, policy=policy, grammar=g, temperature=1.0,
                                                       seed=seed))  # fmt: skip
@@ -371,14 +384,21 @@ def test_a_slow_regex_cannot_stall_the_engine(bundled, monkeypatch):
 
 @pytest.mark.parametrize(
     "schema, text, ok",
-    [({"type": "string", "pattern": "^D-\\d+$"}, '"D-17"', True), ({"type": "string", "pattern": "^D-\\d+$"}, '"D-x"', False),
-     ({"type": "string", "pattern": "^D-\\d+$"}, '"D-17 "', False), ({"type": "string", "pattern": "\\d"}, '"ab1c"', True),
-     ({"type": "string", "pattern": "\\d"}, '"abc"', False), ({"type": "string", "pattern": "^a\\nb$"}, '"a\\nb"', True),
-     ({"type": "string", "pattern": "^café$"}, '"café"', True),
-     ({"type": "string", "pattern": "^café$"}, '"caf\\u00e9"', False), ({"type": "string", "pattern": "^\\d$"}, '"߂"', False), ({"type": ["string", "integer"], "pattern": "^x$"}, "12", True),
-     ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "18:00"}', True),
-     ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "6pm"}', False)],
-)  # fmt: skip
+    [
+        ({"type": "string", "pattern": "^D-\\d+$"}, '"D-17"', True),
+        ({"type": "string", "pattern": "^D-\\d+$"}, '"D-x"', False),
+        ({"type": "string", "pattern": "^D-\\d+$"}, '"D-17 "', False),
+        ({"type": "string", "pattern": "\\d"}, '"ab1c"', True),
+        ({"type": "string", "pattern": "\\d"}, '"abc"', False),
+        ({"type": "string", "pattern": "^a\\nb$"}, '"a\\nb"', True),
+        ({"type": "string", "pattern": "^café$"}, '"café"', True),
+        ({"type": "string", "pattern": "^café$"}, '"caf\\u00e9"', False),
+        ({"type": "string", "pattern": "^\\d$"}, '"߂"', False),
+        ({"type": ["string", "integer"], "pattern": "^x$"}, "12", True),
+        ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "18:00"}', True),
+        ({"properties": {"t": {"type": "string", "pattern": "^\\d{2}:\\d{2}$"}}}, '{"t": "6pm"}', False),
+    ],
+)
 def test_a_strings_pattern_is_enforced(schema, text, ok):
     """JSON Schema's ``pattern`` (a search over the string's text, escapes decoded; no ``\\u`` escapes,
     the characters themselves; ``\\d`` and ``\\w`` ASCII, as ECMA 262)."""
@@ -403,10 +423,16 @@ def test_patterns_under_decoding_and_in_tool_schemas(bundled):
     assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"a": "anything"}}' + TOOL_CLOSE)
 
 
-BOUNDED = {"type": "object", "properties": {
-    "wp": {"type": "integer", "minimum": 1, "maximum": 12}, "dive": {"type": "integer", "minimum": -500, "exclusiveMaximum": 0},
-    "code": {"type": "string", "minLength": 2, "maxLength": 4}, "id": {"type": "string", "maxLength": 5, "pattern": "^D-"}},
-    "required": ["wp"]}  # fmt: skip
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "wp": {"type": "integer", "minimum": 1, "maximum": 12},
+        "dive": {"type": "integer", "minimum": -500, "exclusiveMaximum": 0},
+        "code": {"type": "string", "minLength": 2, "maxLength": 4},
+        "id": {"type": "string", "maxLength": 5, "pattern": "^D-"},
+    },
+    "required": ["wp"],
+}
 
 
 @pytest.mark.parametrize(
@@ -456,8 +482,11 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled, monkeypatch
                          ({"type": "number", "minimum": 1e30}, "beyond what 24 digits")):  # fmt: skip
         with pytest.raises(GrammarError, match=problem):
             json_grammar(bad)
-    lenient = tool_call_grammar({"f": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}},
-                                TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
+    lenient = tool_call_grammar(
+        {"f": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 4}}}},
+        TOOL_OPEN,
+        TOOL_CLOSE,
+    )
     assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"n": 99}}' + TOOL_CLOSE)
 
 
@@ -481,11 +510,17 @@ def test_string_formats_are_enforced(fmt, value, ok):
 
 @pytest.mark.parametrize(
     "schema",
-    [{"type": "number", "minimum": -90, "maximum": 90}, {"type": "number", "exclusiveMinimum": 0, "maximum": 2.75},
-     {"type": "number", "minimum": -12.5, "exclusiveMaximum": -0.25}, {"type": "number", "minimum": 0.5, "exclusiveMaximum": 99.5},
-     {"type": ["number", "null"], "maximum": 7}, {"type": "integer", "minimum": 1, "maximum": 12},
-     {"type": "integer", "exclusiveMinimum": -13, "maximum": -3}, {"type": "integer", "maximum": 20}],
-)  # fmt: skip
+    [
+        {"type": "number", "minimum": -90, "maximum": 90},
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 2.75},
+        {"type": "number", "minimum": -12.5, "exclusiveMaximum": -0.25},
+        {"type": "number", "minimum": 0.5, "exclusiveMaximum": 99.5},
+        {"type": ["number", "null"], "maximum": 7},
+        {"type": "integer", "minimum": 1, "maximum": 12},
+        {"type": "integer", "exclusiveMinimum": -13, "maximum": -3},
+        {"type": "integer", "maximum": 20},
+    ],
+)
 def test_number_bounds_agree_with_a_brute_force_reference(schema):
     """Every prefix of up to 3 bytes is allowed exactly when some number of the grid (|x| < 100,
     up to 2 decimals; -0 aside) within the bounds starts with it, and the grid's numbers are
@@ -495,13 +530,20 @@ def test_number_bounds_agree_with_a_brute_force_reference(schema):
 
     def inside(v):
         s = schema
-        return (("minimum" not in s or v >= Fraction(s["minimum"])) and ("maximum" not in s or v <= Fraction(s["maximum"]))
-                and ("exclusiveMinimum" not in s or v > Fraction(s["exclusiveMinimum"]))
-                and ("exclusiveMaximum" not in s or v < Fraction(s["exclusiveMaximum"])))  # fmt: skip
+        return (
+            ("minimum" not in s or v >= Fraction(s["minimum"]))
+            and ("maximum" not in s or v <= Fraction(s["maximum"]))
+            and ("exclusiveMinimum" not in s or v > Fraction(s["exclusiveMinimum"]))
+            and ("exclusiveMaximum" not in s or v < Fraction(s["exclusiveMaximum"]))
+        )
 
     integer = schema["type"] == "integer"
-    grid = [f"{sign}{i}{frac}" for sign in ("", "-") for i in range(100)
-            for frac in ([""] if integer else ["", *(f".{f}" for f in range(10)), *(f".{f:02d}" for f in range(100))])]  # fmt: skip
+    grid = [
+        f"{sign}{i}{frac}"
+        for sign in ("", "-")
+        for i in range(100)
+        for frac in ([""] if integer else ["", *(f".{f}" for f in range(10)), *(f".{f:02d}" for f in range(100))])
+    ]
     grid = [s for s in grid if not (s.startswith("-") and Fraction(s) == 0)]
     good = {s for s in grid if inside(Fraction(s))}
     heads = {s[:k] for s in good for k in range(1, 4)}

@@ -246,11 +246,23 @@ def clarify_message(g: Gen) -> tuple[str, str]:
 
 # -- follow-ups that refer back ----------------------------------------------------------------
 _DRONE_BACK = {  # phrase about "it" / "that drone" -> the call on the earlier turn's drone
-    "recall_drone": ["bring it home", "actually, call it back instead", "recall that drone", "battery is low, bring it home",
-                     "ok, RTB", "abort, send it back to base", "recall it"],
-    "get_drone_status": ["how's it doing now?", "check on that drone", "and its status?", "where is it now?",
-                         "what's its battery?"],
-}  # fmt: skip
+    "recall_drone": [
+        "bring it home",
+        "actually, call it back instead",
+        "recall that drone",
+        "battery is low, bring it home",
+        "ok, RTB",
+        "abort, send it back to base",
+        "recall it",
+    ],
+    "get_drone_status": [
+        "how's it doing now?",
+        "check on that drone",
+        "and its status?",
+        "where is it now?",
+        "what's its battery?",
+    ],
+}
 
 
 def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
@@ -302,15 +314,19 @@ def plain_text(g: Gen) -> dict:
         lat, lon = coord_pair(rng)
         r_txt = length_surface(g, "plain")[0]
         s, e = time_surface2(g, "plain")[0], time_surface2(g, "plain")[0]
-        lines.append(rng.choice([
-            f"{d} is {rng.choice(['hovering', 'en route', 'returning to base', 'holding', 'charging'])} at {lat}, {lon}, "
-            f"battery {rng.randint(5, 100)}%.",
-            f"{d} is assigned to {_a(_mission_words(g)[1])} mission at {g.name(target=True)}.",
-            f"No-fly zone {g.name()} is active from {s} to {e}, {r_txt} around {lat}, {lon}.",
-            f"{d} landed at base at {s} with {rng.randint(5, 100)}% battery left.",
-            f"Zone {g.name()} was lifted at {e}.",
-            f"{d} reached waypoint {rng.randint(1, 12)} at {s}.",
-        ]))  # fmt: skip
+        lines.append(
+            rng.choice(
+                [
+                    f"{d} is {rng.choice(['hovering', 'en route', 'returning to base', 'holding', 'charging'])} "
+                    f"at {lat}, {lon}, battery {rng.randint(5, 100)}%.",
+                    f"{d} is assigned to {_a(_mission_words(g)[1])} mission at {g.name(target=True)}.",
+                    f"No-fly zone {g.name()} is active from {s} to {e}, {r_txt} around {lat}, {lon}.",
+                    f"{d} landed at base at {s} with {rng.randint(5, 100)}% battery left.",
+                    f"Zone {g.name()} was lifted at {e}.",
+                    f"{d} reached waypoint {rng.randint(1, 12)} at {s}.",
+                ]
+            )
+        )
     text = ("\n" if rng.random() < 0.5 else " ").join(lines)
     words = text.split(" ")
     k = rng.randint(1, max(1, min(len(words) - 1, 6)))

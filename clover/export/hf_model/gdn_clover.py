@@ -154,7 +154,8 @@ class GatedDeltaNetMixer(nn.Module):
         self.mem_scale = nn.Parameter(torch.ones(self.Hv))  # ρ_h
 
     def heads(self, f: torch.Tensor):
-        """Conv features ``[B, T, C]`` → q̂, k̂ ``[B, T, Hv, dk]`` (unit, repeated to value heads), v ``[B, T, Hv, dv]``."""
+        """Conv features ``[B, T, C]`` → q̂, k̂ ``[B, T, Hv, dk]`` (unit, repeated to value heads),
+        v ``[B, T, Hv, dv]``."""
         B, T, _ = f.shape
         acc = acc_dtype(f.dtype)
         q, k, v = f.split([self.key_dim, self.key_dim, self.value_dim], -1)
