@@ -157,10 +157,10 @@ def register(sub) -> None:
     p.add_argument("--n", type=_count, default=200, help="tool-call turns")
     p.add_argument("--groups", type=_count, default=50, help="decision groups")
     p.add_argument(
-        "--text", type=_count, default=50, help="turns answered in words, and as many chats offering no tools"
+        "--text", type=_count, default=100, help="turns answered in words, and as many chats offering no tools"
     )
     p.add_argument(
-        "--multiturn", type=_count, default=50, help="conversations with earlier turns (the last turn is scored)"
+        "--multiturn", type=_count, default=100, help="conversations with earlier turns (the last turn is scored)"
     )
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     add_device_args(p)
