@@ -70,6 +70,24 @@ def operator_tasks(n: int, split: str = "test") -> list[Task]:
     return tasks
 
 
+def zone_tasks(n: int = 20, split: str = "test") -> list[Task]:
+    """The first ``n`` messages of ``split`` that each ask for one no-fly zone: the demo of an
+    operator reading airspace messages to the map (``clover bench agent --demo``)."""
+    size, tasks = 256, []
+    while len(tasks) < n:
+        pool = load_split(split, size)
+        tasks = [task_from_example(e) for e in pool if e["kind"] == "tool_call" and _one_zone(e)][:n]
+        if len(pool) < size or size >= 20_000:
+            break
+        size *= 2
+    return tasks
+
+
+def _one_zone(ex: dict) -> bool:
+    gold = gold_calls(ex)
+    return len(gold) == 1 and gold[0]["name"] == "create_no_fly_zone"
+
+
 def task_success(task: Task, result: AgentResult) -> bool:
     """The world after the agent equals the gold world; and, since a status query changes no state,
     every drone the gold calls query was queried (successfully) by the agent."""

@@ -16,6 +16,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--threshold", type=float, help="the default policy's threshold (default: its own)")
     p.add_argument("--max-steps", type=int, default=4, help="model calls per task at most (default 4)")
+    p.add_argument(
+        "--demo",
+        type=int,
+        default=20,
+        help="messages that each ask for one no-fly zone, run one after another and timed whole (default 20; 0: none)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -81,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     figures["default_policy"] = DEFAULT_POLICY
     figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["default"]["s_per_task"])
     figures["per_task"] = {p: r["tasks"] for p, r in per.items()}
+    if args.demo:
+        figures["demo"] = _zone_demo(llm, args)
     kinds = sorted(figures["kinds"])
     rows = [
         [p if p == "ar" else f"default: {DEFAULT_POLICY} τ {figures['threshold']:g}", f"{100 * r['success']:.1f} %",
@@ -100,6 +108,28 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     write_json(args.json, figures)
     return 0
+
+
+def _zone_demo(llm, args: argparse.Namespace) -> dict:
+    """``--demo`` messages, each asking for one no-fly zone, through the loop one after another
+    under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right."""
+    from clover.airspace.loop import LocalModel
+    from clover.airspace.tasks import zone_tasks
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    tasks = zone_tasks(args.demo)
+    out: dict = {"messages": len(tasks)}
+    for name in DECODERS:
+        policy, threshold = ("ar", None) if name == "ar" else (DEFAULT_POLICY, args.threshold or DEFAULT_THRESHOLD)
+        r = run_policy(LocalModel(llm, policy=policy, threshold=threshold), tasks, args.max_steps)
+        out[name] = {"seconds": r["s_per_task"] * len(tasks), "zones_right": round(r["success"] * len(tasks))}
+    out["speedup"] = out["ar"]["seconds"] / max(1e-9, out["default"]["seconds"])
+    rows = [[name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {len(tasks)}"]
+            for name, d in out.items() if isinstance(d, dict)]  # fmt: skip
+    print_table(f"demo: {len(tasks)} airspace messages, each a no-fly zone on the map, one after another",
+                ["policy", "seconds, all messages", "zones right"], rows,
+                [f"speed-up of the default over ar: {out['speedup']:.2f}x"])  # fmt: skip
+    return out
 
 
 BENCHMARKS["agent"] = ("operator tasks through the agent loop: task success by world state, s and passes per task",

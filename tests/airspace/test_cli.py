@@ -71,7 +71,7 @@ def test_the_command_is_registered():
 def test_bench_agent_writes_its_figures(tmp_path):
     path = tmp_path / "agent.json"
     with pytest.raises(SystemExit) as e:
-        main(["bench", "agent", "--n", "2", "--json", str(path)])
+        main(["bench", "agent", "--n", "2", "--demo", "2", "--json", str(path)])
     assert e.value.code == 0
     figures = json.loads(path.read_text())
     for k in ("tasks", "ar_success", "default_success", "ar_s_per_task", "default_s_per_task", "speedup",
@@ -80,3 +80,6 @@ def test_bench_agent_writes_its_figures(tmp_path):
     assert figures["tasks"] == 2 and 0 <= figures["ar_success"] <= 1 and figures["speedup"] > 0
     assert figures["speedup"] == figures["ar_s_per_task"] / figures["default_s_per_task"]
     assert figures["ar_passes_per_task"] > figures["default_passes_per_task"] > 0
+    demo = figures["demo"]
+    assert demo["messages"] == 2 and demo["speedup"] == demo["ar"]["seconds"] / demo["default"]["seconds"]
+    assert all(0 <= demo[p]["zones_right"] <= 2 for p in ("ar", "default"))

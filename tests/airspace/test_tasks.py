@@ -66,3 +66,12 @@ def test_a_chat_answered_in_words_is_no_task():
                                                         {"role": "assistant", "content": "Hello!"}]}  # fmt: skip
     with pytest.raises(ValueError, match="not an operator task"):
         task_from_example(ex)
+
+
+def test_zone_tasks_each_ask_for_one_no_fly_zone():
+    from clover.airspace.tasks import zone_tasks
+
+    tasks = zone_tasks(20)
+    assert len(tasks) == 20 and len({t.messages[-1]["content"] for t in tasks}) == 20
+    assert all([c["name"] for c in t.gold] == ["create_no_fly_zone"] for t in tasks)
+    assert all(t.gold_world != t.world and not t.gold_errors for t in tasks)  # each gold call adds its zone
