@@ -29,17 +29,7 @@ from clover.data.chat import render_chat
 from clover.data.decisions import decision_messages, parse_joint
 from clover.engine import Engine, SamplingParams
 from clover.engine.batch import Batch
-from clover.engine.policies import POLICIES, PassView, Policy, register
-
-
-def _first_open(v: PassView) -> torch.Tensor:
-    return v.cand & (v.cand.long().cumsum(1) == 1)
-
-
-def _run_of(v: PassView, ok: torch.Tensor) -> torch.Tensor:
-    """The leftmost open position, then each next open one while ``ok`` (a run stops at the first
-    open position that is not ``ok``)."""
-    return (_first_open(v) | ok | ~v.cand).long().cumprod(1).bool() & v.cand
+from clover.engine.policies import POLICIES, PassView, Policy, first_open, register, run_from_first
 
 
 class RunProduct(Policy):
@@ -48,8 +38,8 @@ class RunProduct(Policy):
     name = "run-product"
 
     def commit(self, v: PassView) -> torch.Tensor:
-        logc = torch.where(v.cand & ~_first_open(v), v.conf.clamp_min(1e-9).log(), torch.zeros_like(v.conf))
-        return _run_of(v, logc.cumsum(1) >= v.threshold.log()[:, None])
+        logc = torch.where(v.cand & ~first_open(v), v.conf.clamp_min(1e-9).log(), torch.zeros_like(v.conf))
+        return run_from_first(v, logc.cumsum(1) >= v.threshold.log()[:, None])
 
 
 class SureFirst(Policy):
@@ -59,7 +49,7 @@ class SureFirst(Policy):
 
     def commit(self, v: PassView) -> torch.Tensor:
         sure = v.cand & (v.conf >= v.threshold[:, None])
-        return (sure | ~v.cand).long().cumprod(1).bool() & v.cand | _first_open(v)
+        return (sure | ~v.cand).long().cumprod(1).bool() & v.cand | first_open(v)
 
 
 class Digits(Policy):
@@ -73,7 +63,7 @@ class Digits(Policy):
     def commit(self, v: PassView) -> torch.Tensor:
         tau = v.threshold[:, None]
         dig = self.digit[v.tok]
-        run = _run_of(v, v.cand & (v.conf >= torch.where(dig, 1 - (1 - tau) / 10, tau)))
+        run = run_from_first(v, v.cand & (v.conf >= torch.where(dig, 1 - (1 - tau) / 10, tau)))
         if self.far:
             run |= v.cand & (v.conf >= 1 - (1 - tau) * self.far) & ~dig & ~v.stop
         return run

@@ -53,7 +53,6 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover.airspace.loop import LocalModel
     from clover.airspace.tasks import operator_tasks
     from clover.api.llm import LLM
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
@@ -73,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
         figures["kinds"][t.kind] = figures["kinds"].get(t.kind, 0) + 1
     per = {}
     for name in DECODERS:
-        policy, threshold = ("ar", None) if name == "ar" else (DEFAULT_POLICY, args.threshold or DEFAULT_THRESHOLD)
-        model = LocalModel(llm, policy=policy, threshold=threshold)
+        model = _local_model(llm, name, args.threshold)
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
         per[name] = run_policy(model, tasks, args.max_steps)
     for policy, r in per.items():
@@ -110,18 +108,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_model(llm, name: str, threshold: float | None):
+    """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
+    ``threshold`` (None: the default threshold)."""
+    from clover.airspace.loop import LocalModel
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    if name == "ar":
+        return LocalModel(llm, policy="ar")
+    return LocalModel(llm, policy=DEFAULT_POLICY, threshold=threshold or DEFAULT_THRESHOLD)
+
+
 def _zone_demo(llm, args: argparse.Namespace) -> dict:
     """``--demo`` messages, each asking for one no-fly zone, through the loop one after another
     under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right."""
-    from clover.airspace.loop import LocalModel
     from clover.airspace.tasks import zone_tasks
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     tasks = zone_tasks(args.demo)
     out: dict = {"messages": len(tasks)}
     for name in DECODERS:
-        policy, threshold = ("ar", None) if name == "ar" else (DEFAULT_POLICY, args.threshold or DEFAULT_THRESHOLD)
-        r = run_policy(LocalModel(llm, policy=policy, threshold=threshold), tasks, args.max_steps)
+        r = run_policy(_local_model(llm, name, args.threshold), tasks, args.max_steps)
         out[name] = {"seconds": r["s_per_task"] * len(tasks), "zones_right": round(r["success"] * len(tasks))}
     out["speedup"] = out["ar"]["seconds"] / max(1e-9, out["default"]["seconds"])
     rows = [[name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {len(tasks)}"]

@@ -86,12 +86,13 @@ def _configs(args, taus: list[float], max_tokens: int) -> dict:
 
 
 def _rows(by_batch: dict, cases_at: dict) -> list[list]:
+    labels = {**DECODER_LABELS, DEFAULT_NAME: _label_default()}
     rows = []
     for b, res in by_batch.items():
         for name, r in res.items():
             em = r.get("exact_match")
             vs_ar = r["tokens_per_s"] / res["ar"]["tokens_per_s"]
-            rows.append([b, DECODER_LABELS.get(name, name), cases_at[b], "-" if em is None else f"{100 * em:.1f}",
+            rows.append([b, labels.get(name, name), cases_at[b], "-" if em is None else f"{100 * em:.1f}",
                          r.get("tpf", 1.0), r["tokens_per_s"], vs_ar])  # fmt: skip
     return rows
 
@@ -131,7 +132,6 @@ def run_decode(args: argparse.Namespace) -> int:
                **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"),
                "by_batch": {b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")}
                                 for k, v in r.items()} for b, r in by_batch.items()}}  # fmt: skip
-    DECODER_LABELS[DEFAULT_NAME] = _label_default()
     cases_at = {b: len(cases) if b == sizes[-1] else min(len(cases), max(b, args.speed_prompts)) for b in sizes}
     notes = [
         f"headline (JSON top level): batch {sizes[0]}, the default policy vs ar; exact match and TPF from the "

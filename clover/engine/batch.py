@@ -11,7 +11,7 @@ import torch
 
 from clover.engine.outputs import TokenLogprob
 from clover.engine.params import MAX_TOP_LOGPROBS
-from clover.engine.policies import Policy
+from clover.engine.policies import Policy, is_stop
 from clover.engine.request import Request
 from clover.engine.sampler import Choice
 from clover.model import ModelCache
@@ -148,7 +148,7 @@ class Batch:
     def refresh_need(self) -> None:
         """Positions whose token the request will keep: wanted, and not after an EOS already
         committed in the block (those are dropped, so never worth a pass)."""
-        eos = ~self.masked & self.wanted & (self.x[:, :, None] == self.stop_ids[:, None, :]).any(-1)
+        eos = ~self.masked & self.wanted & is_stop(self.x, self.stop_ids)
         self.need = self.wanted & ((eos.cumsum(1) - eos.long()) == 0)
 
     def _members_changed(self) -> None:

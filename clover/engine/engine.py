@@ -186,7 +186,7 @@ class Engine:
         view = PassView(
             ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
             steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
-            stop=(ch.tok[..., None] == batch.stop_ids[:, None, :]).any(-1),
+            stop_ids=batch.stop_ids,
         )  # fmt: skip
         commit, edit, sure = torch.zeros_like(cand), torch.zeros_like(cand), torch.zeros_like(cand)
         for policy, rows in batch.policies:

@@ -37,7 +37,30 @@ class PassView:
     threshold: torch.Tensor  # [R] float
     steps_left: torch.Tensor  # [R] long, >= 1: passes left in the block for "fixed"
     edits_left: torch.Tensor  # [R] long
-    stop: torch.Tensor  # [R, bs] bool: the chosen token is one of the row's stop tokens
+    stop_ids: torch.Tensor  # [R, S] long: each row's stop tokens, -1 padded
+
+    @property
+    def stop(self) -> torch.Tensor:
+        """``[R, bs]`` bool: the chosen token is one of the row's stop tokens (computed when a
+        policy asks, so passes of policies that never do pay nothing for it)."""
+        return is_stop(self.tok, self.stop_ids)
+
+
+def is_stop(tok: torch.Tensor, stop_ids: torch.Tensor) -> torch.Tensor:
+    """``tok [R, bs]``, ``stop_ids [R, S]`` (-1 padded) → ``[R, bs]`` bool: a stop token of its row."""
+    return (tok[:, :, None] == stop_ids[:, None, :]).any(-1)
+
+
+def first_open(v: PassView) -> torch.Tensor:
+    """``[R, bs]`` bool: the leftmost open position of each row."""
+    return v.cand & (v.cand.long().cumsum(1) == 1)
+
+
+def run_from_first(v: PassView, ok: torch.Tensor) -> torch.Tensor:
+    """``[R, bs]`` bool: the leftmost open position, then each next open one while ``ok``. A run
+    passes over positions already set (those left of the first open one, and forced slots placed
+    before the pass) and stops at the first open position that is not ``ok``."""
+    return (first_open(v) | ok | ~v.cand).long().cumprod(1).bool() & v.cand
 
 
 def most_confident(score: torch.Tensor, where: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -111,11 +134,7 @@ class Prefix(Policy):
     name = "prefix"
 
     def commit(self, v: PassView) -> torch.Tensor:
-        first = v.cand & (v.cand.long().cumsum(1) == 1)
-        ok = first | (v.cand & (v.conf >= v.threshold[:, None]))
-        # a run passes over positions already set (those left of the first open one, and forced
-        # slots placed before the pass) and stops at the first open position that is not sure
-        return (ok | ~v.cand).long().cumprod(1).bool() & v.cand
+        return run_from_first(v, v.cand & (v.conf >= v.threshold[:, None]))
 
 
 class Edit(Threshold):

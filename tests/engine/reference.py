@@ -90,7 +90,7 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
                 torch.tensor([params.threshold], dtype=torch.float),
                 torch.tensor([max(1, steps - step)]),
                 torch.tensor([params.max_edits - edits]),
-                torch.isin(tok, torch.tensor(sorted(stop_ids), dtype=torch.long)),
+                torch.tensor([sorted(stop_ids) or [-1]]),
             )
             commit = policy.commit(v)[0]
             edit = policy.edit(v)

@@ -320,6 +320,6 @@ def test_prefix_policy_commits_left_to_right_runs():
     conf = torch.tensor([[-1, 0.2, 0.95, 0.99, 0.1, 0.99], [0.3, 0.1, -1, -1, -1, -1]])
     z = torch.zeros_like(cand)
     v = PassView(conf, conf, conf, z.long(), cand, z, torch.tensor([0.9, 0.9]), torch.ones(2, dtype=torch.long),
-                 torch.zeros(2, dtype=torch.long), z)  # fmt: skip
+                 torch.zeros(2, dtype=torch.long), torch.full((2, 1), -1))  # fmt: skip
     got = POLICIES["prefix"].commit(v)
     assert got.tolist() == [[False, True, True, True, False, False], [True, False, False, False, False, False]]
