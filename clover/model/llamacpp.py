@@ -1,0 +1,202 @@
+"""Clover on llama.cpp's ggml: a thin ctypes layer over ``libclover`` (``native/llamacpp``,
+built by ``make llama-cpp``; docs/llama-cpp.md).
+
+``LlamaCppModel(path)`` loads a GGUF file written by ``clover export gguf``; ``step`` runs one pass
+as ``CloverForBlockDiffusion.step`` does, batch 1: clean whole blocks to commit (written into the
+cache) and/or one block to denoise (read-only), returning the denoise block's logits aligned so
+that row i predicts token i. ``quantize`` exposes ggml's own quantizer (``q4_k``, which the gguf
+package cannot write).
+
+The library lives in a cache directory keyed by the pinned llama.cpp source
+(``${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp/<pin>/lib/libclover.so``, or
+``$CLOVER_LLAMACPP_CACHE/<pin>/…``); ``CLOVER_LLAMACPP_LIB`` names the file directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+
+# the pinned llama.cpp source: the sdist of llama-cpp-python that carries it (native/llamacpp/build.sh)
+PIN_VERSION = "0.3.36"
+PIN_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+PIN = f"{PIN_VERSION}-{PIN_SHA256[:12]}"
+BUILD_HINT = "build it with `make llama-cpp` (needs g++ and cmake)"
+
+
+class LlamaCppError(RuntimeError):
+    """The library is missing, or it refused a call (the message says why)."""
+
+
+def library_path() -> Path:
+    """Where ``make llama-cpp`` puts ``libclover.so`` for the pinned source."""
+    if os.environ.get("CLOVER_LLAMACPP_LIB"):
+        return Path(os.environ["CLOVER_LLAMACPP_LIB"])
+    root = os.environ.get("CLOVER_LLAMACPP_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover" / "llama.cpp"
+    )
+    return Path(root) / PIN / "lib" / "libclover.so"
+
+
+def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
+    P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)
+    I32 = ctypes.POINTER(ctypes.c_int32)
+    sigs = {
+        "clover_last_error": (ctypes.c_char_p, []),
+        "clover_model_load": (P, [ctypes.c_char_p, ctypes.c_int]),
+        "clover_model_free": (None, [P]),
+        "clover_model_set_threads": (None, [P, ctypes.c_int]),
+        "clover_model_get": (I64, [P, ctypes.c_char_p]),
+        "clover_cache_new": (P, [P]),
+        "clover_cache_free": (None, [P]),
+        "clover_cache_copy": (P, [P]),
+        "clover_cache_length": (I64, [P]),
+        "clover_step": (ctypes.c_int, [P, P, I32, I64, I32, I64, I64, F]),
+        "clover_quantize": (ctypes.c_size_t, [ctypes.c_char_p, F, P, I64, I64]),
+        "clover_quantized_size": (ctypes.c_size_t, [ctypes.c_char_p, I64, I64]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+@functools.cache
+def load_library() -> ctypes.CDLL:
+    """The built ``libclover`` (loaded once); a LlamaCppError that says how to build it when absent."""
+    path = library_path()
+    if not path.exists():
+        raise LlamaCppError(f"the llama.cpp back end is not built ({path} is missing): {BUILD_HINT}")
+    try:
+        return _signatures(ctypes.CDLL(str(path)))
+    except (OSError, AttributeError) as e:
+        raise LlamaCppError(f"{path}: cannot load ({e}); rebuild it: {BUILD_HINT}") from None
+
+
+def available() -> str | None:
+    """None when the library loads, else the reason it does not."""
+    try:
+        load_library()
+    except LlamaCppError as e:
+        return str(e)
+    return None
+
+
+def _error(lib: ctypes.CDLL) -> str:
+    return (lib.clover_last_error() or b"").decode("utf-8", "replace") or "unknown error"
+
+
+def _tokens(x) -> np.ndarray:
+    """Token ids (a list, numpy array or torch tensor of shape [n] or [1, n]) as int32 [n]."""
+    if x is None:
+        return np.zeros(0, dtype=np.int32)
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.ndim == 2:
+        if a.shape[0] != 1:
+            raise ValueError(f"the llama.cpp back end runs batch 1; got {a.shape[0]} rows")
+        a = a[0]
+    if a.ndim != 1:
+        raise ValueError(f"tokens must be [n] or [1, n], got shape {a.shape}")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class LlamaCppCache:
+    """One sequence's committed history in the library (attention K/V, GDN states and conv tails)."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: int):
+        self._lib, self._h = lib, handle
+
+    @property
+    def length(self) -> int:
+        """Committed tokens (a multiple of the block size while decoding)."""
+        return int(self._lib.clover_cache_length(self._h))
+
+    def copy(self) -> LlamaCppCache:
+        return LlamaCppCache(self._lib, self._lib.clover_cache_copy(self._h))
+
+    def close(self) -> None:
+        if self._h:
+            self._lib.clover_cache_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+
+class LlamaCppModel:
+    """A Clover GGUF file loaded into ``libclover`` for CPU passes, batch 1."""
+
+    def __init__(self, path: str | Path, threads: int = 1):
+        self._lib = load_library()
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: no such GGUF file")
+        h = self._lib.clover_model_load(str(path).encode(), int(threads))
+        if not h:
+            raise LlamaCppError(_error(self._lib))
+        self._h = h
+        self.path = Path(path)
+        get = lambda name: int(self._lib.clover_model_get(h, name.encode()))  # noqa: E731
+        self.vocab_size = get("n_vocab")
+        self.block_size = get("block_size")
+        self.max_block_size = get("max_block_size")
+        self.shift_logits = bool(get("shift_logits"))
+        self.mask_token_id = get("mask_token_id")
+
+    def set_threads(self, threads: int) -> None:
+        self._lib.clover_model_set_threads(self._h, int(threads))
+
+    def new_cache(self) -> LlamaCppCache:
+        return LlamaCppCache(self._lib, self._lib.clover_cache_new(self._h))
+
+    def step(self, cache: LlamaCppCache, commit=None, denoise=None, block_size: int | None = None) -> np.ndarray | None:
+        """One pass: ``commit`` (clean whole blocks, written to ``cache``) then ``denoise`` (one
+        block, read-only), both starting where the cache ends. Returns the denoise block's logits
+        ``[n_denoise, vocab]`` (float32, row i predicts token i), or None when nothing is denoised.
+        A request the model cannot take (a block size past its maximum, a commit that is not whole
+        blocks before a denoise, a token outside the vocabulary) is a ValueError."""
+        bs = self.block_size if block_size is None else block_size
+        if not isinstance(bs, int) or isinstance(bs, bool):
+            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
+        c, d = _tokens(commit), _tokens(denoise)
+        out = np.empty((len(d), self.vocab_size), dtype=np.float32) if len(d) else None
+        i32 = ctypes.POINTER(ctypes.c_int32)
+        rc = self._lib.clover_step(
+            self._h, cache._h, c.ctypes.data_as(i32), len(c), d.ctypes.data_as(i32), len(d), bs,
+            out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if out is not None else None,
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(_error(self._lib))
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "_h", None):
+            self._lib.clover_model_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+
+def quantize(array: np.ndarray, type: str) -> np.ndarray:
+    """ggml's quantizer: float rows (the last axis) → the type's blocks as uint8 ``[..., row bytes]``
+    (the shape ``gguf.GGUFWriter.add_tensor`` takes with ``raw_dtype``)."""
+    lib = load_library()
+    a = np.ascontiguousarray(array, dtype=np.float32)
+    n = a.shape[-1]
+    rows = a.size // n if n else 0
+    size = lib.clover_quantized_size(type.encode(), rows, n)
+    if not size:
+        raise ValueError(f"cannot quantize rows of {n} values to {type}")
+    out = np.empty(size, dtype=np.uint8)
+    got = lib.clover_quantize(
+        type.encode(), a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.ctypes.data_as(ctypes.c_void_p), rows, n
+    )
+    if got != size:
+        raise LlamaCppError(_error(lib))
+    return out.reshape(*a.shape[:-1], size // rows)

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Build Clover's llama.cpp back end (docs/llama-cpp.md): the pinned llama.cpp source, as the
+# PyPI sdist of llama-cpp-python carries it under vendor/llama.cpp, is downloaded with pip,
+# checked against its sha256, unpacked into a cache directory, and ggml (CPU only, Release) is
+# built there together with libclover from native/llamacpp. A second run does nothing unless the
+# pin or Clover's C++ files changed (a hash stamp).
+#
+#   native/llamacpp/build.sh            # prints the library's path
+#   CLOVER_LLAMACPP_JOBS=2 ...          # parallel compile jobs (default 1)
+#   CLOVER_LLAMACPP_CACHE=DIR ...       # cache root (default ${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp)
+set -euo pipefail
+
+PIN_PACKAGE=llama-cpp-python
+PIN_VERSION=0.3.36
+PIN_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+PIN="${PIN_VERSION}-${PIN_SHA256:0:12}"
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PY="${PYTHON:-python3}"
+JOBS="${CLOVER_LLAMACPP_JOBS:-1}"
+ROOT="${CLOVER_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clover/llama.cpp}"
+DIR="$ROOT/$PIN"
+SRC="$DIR/src"
+BUILD="$DIR/build"
+LIB="$DIR/lib/libclover.so"
+
+missing=()
+for tool in cmake c++ cc make; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+    echo "llama-cpp: ${missing[*]} not found; install a C/C++ compiler and cmake (Debian/Ubuntu: apt install g++ cmake make)" >&2
+    exit 1
+fi
+
+# what the library is built from: the pin, Clover's C++ sources and this script
+stamp_of() {
+    { echo "$PIN"; cat "$HERE"/CMakeLists.txt "$HERE"/*.h "$HERE"/*.cpp "$HERE"/build.sh; } | sha256sum | cut -c1-16
+}
+STAMP="$(stamp_of)"
+if [[ -f "$LIB" && -f "$DIR/lib/stamp" && "$(cat "$DIR/lib/stamp")" == "$STAMP" ]]; then
+    echo "$LIB"
+    exit 0
+fi
+
+mkdir -p "$DIR"
+if [[ ! -f "$SRC/.unpacked" ]]; then
+    tarball="$DIR/llama_cpp_python-${PIN_VERSION}.tar.gz"
+    if [[ ! -f "$tarball" ]]; then
+        echo "llama-cpp: downloading ${PIN_PACKAGE}==${PIN_VERSION} (source distribution) with pip" >&2
+        "$PY" -m pip download -q --no-deps --no-binary :all: --dest "$DIR/download" "${PIN_PACKAGE}==${PIN_VERSION}" >&2
+        mv "$DIR/download/llama_cpp_python-${PIN_VERSION}.tar.gz" "$tarball"
+        rm -rf "$DIR/download"
+    fi
+    got="$(sha256sum "$tarball" | cut -d' ' -f1)"
+    if [[ "$got" != "$PIN_SHA256" ]]; then
+        rm -f "$tarball"
+        echo "llama-cpp: sha256 of ${PIN_PACKAGE}-${PIN_VERSION} is $got, expected $PIN_SHA256" >&2
+        exit 1
+    fi
+    rm -rf "$SRC" "$DIR/unpack"
+    mkdir -p "$DIR/unpack"
+    tar -xzf "$tarball" -C "$DIR/unpack" "llama_cpp_python-${PIN_VERSION}/vendor/llama.cpp"
+    mv "$DIR/unpack/llama_cpp_python-${PIN_VERSION}/vendor/llama.cpp" "$SRC"
+    rm -rf "$DIR/unpack"
+    touch "$SRC/.unpacked"
+fi
+
+# ggml's instruction sets: on x86-64 the ones this CPU has, named one by one (GGML_NATIVE would
+# also compile in AMX paths, which crash on some virtual machines); elsewhere the compiler's native
+simd=(-DGGML_NATIVE=OFF)
+if [[ "$(uname -m)" == x86_64 ]]; then
+    flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
+    has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
+    simd+=(-DGGML_SSE42="$(has sse4_2)" -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" -DGGML_FMA="$(has fma)"
+           -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)")
+    if [[ "$(has avx512f)$(has avx512bw)$(has avx512vl)" == ONONON ]]; then
+        simd+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI="$(has avx512_vnni)")
+    fi
+else
+    simd=(-DGGML_NATIVE=ON)
+fi
+
+echo "llama-cpp: building ggml and libclover in $BUILD (${JOBS} job(s))" >&2
+cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMACPP_SRC="$SRC" "${simd[@]}" >"$DIR/cmake.log" 2>&1 \
+    || { cat "$DIR/cmake.log" >&2; echo "llama-cpp: cmake configure failed (log: $DIR/cmake.log)" >&2; exit 1; }
+cmake --build "$BUILD" --target clover -j "$JOBS" >"$DIR/build.log" 2>&1 \
+    || { tail -n 40 "$DIR/build.log" >&2; echo "llama-cpp: build failed (log: $DIR/build.log)" >&2; exit 1; }
+mkdir -p "$DIR/lib"
+cp "$BUILD/libclover.so" "$LIB.tmp" && mv "$LIB.tmp" "$LIB"
+echo "$STAMP" >"$DIR/lib/stamp"
+echo "$LIB"

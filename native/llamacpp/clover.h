@@ -1,0 +1,53 @@
+// Clover's block-diffusion model on ggml: the C API that clover/model/llamacpp.py calls with ctypes.
+//
+// A model is loaded from a GGUF file written by `clover export gguf`. A cache holds one
+// sequence's committed history (docs/architecture.md, Caches): per attention layer the keys and
+// values of the committed tokens, per GDN layer the recurrent state S (fp32) and the conv tail.
+// clover_step runs one pass exactly as CloverForBlockDiffusion.step does: `commit` clean tokens
+// (whole blocks, written into the cache) followed by an optional `denoise` block (read-only),
+// and writes the denoise block's logits [n_denoise, n_vocab] aligned so that row i predicts
+// token i. Functions returning int give 0 on success and -1 on error; clover_last_error tells why.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CLOVER_API __attribute__((visibility("default")))
+
+typedef struct clover_model clover_model;
+typedef struct clover_cache clover_cache;
+
+// the last error of this thread ("" when none)
+CLOVER_API const char * clover_last_error(void);
+
+CLOVER_API clover_model * clover_model_load(const char * path, int n_threads);
+CLOVER_API void clover_model_free(clover_model * model);
+CLOVER_API void clover_model_set_threads(clover_model * model, int n_threads);
+// hyper-parameters by name: "n_vocab", "block_size", "max_block_size", "shift_logits",
+// "mask_token_id", "n_layer", "n_embd"; -1 for an unknown name
+CLOVER_API int64_t clover_model_get(const clover_model * model, const char * name);
+
+CLOVER_API clover_cache * clover_cache_new(const clover_model * model);
+CLOVER_API void clover_cache_free(clover_cache * cache);
+CLOVER_API clover_cache * clover_cache_copy(const clover_cache * cache);
+CLOVER_API int64_t clover_cache_length(const clover_cache * cache);
+
+// one pass: commit [n_commit] then denoise [n_denoise] tokens; logits may be NULL when
+// n_denoise is 0, else it holds n_denoise * n_vocab floats
+CLOVER_API int clover_step(clover_model * model, clover_cache * cache, const int32_t * commit, int64_t n_commit,
+                           const int32_t * denoise, int64_t n_denoise, int64_t block_size, float * logits);
+
+// ggml's quantizer: nrows rows of n_per_row floats into dst (type by name: "q4_k", "q8_0", ...);
+// returns the bytes written, 0 on error
+CLOVER_API size_t clover_quantize(const char * type, const float * src, void * dst, int64_t nrows,
+                                  int64_t n_per_row);
+// bytes that clover_quantize writes for nrows rows; 0 for an unknown type or a bad row length
+CLOVER_API size_t clover_quantized_size(const char * type, int64_t nrows, int64_t n_per_row);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,91 @@
+// Internal structures shared by clover.cpp (loading, caches, the C API) and clover_graph.cpp
+// (the graph of one pass).
+#pragma once
+
+#include "clover.h"
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "gguf.h"
+
+#include <string>
+#include <vector>
+
+struct clover_hparams {
+    int64_t n_layer = 0, n_embd = 0, n_vocab = 0;
+    std::vector<bool> is_attn;  // per layer: attention (true) or GDN (false)
+    float eps = 1e-6f;
+    // attention
+    int64_t n_head = 0, n_head_kv = 0, head_dim = 0, rope_dims = 0;
+    float rope_base = 10000.0f;
+    // GDN
+    int64_t conv_k = 4, hk = 0, hv = 0, dk = 0, dv = 0;
+    bool right_conv = true, calibration = true;
+    // feed-forward
+    int64_t n_expert = 0, n_expert_used = 0;
+    // blocks and tokens
+    int64_t block_size = 32, max_block_size = 128, mask_token_id = 0;
+    bool shift_logits = false;
+    int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
+};
+
+struct clover_layer {
+    ggml_tensor *attn_norm = nullptr, *post_norm = nullptr;
+    // attention
+    ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    // GDN
+    ggml_tensor *qkv = nullptr, *z = nullptr, *beta = nullptr, *alpha = nullptr, *conv = nullptr, *conv_right = nullptr;
+    ggml_tensor *dt_bias = nullptr, *a = nullptr, *ssm_norm = nullptr, *ssm_out = nullptr;
+    ggml_tensor *mix_scale = nullptr, *mem_key = nullptr, *mem_bias = nullptr, *mem_gamma = nullptr, *mem_scale = nullptr;
+    // feed-forward: MoE with a shared expert, or dense
+    ggml_tensor *router = nullptr, *gate_exps = nullptr, *up_exps = nullptr, *down_exps = nullptr;
+    ggml_tensor *gate_sh = nullptr, *up_sh = nullptr, *down_sh = nullptr, *gate_inp_sh = nullptr;
+    ggml_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+};
+
+struct clover_model {
+    clover_hparams hp;
+    std::vector<clover_layer> layers;
+    ggml_tensor *tok_embd = nullptr, *out_norm = nullptr, *output = nullptr;
+    gguf_context * gguf = nullptr;
+    ggml_context * weights = nullptr;
+    ggml_backend_t backend = nullptr;
+    ggml_gallocr_t galloc = nullptr;
+    int n_threads = 1;
+};
+
+// one layer's committed history: attention K/V [head_dim, n_head_kv, length] (f32), or the GDN
+// state S [dk, dv, hv] (S[i][j] at i + j*dk, ggml_gated_delta_net's layout) and the conv tail
+// [conv_dim, conv_k - 1]
+struct clover_layer_cache {
+    std::vector<float> k, v, S, tail;
+};
+
+struct clover_cache {
+    std::vector<clover_layer_cache> layers;
+    int64_t length = 0;
+    std::vector<float> last_logits;  // [n_vocab] clean logit at the last committed position (shift_logits)
+};
+
+// what one pass produces besides the logits: per layer the new history to append or replace
+struct clover_pass_out {
+    std::vector<ggml_tensor *> k, v, S, tail;  // per layer, null where not produced
+    ggml_tensor * logits = nullptr;            // [n_vocab, rows]
+    std::vector<ggml_tensor *> inputs_keep;    // right-conv masks, one per tap d = 1..K-1
+    ggml_tensor *tokens = nullptr, *pos = nullptr, *kq_mask = nullptr;
+};
+
+struct clover_pass {
+    int64_t n_commit = 0, n_denoise = 0, block_size = 0, length = 0;
+    int64_t first_row = 0;  // first hidden row that reaches the head (n_commit - 1 when its logit is kept)
+};
+
+// builds the graph of one pass into ctx (no_alloc) over the cache's history
+ggml_cgraph * clover_build_graph(ggml_context * ctx, const clover_model & m, clover_cache & cache,
+                                 const clover_pass & p, clover_pass_out & out);
+// nodes (and tensors) a pass of n_blocks blocks may need
+inline size_t clover_graph_size(int64_t n_layer, int64_t n_blocks) {
+    return 4096 + (size_t) n_layer * (128 + (n_blocks + 1) * 96);
+}
+
+void clover_set_error(const std::string & msg);
