@@ -274,12 +274,14 @@ void fill_inputs(const clover_model & m, const clover_pass & p, const clover_pas
                  const int32_t * denoise) {
     int64_t T = p.n_commit + p.n_denoise, bs = p.block_size, L = p.length;
     auto * tok = (int32_t *) o.tokens->data;
-    auto * pos = (int32_t *) o.pos->data;
+    auto * pos = (int32_t *) o.pos->data;  // null without attention layers
     for (int64_t i = 0; i < T; i++) {
         tok[i] = i < p.n_commit ? commit[i] : denoise[i - p.n_commit];
-        pos[i] = (int32_t) (L + i);
+        if (pos) pos[i] = (int32_t) (L + i);
     }
-    if (o.kq_mask) {  // block-causal: history, then the new tokens of the query's own and earlier blocks
+    // an input that no output needs is left out of the graph (e.g. the mask of a last attention
+    // layer when a commit keeps no logit): it has no memory
+    if (o.kq_mask && o.kq_mask->data) {  // block-causal: history, then the new tokens of the query's own and earlier blocks
         auto * mask = (float *) o.kq_mask->data;
         int64_t nk = o.kq_mask->ne[0];
         for (int64_t t = 0; t < T; t++)
@@ -288,6 +290,7 @@ void fill_inputs(const clover_model & m, const clover_pass & p, const clover_pas
     }
     for (size_t d = 1; d <= o.inputs_keep.size(); d++) {  // right-conv tap d: i + d inside i's block
         auto * keep = (float *) o.inputs_keep[d - 1]->data;
+        if (!keep) continue;
         for (int64_t i = 0; i < T; i++)
             keep[i] = (i + (int64_t) d < T && (i + (int64_t) d) / bs == i / bs) ? 1.0f : 0.0f;
     }

@@ -276,7 +276,7 @@ ggml_cgraph * clover_build_graph(ggml_context * ctx, const clover_model & m, clo
         ggml_set_input(out.kq_mask);
     }
     if (h.right_conv) {
-        for (int64_t d = 1; d < h.conv_k; d++) {
+        for (int64_t d = 1; d < h.conv_k && d < T; d++) {  // taps past the pass's end read nothing
             ggml_tensor * keep = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, T);
             ggml_set_input(keep);
             out.inputs_keep.push_back(keep);
