@@ -11,10 +11,11 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench
+.PHONY: setup run test lint bench llama-cpp
 
 setup: $(STAMP)
 
@@ -41,3 +42,9 @@ lint: setup
 
 bench: setup
 	$(BIN)/clover bench decode
+
+# Clover's llama.cpp back end (docs/llama-cpp.md): the pinned llama.cpp source from PyPI, ggml for the
+# CPU and libclover, built into a cache directory once (again only when the pin or native/llamacpp changes)
+llama-cpp:
+	@CLOVER_LLAMACPP_JOBS=$(LLAMACPP_JOBS) PYTHON="$$(test -x $(BIN)/python && echo $(BIN)/python || echo $(PY))" \
+		native/llamacpp/build.sh

@@ -10,12 +10,22 @@
 #   CLOVER_LLAMACPP_CACHE=DIR ...       # cache root (default ${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp)
 set -euo pipefail
 
+# first, before any other tool runs: a compiler and cmake (one line naming what to install)
+missing=()
+for tool in cmake c++ cc make tar sha256sum; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+    echo "llama-cpp: ${missing[*]} not found; install a C/C++ compiler and cmake (Debian/Ubuntu: apt install g++ cmake make)" >&2
+    exit 1
+fi
+
 PIN_PACKAGE=llama-cpp-python
 PIN_VERSION=0.3.36
 PIN_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 PIN="${PIN_VERSION}-${PIN_SHA256:0:12}"
 
-HERE="$(cd "$(dirname "$0")" && pwd)"
+HERE="$(cd "${0%/*}" && pwd)"
 PY="${PYTHON:-python3}"
 JOBS="${CLOVER_LLAMACPP_JOBS:-1}"
 ROOT="${CLOVER_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clover/llama.cpp}"
@@ -23,15 +33,6 @@ DIR="$ROOT/$PIN"
 SRC="$DIR/src"
 BUILD="$DIR/build"
 LIB="$DIR/lib/libclover.so"
-
-missing=()
-for tool in cmake c++ cc make; do
-    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
-done
-if ((${#missing[@]})); then
-    echo "llama-cpp: ${missing[*]} not found; install a C/C++ compiler and cmake (Debian/Ubuntu: apt install g++ cmake make)" >&2
-    exit 1
-fi
 
 # what the library is built from: the pin, Clover's C++ sources and this script
 stamp_of() {
