@@ -241,9 +241,10 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     from clover.export.hf import stop_ids
 
     w.add_uint32("tokenizer.ggml.mask_token_id", config.mask_token_id)
-    stops = stop_ids(config, src)
+    stops = stop_ids(config, src)  # the config's EOS ids and those the tokenizer declares
+    w.add_array(f"{ARCH}.stop_token_ids", stops)
     if stops:
-        w.add_eos_token_id(stops[0])
+        w.add_eos_token_id(config.eos_ids[0] if config.eos_ids else stops[0])
     if config.pad_token_id is not None:
         w.add_pad_token_id(config.pad_token_id)
     tok_file = src / "tokenizer.json"
