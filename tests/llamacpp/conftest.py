@@ -1,7 +1,10 @@
 """The llama.cpp back end's tests run against the built library (``make llama-cpp``) and skip
-with the reason when it is not built."""
+with the reason when it is not built; with ``CLOVER_REQUIRE_LLAMACPP=1`` (CI, which builds it)
+a missing library fails them instead."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -13,5 +16,7 @@ def libclover():
 
     reason = available()
     if reason is not None:
+        if os.environ.get("CLOVER_REQUIRE_LLAMACPP") == "1":
+            pytest.fail(reason)
         pytest.skip(reason)
     return load_library()
