@@ -5,7 +5,9 @@ built by ``make llama-cpp``; docs/llama-cpp.md).
 as ``CloverForBlockDiffusion.step`` does, batch 1: clean whole blocks to commit (written into the
 cache) and/or one block to denoise (read-only), returning the denoise block's logits aligned so
 that row i predicts token i. ``quantize`` exposes ggml's own quantizer (``q4_k``, which the gguf
-package cannot write).
+package cannot write). ``LlamaCppClover`` puts the library behind ``CloverForBlockDiffusion``'s
+incremental API (``config``, ``new_cache``, ``prefill``, ``step`` on torch tensors, a batch of
+rows each with its own native cache, ``LlamaCppRows``), the contract Clover's engine drives.
 
 The library lives in a cache directory keyed by the pinned llama.cpp source
 (``${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp/<pin>/lib/libclover.so``, or
@@ -16,10 +18,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from clover.model.config import CloverConfig
 
 # the pinned llama.cpp source: the sdist of llama-cpp-python that carries it (native/llamacpp/build.sh)
 PIN_VERSION = "0.3.36"
@@ -51,6 +57,7 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clover_model_free": (None, [P]),
         "clover_model_set_threads": (None, [P, ctypes.c_int]),
         "clover_model_get": (I64, [P, ctypes.c_char_p]),
+        "clover_model_meta": (ctypes.c_char_p, [P, ctypes.c_char_p]),
         "clover_cache_new": (P, [P]),
         "clover_cache_free": (None, [P]),
         "clover_cache_copy": (P, [P]),
@@ -148,6 +155,11 @@ class LlamaCppModel:
         self.shift_logits = bool(get("shift_logits"))
         self.mask_token_id = get("mask_token_id")
 
+    def metadata(self, key: str) -> str | None:
+        """A string metadata value of the file (``clover.config``, ``tokenizer.huggingface.json`` …)."""
+        v = self._lib.clover_model_meta(self._h, key.encode())
+        return None if v is None else v.decode("utf-8")
+
     def set_threads(self, threads: int) -> None:
         self._lib.clover_model_set_threads(self._h, int(threads))
 
@@ -200,3 +212,91 @@ def quantize(array: np.ndarray, type: str) -> np.ndarray:
     if got != size:
         raise LlamaCppError(_error(lib))
     return out.reshape(*a.shape[:-1], size // rows)
+
+
+class LlamaCppRows:
+    """The caches of a batch of sequences, one native cache per row, with ``ModelCache``'s row
+    interface: ``lengths``, ``batch_size``, ``select`` (copies), ``cat`` (takes the rows as they
+    are), ``nbytes``. There are no torch tensors to copy (``layers`` is empty), and each row's
+    clean logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and ignores
+    writes."""
+
+    def __init__(self, rows: list[LlamaCppCache]):
+        self.rows = list(rows)
+        self.layers: list = []
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return torch.tensor([r.length for r in self.rows], dtype=torch.long)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def last_logits(self) -> None:
+        return None
+
+    @last_logits.setter
+    def last_logits(self, value) -> None:
+        pass
+
+    def select(self, rows) -> LlamaCppRows:
+        return LlamaCppRows([self.rows[int(i)].copy() for i in torch.as_tensor(rows).reshape(-1).tolist()])
+
+    @staticmethod
+    def cat(caches: list[LlamaCppRows]) -> LlamaCppRows:
+        return LlamaCppRows([r for c in caches for r in c.rows])
+
+    def nbytes(self) -> int:
+        return 0  # held by the library; not counted yet
+
+
+class _Head:
+    """Where the engine reads the model's device and dtype (``model.lm_head.weight``): the CPU, f32."""
+
+    weight = torch.empty(0, dtype=torch.float32)
+
+
+class LlamaCppClover:
+    """A Clover GGUF file behind ``CloverForBlockDiffusion``'s incremental API: ``config`` (the
+    file's ``clover.config``), ``new_cache``, ``prefill``, ``step`` with torch tensors ``[B, n]``.
+    Each row of a batch runs its own pass on its own native cache (the library is batch 1)."""
+
+    def __init__(self, path: str | Path, threads: int = 1):
+        self.native = LlamaCppModel(path, threads)
+        raw = self.native.metadata("clover.config")
+        if raw is None:
+            raise LlamaCppError(f"{path}: no clover.config metadata (re-export it with `clover export gguf`)")
+        self.config = CloverConfig.from_dict(json.loads(raw))
+        self.lm_head = _Head()
+
+    def eval(self) -> LlamaCppClover:
+        return self
+
+    def new_cache(self, batch: int = 1, capacity: int = 0) -> LlamaCppRows:
+        return LlamaCppRows([self.native.new_cache() for _ in range(batch)])
+
+    def step(self, cache: LlamaCppRows, commit=None, denoise=None, block_size: int | None = None):
+        """As ``CloverForBlockDiffusion.step``: returns the denoise logits ``[B, n_d, V]`` or None."""
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        if commit is None and denoise is None:
+            raise ValueError("step needs tokens to commit or to denoise")
+        bad = [n for n in cache.lengths.tolist() if n % bs]
+        if bad:  # checked for every row before any row runs
+            raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
+        outs = []
+        for i, row in enumerate(cache.rows):
+            c = None if commit is None else commit[i]
+            d = None if denoise is None else denoise[i]
+            outs.append(self.native.step(row, commit=c, denoise=d, block_size=bs))
+        return None if denoise is None else torch.from_numpy(np.stack(outs))
+
+    def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
+        """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""
+        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
+        cache = cache if cache is not None else self.new_cache(prompt.shape[0])
+        full = prompt.shape[1] // bs * bs
+        if full:
+            self.step(cache, commit=prompt[:, :full], block_size=bs)
+        return cache, prompt[:, full:]

@@ -228,6 +228,12 @@ int64_t clover_model_get(const clover_model * m, const char * name) {
     return -1;
 }
 
+const char * clover_model_meta(const clover_model * m, const char * key) {
+    int64_t id = gguf_find_key(m->gguf, key);
+    if (id < 0 || gguf_get_kv_type(m->gguf, id) != GGUF_TYPE_STRING) return nullptr;
+    return gguf_get_val_str(m->gguf, id);
+}
+
 clover_cache * clover_cache_new(const clover_model * m) {
     auto * c = new clover_cache();
     const clover_hparams & h = m->hp;

@@ -31,6 +31,10 @@ CLOVER_API void clover_model_set_threads(clover_model * model, int n_threads);
 // "mask_token_id", "n_layer", "n_embd"; -1 for an unknown name
 CLOVER_API int64_t clover_model_get(const clover_model * model, const char * name);
 
+// a string metadata value of the GGUF file ("clover.config", "tokenizer.huggingface.json", ...);
+// NULL when the key is absent or not a string
+CLOVER_API const char * clover_model_meta(const clover_model * model, const char * key);
+
 CLOVER_API clover_cache * clover_cache_new(const clover_model * model);
 CLOVER_API void clover_cache_free(clover_cache * cache);
 CLOVER_API clover_cache * clover_cache_copy(const clover_cache * cache);
