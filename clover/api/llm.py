@@ -89,13 +89,16 @@ class LLM:
         model_name: str = "clover",
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
+        compile: bool = False,
     ):
         if isinstance(model, Engine):
-            if device is not None or dtype is not None:
-                raise TypeError("device and dtype apply when LLM loads a checkpoint; this Engine's model is loaded")
+            if device is not None or dtype is not None or compile:
+                raise TypeError("device, dtype and compile apply when LLM loads a checkpoint; this Engine's is loaded")
             self.engine = model
         else:
-            self.engine = load_engine(model, max_batch_size, threads, device=device or "auto", dtype=dtype or "auto")
+            self.engine = load_engine(
+                model, max_batch_size, threads, device=device or "auto", dtype=dtype or "auto", compile=compile
+            )
         if self.engine.tokenizer is None:
             raise ValueError("LLM needs an engine with a tokenizer (text in and out, the chat template)")
         self.tokenizer = self.engine.tokenizer

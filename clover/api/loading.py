@@ -38,13 +38,13 @@ def place_model(model, device: torch.device | str, dtype: torch.dtype | None = N
     return model
 
 
-def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dtype="auto"):
+def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False):
     """A checkpoint directory or cached repo id (default: the bundled model) → (model, tokenizer
     or None when the directory has no ``tokenizer.json``), the model on ``device`` in ``dtype``
     (``resolve_device``, ``resolve_dtype``; ``auto`` keeps a quantized checkpoint on the CPU,
     where its kernels are). A missing directory is a FileNotFoundError, a corrupt tokenizer file
     or a device torch cannot see a ValueError, a bad checkpoint a CheckpointError, each naming
-    the path."""
+    the path. ``compile``: decoding passes through torch.compile (``CloverForBlockDiffusion.compile_passes``)."""
     import torch
 
     resolve_device(device)  # a GPU asked for and not there: say so before reading anything
@@ -63,6 +63,8 @@ def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dt
         raise FileNotFoundError(f"{path}: {what} (give a Clover checkpoint directory or a cached repo id)")
     dev = resolve_device(device, cpu_only=load_config(path).quantization is not None)
     model = load_model(path, dev, resolve_dtype(dtype, dev))
+    if compile:
+        model.compile_passes()
     if not (path / "tokenizer.json").exists():
         return model, None
     from clover.data.tokenizer import CloverTokenizer
@@ -71,12 +73,13 @@ def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dt
 
 
 def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
-                prefix_cache_mb: float = PREFIX_CACHE_MB, device="auto", dtype="auto") -> Engine:  # fmt: skip
+                prefix_cache_mb: float = PREFIX_CACHE_MB, device="auto", dtype="auto",
+                compile: bool = False) -> Engine:  # fmt: skip
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer, the
-    model on ``device`` in ``dtype`` (as ``load_model_dir``)."""
+    model on ``device`` in ``dtype``, its passes compiled or not (as ``load_model_dir``)."""
     from clover.engine import Engine
 
-    model, tokenizer = load_model_dir(model_dir, threads, device, dtype)
+    model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile)
     if tokenizer is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
     return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb)

@@ -132,7 +132,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise SystemExit(f"clover agent: unknown policy {policy!r}; choose from {sorted(POLICIES)}")
         device_setup(args, "clover agent")
         try:
-            llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
+            llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
             model = LocalModel(llm, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens)
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     device_setup(args, "clover bench agent")
     set_threads(args.threads)
     tasks = operator_tasks(args.n)
-    llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
+    llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD,
                      "max_steps": args.max_steps,
                      "threads": args.threads, "model": args.model or "bundled",

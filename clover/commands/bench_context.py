@@ -77,6 +77,7 @@ def run_context(args: argparse.Namespace) -> int:
     for name, c in (("clover", cfg), ("attention", cfg.all_attention())):
         torch.manual_seed(0)
         models[name] = place_model(CloverForBlockDiffusion(c).eval(), device, dtype)
+        models[name].compile_passes(args.compile)
     params = SamplingParams(
         max_tokens=args.tokens, block_size=args.block_size, policy="fixed", steps_per_block=args.steps_per_block,
         stop_token_ids=[],

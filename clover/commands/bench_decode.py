@@ -108,6 +108,46 @@ DECODER_LABELS = {"ar": "ar (block model, 1 position/pass)", "hf": "hf generate(
                   "unfused": "default, unfused commit"}  # fmt: skip
 
 
+def compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args) -> dict:
+    """One pass timed eager (batch 1) and, with --compile, compiled: the compile time, the compiled
+    pass, the default policy's batch-1 speed compiled, and whether ``ar`` and the default give
+    the same tokens compiled as eager on every prompt (run after the eager measurements)."""
+    from clover.bench.passes import compile_and_warm, pass_ms
+
+    eager = pass_ms(model)
+    out = {"pass_ms_eager": eager["denoise"], "fused_pass_ms_eager": eager["fused"]}
+    if not args.compile:
+        return out
+    out["compile_s"] = compile_and_warm(model, tokenizer, configs["ar"])
+    compiled = pass_ms(model)
+    out.update(pass_ms_compiled=compiled["denoise"], fused_pass_ms_compiled=compiled["fused"])
+    out["pass_speedup"] = eager["denoise"] / compiled["denoise"]
+    b1 = sizes[0]
+    speed_cases = cases if b1 == sizes[-1] else cases[: max(b1, args.speed_prompts)]
+    default = run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b1)
+    out["compiled_default_tokens_per_s"] = default["tokens_per_s"]
+    out["compiled_speedup"] = default["tokens_per_s"] / by_batch[b1][DEFAULT_NAME]["tokens_per_s"]
+    same = {}
+    for name in ("ar", DEFAULT_NAME):
+        ids = run_engine(model, tokenizer, cases, configs[name], sizes[-1])["ids"]
+        same[name] = sum(a == b for a, b in zip(ids, full[name]["ids"])) / len(cases)
+    out["compiled_same_tokens"] = same
+    model.compile_passes(False)
+    return out
+
+
+def _pass_note(p: dict) -> str:
+    text = (f"one pass at batch 1 after 96 tokens: denoise {p['pass_ms_eager']:.2f} ms, "
+            f"fused {p['fused_pass_ms_eager']:.2f} ms eager")  # fmt: skip
+    if "compile_s" not in p:
+        return text + " (--compile adds the compiled pass)"
+    same = ", ".join(f"{k} {100 * v:.0f} %" for k, v in p["compiled_same_tokens"].items())
+    return (f"{text}; compiled {p['pass_ms_compiled']:.2f} / {p['fused_pass_ms_compiled']:.2f} ms "
+            f"({p['pass_speedup']:.2f}x) after {p['compile_s']:.0f} s of compiling; default policy at batch 1 "
+            f"compiled {p['compiled_default_tokens_per_s']:.0f} tok/s ({p['compiled_speedup']:.2f}x eager); "
+            f"same tokens as eager: {same}")  # fmt: skip
+
+
 def run_decode(args: argparse.Namespace) -> int:
     import torch
 
@@ -127,9 +167,10 @@ def run_decode(args: argparse.Namespace) -> int:
     if hf is not None:
         run_hf(hf, cases[:1], [4], 1)  # warm-up
     full, by_batch = measure_decoders(model, tokenizer, cases, configs, sizes, args.speed_prompts, hf)
+    passes = compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args)
     figures = {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
                "device": str(w.device), "dtype": str(w.dtype)[6:], "batch_sizes": sizes,
-               **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"),
+               **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"), **passes,
                "by_batch": {b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")}
                                 for k, v in r.items()} for b, r in by_batch.items()}}  # fmt: skip
     cases_at = {b: len(cases) if b == sizes[-1] else min(len(cases), max(b, args.speed_prompts)) for b in sizes}
@@ -144,6 +185,7 @@ def run_decode(args: argparse.Namespace) -> int:
         f"unfused = the default with the commit of a finished block as its own forward "
         f"(same tokens: {figures['fused_same_tokens']})",
     ]
+    notes.append(_pass_note(passes))
     if args.random:
         notes.append("--random: random weights, exact match is meaningless; speed figures only")
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")

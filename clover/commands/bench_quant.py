@@ -24,7 +24,7 @@ def add_quant_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int4-group-size", type=int, default=128, help="int4 group size (int8: one scale per row)")
     p.add_argument("--no-medium", action="store_true", help="skip the medium preset")
     p.add_argument("--threads", type=int, default=1)
-    add_device_args(p, default="cpu")  # the int8/int4 kernels measured here are CPU ones
+    add_device_args(p, default="cpu", compile=False)  # the int8/int4 kernels measured here are CPU ones
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 

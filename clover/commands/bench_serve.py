@@ -111,7 +111,9 @@ def run_decisions(args: argparse.Namespace) -> int:
     args.policy = args.policy or DEFAULT_POLICY
     try:
         # no prefix cache: every mode replays the same groups, and each should pay its whole prefill
-        engine = load_engine(args.model, max_batch_size=16, prefix_cache_mb=0, device=args.device, dtype=args.dtype)
+        engine = load_engine(
+            args.model, max_batch_size=16, prefix_cache_mb=0, device=args.device, dtype=args.dtype, compile=args.compile
+        )
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     tok = engine.tokenizer
@@ -179,7 +181,8 @@ def _start_server(args, port: int) -> subprocess.Popen:
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
            "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
-           str(args.threads), "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype]  # fmt: skip
+           str(args.threads), "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype,
+           "--compile" if args.compile else "--no-compile"]  # fmt: skip
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))

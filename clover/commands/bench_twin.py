@@ -18,7 +18,7 @@ def run_twin(args: argparse.Namespace) -> int:
     threshold = engine_default("threshold") if args.threshold is None else args.threshold
     device_setup(args, "clover bench twin")
     set_threads(args.threads)
-    model, tok = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
+    model, tok = load_model_and_tokenizer(args.model, None, args.device, args.dtype, args.compile)
     try:
         twin, twin_tok = load_twin(args.twin)
     except FileNotFoundError as e:

@@ -44,18 +44,21 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def load_model_and_tokenizer(model_dir: str | None, threads: int | None = None, device="auto", dtype="auto"):
+def load_model_and_tokenizer(
+    model_dir: str | None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False
+):
     """A checkpoint directory (default: the bundled model) → (model, tokenizer or None), on
-    ``device`` in ``dtype`` (``--device`` / ``--dtype``); a problem is a one-line ``clover: ...`` exit."""
+    ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``, ``--compile``); a
+    problem is a one-line ``clover: ...`` exit."""
     try:
-        return load_model_dir(model_dir, threads, device, dtype)
+        return load_model_dir(model_dir, threads, device, dtype, compile)
     except (FileNotFoundError, ValueError) as e:
         print(f"clover: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-def add_device_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
-    """``--device`` and ``--dtype``: where the model runs and in what precision."""
+def add_device_args(p: argparse.ArgumentParser, default: str = "auto", compile: bool = True) -> None:
+    """``--device``, ``--dtype`` and ``--compile``: where the model runs, in what precision, how."""
     p.add_argument(
         "--device",
         choices=DEVICES,
@@ -68,6 +71,15 @@ def add_device_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
         default="auto",
         help="weights' precision (auto: bfloat16 on cuda, the checkpoint's own on cpu; a quantized "
         "checkpoint's integer weights stay as stored)",
+    )
+    if not compile:
+        return
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="decoding passes through torch.compile: faster passes once compiled, after a compile of a minute or "
+        "more at the first requests (cached on disk for the next start); docs/benchmarks.md, 'Compiled passes'",
     )
 
 
@@ -165,4 +177,4 @@ def decoding_setup(args: argparse.Namespace):
     except ValueError as e:
         raise SystemExit(f"clover: {e}") from None
     device_setup(args)
-    return (params, *load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype))
+    return (params, *load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile))

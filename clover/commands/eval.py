@@ -26,7 +26,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except OSError as e:
             raise SystemExit(f"clover eval: --errors: {args.errors}: {e.strerror}") from None
     device_setup(args, "clover eval")
-    model, tok = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype)
+    model, tok = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile)
     if tok is None:
         raise SystemExit(f"clover: {args.model} has no tokenizer.json; evaluation needs one")
     if args.block_size is not None:

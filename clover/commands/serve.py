@@ -26,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
             default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
-            device=args.device, dtype=args.dtype,
+            device=args.device, dtype=args.dtype, compile=args.compile,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)

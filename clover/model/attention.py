@@ -72,7 +72,9 @@ class Attention(nn.Module):
         yn = self._attend(qn, torch.cat([kc[rows], kn], 1), torch.cat([vc[rows], vn], 1), mask, gn)
         return yc, yn
 
-    def forward_step(self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int):
+    def forward_step(
+        self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int, top=None, same=None
+    ):
         """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).
 
         The first ``n_commit`` tokens are clean blocks to commit: their k/v become history when
@@ -81,17 +83,22 @@ class Attention(nn.Module):
         and attention reads the cache's first ``max(lengths) + T`` slots; the denoise block's
         slots lie past the committed history, which no reader takes for history (caches hold
         complete blocks up to ``lengths`` only), so denoising leaves the history as it was.
+        ``top`` = ``max(lengths)`` and ``same`` = all lengths equal, when the caller knows them (no
+        device read, so a compiled pass has no host sync; the cache must then hold ``top + T`` slots).
         """
         if cache.k.dtype != x.dtype:  # a cache kept in another precision: no in-place reuse
             return self.forward_step_reference(x, rope, cache, lengths, n_commit, block_size)
         T = x.shape[1]
         q, gate, k, v = self._project(x, rope)
-        lo, hi = torch.stack([lengths.min(), lengths.max()]).tolist() if lengths.numel() else (0, 0)
-        cache.write(k, v, lengths, top=hi, same=lo == hi)
-        if lo == hi and T <= block_size:
+        if top is None:
+            lo, top = torch.stack([lengths.min(), lengths.max()]).tolist() if lengths.numel() else (0, 0)
+            same = lo == top
+        hi = top
+        cache.write(k, v, lengths, top=hi, same=same)
+        if same and T <= block_size:
             mask = None  # one block over equal histories: every query sees every key
         else:  # rows with their own history lengths, or several blocks: block-causal per row
-            mask = step_mask(lengths[:1] if lo == hi else lengths, T, hi + T, block_size)
+            mask = step_mask(lengths[:1] if same else lengths, T, hi + T, block_size)
         return self._attend(q, cache.k[:, : hi + T], cache.v[:, : hi + T], mask, gate)
 
     def forward_step_reference(self, x, rope, cache: AttnCache, lengths, n_commit: int, block_size: int):

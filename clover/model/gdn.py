@@ -214,6 +214,6 @@ class GatedDeltaNetMixer(nn.Module):
         valid = torch.ones(B, T, dtype=torch.bool, device=x.device)
         out = self._out(self._block(x, u, cc, S_prev, valid, block_size), x)
         if n_commit:
-            cache.S = states[:, -1]
+            cache.S = states[:, -1].contiguous()  # one layout from pass to pass (compiled passes guard on it)
             cache.tail = conv_tail(u[:, :n_commit], cache.tail, self.K)
         return out

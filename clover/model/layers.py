@@ -84,9 +84,11 @@ class DenseMLP(MLP):
     def __init__(self, config: CloverConfig):
         super().__init__(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ``[..., H]`` → (y ``[..., H]``, stats ``[2, 0]`` float32)."""
-        return super().forward(x), torch.zeros(2, 0, device=x.device)
+    def forward(
+        self, x: torch.Tensor, real: torch.Tensor | None = None, stats: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x ``[..., H]`` → (y ``[..., H]``, stats ``[2, 0]`` float32, or None if not ``stats``)."""
+        return super().forward(x), torch.zeros(2, 0, device=x.device) if stats else None
 
 
 def feed_forward(config: CloverConfig) -> nn.Module:
@@ -99,6 +101,25 @@ class Router(nn.Module):
         super().__init__()
         self.top_k = config.num_experts_per_tok
         self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+
+def _grouped_swiglu(h: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Every expert's SwiGLU on its rows of ``h`` (see ``Experts.run_sorted``): two grouped GEMMs."""
+    gate, up = torch._grouped_mm(h, gate_up.transpose(1, 2), offs=offs).chunk(2, -1)  # [M, I]
+    return torch._grouped_mm(F.silu(gate) * up, down.transpose(1, 2), offs=offs)
+
+
+@torch.library.custom_op("clover::grouped_swiglu", mutates_args=())
+def grouped_swiglu(h: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """``_grouped_swiglu`` as an operator the compiler does not look into: torch's compile-time
+    shape check of ``torch._grouped_mm`` takes bf16 only, while the kernel itself runs fp32 too.
+    Decoding only (no backward is registered; training calls ``_grouped_swiglu`` directly)."""
+    return _grouped_swiglu(h, gate_up, down, offs)
+
+
+@grouped_swiglu.register_fake
+def _(h, gate_up, down, offs):
+    return h.new_empty(h.shape[0], down.shape[1])
 
 
 class Experts(nn.Module):
@@ -126,8 +147,9 @@ class Experts(nn.Module):
         """Tokens sorted by expert, ``h [M, H]``, expert e taking rows ``offs[e-1]:offs[e]``
         (``offs [E]`` int32 cumulative counts, ``offs[-1] == M``) → ``[M, H]``: two grouped GEMMs,
         no per-expert loop and no host sync."""
-        gate, up = torch._grouped_mm(h, self.gate_up_proj.transpose(1, 2), offs=offs).chunk(2, -1)  # [M, I]
-        return torch._grouped_mm(F.silu(gate) * up, self.down_proj.transpose(1, 2), offs=offs)
+        if torch.compiler.is_compiling():  # an opaque op to the compiler (see grouped_swiglu)
+            return grouped_swiglu(h, self.gate_up_proj, self.down_proj, offs)
+        return _grouped_swiglu(h, self.gate_up_proj, self.down_proj, offs)
 
     def grouped_mm_ok(self, h: torch.Tensor) -> bool:
         """Whether ``run_sorted`` can take ``h``: ``torch._grouped_mm`` multiplies fp32, bf16 and
@@ -169,9 +191,12 @@ class MoE(nn.Module):
         self.shared_expert = MLP(config.hidden_size, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 
-    def forward(self, x: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, real: torch.Tensor | None = None, stats: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x ``[..., H]`` → (y ``[..., H]``, routing stats ``[2, E]`` over the tokens marked by
-        ``real [...]`` bool, all if None: padding never counts towards load balance)."""
+        ``real [...]`` bool, all if None: padding never counts towards load balance; None when
+        ``stats`` is False, as in decoding, which has no loss to balance)."""
         shape = x.shape
         h = x.reshape(-1, shape[-1])  # [N, H]
         logits = F.linear(h, self.gate.weight)
@@ -185,6 +210,8 @@ class MoE(nn.Module):
         else:
             out = self._grouped(h, top_w, top_i)
         out = out + torch.sigmoid(self.shared_expert_gate(h)) * self.shared_expert(h)
+        if not stats:
+            return out.reshape(shape), None
         # routing statistics for the Switch-style balance loss E · Σ_e f_e · P_e; returned as
         # sums so a data-parallel trainer can combine them over ranks before forming the loss
         # (padding is weighted 0 rather than dropped: boolean indexing and bincount would wait

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from clover.model.attention import Attention
-from clover.model.cache import ModelCache
+from clover.model.cache import AttnCache, ModelCache
+from clover.model.compiled import compile_pass
 from clover.model.config import ATTN, CloverConfig
 from clover.model.gdn import GatedDeltaNetMixer
 from clover.model.layers import RMSNorm, RotaryEmbedding, balance_loss, feed_forward
@@ -71,13 +72,15 @@ class DecoderLayer(nn.Module):
         # residuals added per stream: fresh tensors, not views of one (FSDP2 warns on views)
         return rc + y[: B * T].reshape(B, T, H), rn + y[B * T :].reshape(hn.shape), stats
 
-    def forward_step(self, h, rope, cache, lengths, n_commit, block_size):
+    def forward_step(self, h, rope, cache, lengths, n_commit, block_size, top=None, same=None):
+        """One decoding pass of this layer (``CloverForBlockDiffusion.step``); ``top`` and ``same``
+        as in ``Attention.forward_step``."""
         x = self.input_layernorm(h)
         if self.layer_type == ATTN:
-            y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size)
+            y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size, top, same)
         else:
             y = self.linear_attn.forward_step(x, cache, n_commit, block_size)
-        return self._ffn(h + y)[0]
+        return h + y + self.mlp(self.post_attention_layernorm(h + y), stats=False)[0]
 
 
 class CloverBackbone(nn.Module):
@@ -101,6 +104,7 @@ class CloverForBlockDiffusion(nn.Module):
     def __init__(self, config: CloverConfig):
         super().__init__()
         self.config = config
+        self.compiled_pass = None  # _pass through torch.compile (compile_passes)
         self.model = CloverBackbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -263,14 +267,27 @@ class CloverForBlockDiffusion(nn.Module):
             raise ValueError(f"commit of {n_c} tokens is not whole blocks of {bs}; cannot denoise after it")
         if n_d > bs:
             raise ValueError(f"denoise block of {n_d} tokens exceeds block size {bs}")
-        if int(cache.lengths.remainder(bs).abs().sum()):
-            raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
-        B, T = x.shape
+        lengths = cache.lengths.tolist()  # the pass's one read of the device
+        if any(n % bs for n in lengths):
+            raise ValueError(f"cache lengths {lengths} are not block boundaries of {bs}")
+        top, same = max(lengths, default=0), len(set(lengths)) <= 1
+        for c in cache.layers:
+            if isinstance(c, AttnCache):
+                c.reserve(top + x.shape[1])  # the pass writes in place and never grows a cache
+        # the compiled pass (``compile_passes``) takes the decoding passes, at most one block
+        # committed; longer commits (prompts) run eager rather than compiling a shape per length
+        run = self.compiled_pass if self.compiled_pass is not None and n_c <= bs else CloverForBlockDiffusion._pass
+        return run(self, cache, x, n_c, n_d, bs, top, same)
+
+    def _pass(self, cache: ModelCache, x, n_c: int, n_d: int, bs: int, top: int, same: bool) -> torch.Tensor | None:
+        """``step``'s forward once its checks are done: no host sync, the attention caches already
+        large enough. ``top`` = max(cache.lengths), ``same`` = all lengths equal."""
+        T = x.shape[1]
         h = self.model.embed_tokens(x)
         pos = cache.lengths[:, None] + torch.arange(T, device=x.device)
         rope = self._rope(pos, h.dtype)
         for layer, c in zip(self.model.layers, cache.layers):
-            h = layer.forward_step(h, rope, c, cache.lengths, n_c, bs)
+            h = layer.forward_step(h, rope, c, cache.lengths, n_c, bs, top, same)
         h = self.model.norm(h)
         if n_c:
             cache.lengths = cache.lengths + n_c
@@ -283,6 +300,12 @@ class CloverForBlockDiffusion(nn.Module):
             return raw
         first = cache.last_logits if cache.last_logits is not None else torch.zeros_like(raw[:, 0])
         return torch.cat([first[:, None].to(raw.dtype), raw[:, :-1]], 1)
+
+    def compile_passes(self, enabled: bool = True, mode: str | None = None) -> None:
+        """Decoding passes (``step`` with at most one block committed) through ``torch.compile``
+        (``clover.model.compiled``); ``enabled=False`` goes back to eager. ``mode`` is
+        torch.compile's (e.g. "reduce-overhead" for CUDA graphs)."""
+        self.compiled_pass = compile_pass(CloverForBlockDiffusion._pass, mode) if enabled else None
 
     def prefill(
         self, prompt: torch.Tensor, block_size: int | None = None, cache: ModelCache | None = None

@@ -47,13 +47,14 @@ def create_app(
     prefix_cache_mb: float = PREFIX_CACHE_MB,
     device: str = "auto",
     dtype: str = "auto",
+    compile: bool = False,
 ) -> FastAPI:
     """The app over an engine, or over a checkpoint it loads onto ``device`` in ``dtype``
     (``clover.api.loading.resolve_device`` / ``resolve_dtype``)."""
     if isinstance(engine_or_model_dir, Engine):
         engine = engine_or_model_dir
     else:
-        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype)
+        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile)
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
     limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)

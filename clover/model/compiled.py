@@ -1,0 +1,30 @@
+"""Compiled decoding passes: ``CloverForBlockDiffusion._pass`` through ``torch.compile``.
+
+The whole pass is one graph, embeddings to logits, so nothing runs between operators but the
+compiled code. What varies between passes is handled by dynamic shapes: the history length
+(the attention caches' used slots) and the batch become symbolic after the first change, and
+the pass kinds (denoise, commit, both fused; rows of equal or unequal history) are a handful of
+graphs. The pass has no host sync: ``step`` reads the cache lengths once, before it, and hands
+them in as ints (``top``, ``same``), grows the attention caches there, and the MoE's grouped GEMM
+is an operator the compiler does not look into (``clover::grouped_swiglu``).
+
+Compiled code is cached on disk by torch (``TORCHINDUCTOR_CACHE_DIR``, by default under the
+system's temporary directory), so a second start compiles nothing it has compiled before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# graphs per compiled function: pass kinds (3) x equal/unequal rows (2), each static first and
+# dynamic after a change, per model loaded in the process; torch's default limit (8) would
+# send the rest back to eager
+RECOMPILE_LIMIT = 64
+
+
+def compile_pass(forward_pass: Callable, mode: str | None = None) -> Callable:
+    """``forward_pass(model, cache, x, n_c, n_d, block_size, top, same)`` compiled."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    return torch.compile(forward_pass, mode=mode, dynamic=None)
