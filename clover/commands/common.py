@@ -12,7 +12,7 @@ import argparse
 import copy
 import sys
 
-from clover.api.loading import load_model_dir
+from clover.api.loading import BACKENDS, load_model_dir
 from clover.api.settings import add_decoding_flags, decoding_values
 from clover.data.task import get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
@@ -45,13 +45,14 @@ class Parser(argparse.ArgumentParser):
 
 
 def load_model_and_tokenizer(
-    model_dir: str | None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False
-):
-    """A checkpoint directory (default: the bundled model) → (model, tokenizer or None), on
-    ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``, ``--compile``); a
-    problem is a one-line ``clover: ...`` exit."""
+    model_dir: str | None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False,
+    backend: str = "auto",
+):  # fmt: skip
+    """A checkpoint directory (default: the bundled model) or a GGUF file → (model, tokenizer or
+    None), on ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``,
+    ``--compile``), on ``backend`` (``--backend``); a problem is a one-line ``clover: ...`` exit."""
     try:
-        return load_model_dir(model_dir, threads, device, dtype, compile)
+        return load_model_dir(model_dir, threads, device, dtype, compile, backend)
     except (FileNotFoundError, ValueError) as e:
         print(f"clover: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -134,8 +135,20 @@ def take_model_positional(args: argparse.Namespace) -> None:
     args.model = args.model or given
 
 
+def add_backend_arg(p: argparse.ArgumentParser) -> None:
+    """``--backend``: Clover's PyTorch engine, or its graph in llama.cpp for a GGUF file."""
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the model: torch, or llama.cpp with --model FILE.gguf from `clover export gguf` (built by "
+        "`make llama-cpp`; docs/llama-cpp.md); auto: llama.cpp for a .gguf file, else torch",
+    )
+
+
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--model", help="Clover checkpoint directory, or a GGUF file (default: the bundled model)")
+    add_backend_arg(p)
     add_decoding_flags(p)  # --block-size, --policy, --threshold, ... (clover.api.settings)
     p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
     p.add_argument(
@@ -144,7 +157,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="a task's tools offered in chat (auto: those of the task the model was trained for, if any)",
     )
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's choice; llama.cpp: every core)")
     add_device_args(p)
 
 
@@ -177,4 +190,5 @@ def decoding_setup(args: argparse.Namespace):
     except ValueError as e:
         raise SystemExit(f"clover: {e}") from None
     device_setup(args)
-    return (params, *load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile))
+    loaded = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile, args.backend)
+    return (params, *loaded)

@@ -26,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
             default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
-            device=args.device, dtype=args.dtype, compile=args.compile,
+            device=args.device, dtype=args.dtype, compile=args.compile, backend=args.backend,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)
@@ -74,11 +74,18 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.commands.common import add_device_args, add_model_positional, int_at_least, positive_int
+    from clover.commands.common import (
+        add_backend_arg,
+        add_device_args,
+        add_model_positional,
+        int_at_least,
+        positive_int,
+    )
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     add_model_positional(p)
-    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
+    p.add_argument("--model", help="Clover checkpoint directory, or a GGUF file (default: the bundled model)")
+    add_backend_arg(p)
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     p.add_argument("--port", type=_port, default=8000, help="port to listen on")
     p.add_argument(
@@ -91,7 +98,7 @@ def register(sub) -> None:
     p.add_argument("--max-prompt-tokens", type=int, help="longer prompts get 413 (default: the model's context)")
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, help="CPU threads (torch's; llama.cpp: default every core)")
     add_device_args(p)
     p.add_argument(
         "--prefix-cache-mb",

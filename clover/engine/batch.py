@@ -57,7 +57,8 @@ class Batch:
     # -- joining and leaving ---------------------------------------------------------------
     def join(self, reqs: list[Request], caches: list[ModelCache], tails: list[torch.Tensor]) -> None:
         """Add freshly prefilled requests; their first block holds the prompt tail, then masks."""
-        self.cache = ModelCache.cat(([self.cache] if self.cache is not None else []) + caches)
+        parts = ([self.cache] if self.cache is not None else []) + caches
+        self.cache = type(parts[0]).cat(parts)  # the cache's own kind: ModelCache, or a native back end's
         n = len(reqs)
         x = torch.full((n, self.bs), self.mask_id, dtype=torch.long, device=self.device)
         for i, t in enumerate(tails):

@@ -94,6 +94,8 @@ class PrefixCache:
 
 
 def _nbytes(cache: ModelCache) -> int:
+    if not isinstance(cache, ModelCache):  # a native back end's cache counts its own bytes
+        return cache.nbytes()
     ts = [t for layer in cache.layers for t in vars(layer).values()] + [cache.last_logits]
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
 

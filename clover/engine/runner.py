@@ -15,7 +15,7 @@ import torch
 from clover.engine.batch import Batch
 from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
-from clover.engine.scoring import prompt_logprobs
+from clover.engine.scoring import model_place, prompt_logprobs
 from clover.model import CloverForBlockDiffusion, ModelCache
 from clover.model.cache import AttnCache
 
@@ -25,8 +25,7 @@ class Runner:
         self.model = model
         self.fuse = fuse
         self.prefix_cache = prefix_cache
-        p = model.lm_head.weight
-        self.device, self.dtype = p.device, p.dtype
+        self.device, self.dtype = model_place(model)
         self.forwards = 0  # model calls, prefill excluded
 
     def prefill(self, req: Request, alone: bool = False) -> tuple[ModelCache, torch.Tensor]:
@@ -101,8 +100,12 @@ class Runner:
         return logits
 
     def _commit_rows(self, batch: Batch, rows: torch.Tensor) -> None:
-        """Commit ``batch.to_commit`` of some rows only: gather their cache rows, commit, write back."""
+        """Commit ``batch.to_commit`` of some rows only. A native back end's cache does it itself
+        (``commit_rows``); a ``ModelCache``'s rows are gathered, committed and written back."""
         cache = batch.cache
+        if not isinstance(cache, ModelCache):
+            cache.commit_rows(self.model, rows, batch.to_commit[rows], batch.bs)
+            return
         sub = cache.select(rows)
         old = sub.lengths.clone()
         self.model.step(sub, commit=batch.to_commit[rows], block_size=batch.bs)

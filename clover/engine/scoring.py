@@ -48,17 +48,28 @@ def _variant(x0: torch.Tensor, i: int, bs: int, mask_id: int) -> torch.Tensor:
     return blk
 
 
+def model_place(model) -> tuple[torch.device, torch.dtype]:
+    """Where a model's tensors live and their dtype: its head's weight for a PyTorch model, the
+    ``device`` and ``dtype`` a native back end declares (``clover.model.llamacpp.LlamaCppClover``)."""
+    head = getattr(model, "lm_head", None)
+    if head is not None:
+        return head.weight.device, head.weight.dtype
+    return model.device, model.dtype
+
+
 @torch.inference_mode()
 def prompt_logprobs(model, ids: list[int], block_size: int, top: int = 0) -> list[TokenLogprob | None]:
     """Per prompt token, its log-probability given the tokens before it (and the ``top`` most
     likely tokens at its place with theirs). The first token has nothing before it: None (as
     OpenAI's ``echo`` and vLLM's ``prompt_logprobs`` report it)."""
+    if not hasattr(model, "forward_blocks"):  # a back end with the incremental API only (llama.cpp)
+        return prompt_logprobs_reference(model, ids, block_size, top)
     cfg = model.config
     bs = cfg.check_block_size(block_size)
     P = len(ids)
     if P < 2:
         return [None] * P
-    device = model.lm_head.weight.device
+    device = model_place(model)[0]
     nb = -(-P // bs)
     x0 = torch.full((nb * bs,), cfg.mask_token_id, dtype=torch.long, device=device)
     x0[:P] = torch.tensor(ids, dtype=torch.long, device=device)
@@ -82,7 +93,7 @@ def prompt_logprobs_reference(model, ids: list[int], block_size: int, top: int =
     cache holding the blocks before the position's block): slow, for tests."""
     cfg = model.config
     bs = cfg.check_block_size(block_size)
-    device = model.lm_head.weight.device
+    device = model_place(model)[0]
     P = len(ids)
     x0 = torch.full((-(-P // bs) * bs,), cfg.mask_token_id, dtype=torch.long, device=device)
     x0[:P] = torch.tensor(ids, dtype=torch.long, device=device)

@@ -276,6 +276,8 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     w.add_token_list(tokens)
     w.add_token_types(types)
     cfg = src / "tokenizer_config.json"
+    if cfg.exists():  # its eos / pad / mask token names, so the tokenizer reloads as from the directory
+        w.add_string(f"{ARCH}.tokenizer_config", cfg.read_text())
     template = json.loads(cfg.read_text()).get("chat_template") if cfg.exists() else None
     if template is None:
         path = src / "chat_template.jinja"

@@ -62,6 +62,7 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clover_cache_free": (None, [P]),
         "clover_cache_copy": (P, [P]),
         "clover_cache_length": (I64, [P]),
+        "clover_cache_nbytes": (I64, [P]),
         "clover_step": (ctypes.c_int, [P, P, I32, I64, I32, I64, I64, F]),
         "clover_quantize": (ctypes.c_size_t, [ctypes.c_char_p, F, P, I64, I64]),
         "clover_quantized_size": (ctypes.c_size_t, [ctypes.c_char_p, I64, I64]),
@@ -123,6 +124,10 @@ class LlamaCppCache:
     def length(self) -> int:
         """Committed tokens (a multiple of the block size while decoding)."""
         return int(self._lib.clover_cache_length(self._h))
+
+    def nbytes(self) -> int:
+        """Bytes the library holds for this history (keys, values, states, conv tails, kept logit)."""
+        return int(self._lib.clover_cache_nbytes(self._h))
 
     def copy(self) -> LlamaCppCache:
         return LlamaCppCache(self._lib, self._lib.clover_cache_copy(self._h))
@@ -215,11 +220,11 @@ def quantize(array: np.ndarray, type: str) -> np.ndarray:
 
 
 class LlamaCppRows:
-    """The caches of a batch of sequences, one native cache per row, with ``ModelCache``'s row
-    interface: ``lengths``, ``batch_size``, ``select`` (copies), ``cat`` (takes the rows as they
-    are), ``nbytes``. There are no torch tensors to copy (``layers`` is empty), and each row's
-    clean logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and ignores
-    writes."""
+    """The caches of a batch of sequences, one native cache per row, with the row interface the
+    engine drives (as ``ModelCache``'s): ``lengths``, ``batch_size``, ``select`` (copies), ``cat``
+    (takes the rows as they are), ``commit_rows`` (some rows commit a block alone), ``nbytes``.
+    Each row's clean logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and
+    ignores writes."""
 
     def __init__(self, rows: list[LlamaCppCache]):
         self.rows = list(rows)
@@ -248,20 +253,25 @@ class LlamaCppRows:
     def cat(caches: list[LlamaCppRows]) -> LlamaCppRows:
         return LlamaCppRows([r for c in caches for r in c.rows])
 
+    def commit_rows(self, model: LlamaCppClover, rows: torch.Tensor, tokens: torch.Tensor, block_size: int) -> None:
+        """Commit ``tokens[i]`` (one clean block) onto row ``rows[i]`` only; the other rows stay as
+        they are. Each row has its own native cache, so the rows commit in place."""
+        for i, r in enumerate(torch.as_tensor(rows).reshape(-1).tolist()):
+            model.native.step(self.rows[r], commit=tokens[i], block_size=block_size)
+
     def nbytes(self) -> int:
-        return 0  # held by the library; not counted yet
-
-
-class _Head:
-    """Where the engine reads the model's device and dtype (``model.lm_head.weight``): the CPU, f32."""
-
-    weight = torch.empty(0, dtype=torch.float32)
+        """Bytes the library holds for these rows."""
+        return sum(r.nbytes() for r in self.rows)
 
 
 class LlamaCppClover:
     """A Clover GGUF file behind ``CloverForBlockDiffusion``'s incremental API: ``config`` (the
     file's ``clover.config``), ``new_cache``, ``prefill``, ``step`` with torch tensors ``[B, n]``.
-    Each row of a batch runs its own pass on its own native cache (the library is batch 1)."""
+    Each row of a batch runs its own pass on its own native cache (the library is batch 1). The
+    engine reads ``device`` and ``dtype`` (where its tensors live: the CPU, f32 logits)."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32
 
     def __init__(self, path: str | Path, threads: int = 1):
         self.native = LlamaCppModel(path, threads)
@@ -269,7 +279,28 @@ class LlamaCppClover:
         if raw is None:
             raise LlamaCppError(f"{path}: no clover.config metadata (re-export it with `clover export gguf`)")
         self.config = CloverConfig.from_dict(json.loads(raw))
-        self.lm_head = _Head()
+        self.path = self.native.path
+
+    def tokenizer(self):
+        """The checkpoint's tokenizer as the file carries it (``tokenizer.huggingface.json``, the
+        ``tokenizer_config.json`` and the chat template), loaded as ``CloverTokenizer.load`` loads a
+        directory; None when the file has no tokenizer."""
+        import tempfile
+
+        from clover.data.tokenizer import CloverTokenizer
+
+        raw = self.native.metadata("tokenizer.huggingface.json")
+        if raw is None:
+            return None
+        with tempfile.TemporaryDirectory(prefix="clover-gguf-tok-") as d:
+            (Path(d) / "tokenizer.json").write_text(raw, encoding="utf-8")
+            cfg = self.native.metadata("clover.tokenizer_config")
+            if cfg is not None:
+                (Path(d) / "tokenizer_config.json").write_text(cfg, encoding="utf-8")
+            template = self.native.metadata("tokenizer.chat_template")
+            if template:
+                (Path(d) / "chat_template.jinja").write_text(template, encoding="utf-8")
+            return CloverTokenizer.load(d)
 
     def eval(self) -> LlamaCppClover:
         return self

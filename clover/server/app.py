@@ -48,13 +48,17 @@ def create_app(
     device: str = "auto",
     dtype: str = "auto",
     compile: bool = False,
+    backend: str = "auto",
 ) -> FastAPI:
     """The app over an engine, or over a checkpoint it loads onto ``device`` in ``dtype``
-    (``clover.api.loading.resolve_device`` / ``resolve_dtype``)."""
+    (``clover.api.loading.resolve_device`` / ``resolve_dtype``), or a GGUF file on ``backend``
+    llama.cpp (``clover.api.loading.load_engine``)."""
     if isinstance(engine_or_model_dir, Engine):
         engine = engine_or_model_dir
     else:
-        engine = load_engine(engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile)
+        engine = load_engine(
+            engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile, backend
+        )
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
     limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)

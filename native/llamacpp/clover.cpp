@@ -249,6 +249,11 @@ clover_cache * clover_cache_new(const clover_model * m) {
 void clover_cache_free(clover_cache * c) { delete c; }
 clover_cache * clover_cache_copy(const clover_cache * c) { return new clover_cache(*c); }
 int64_t clover_cache_length(const clover_cache * c) { return c->length; }
+int64_t clover_cache_nbytes(const clover_cache * c) {
+    size_t n = c->last_logits.size();
+    for (const auto & l : c->layers) n += l.k.size() + l.v.size() + l.S.size() + l.tail.size();
+    return (int64_t) (n * sizeof(float));
+}
 
 namespace {
 

@@ -39,6 +39,8 @@ CLOVER_API clover_cache * clover_cache_new(const clover_model * model);
 CLOVER_API void clover_cache_free(clover_cache * cache);
 CLOVER_API clover_cache * clover_cache_copy(const clover_cache * cache);
 CLOVER_API int64_t clover_cache_length(const clover_cache * cache);
+// bytes the cache holds (keys, values, states, conv tails and the kept logit)
+CLOVER_API int64_t clover_cache_nbytes(const clover_cache * cache);
 
 // one pass: commit [n_commit] then denoise [n_denoise] tokens; logits may be NULL when
 // n_denoise is 0, else it holds n_denoise * n_vocab floats

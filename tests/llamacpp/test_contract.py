@@ -54,33 +54,57 @@ def test_batch_with_rows_of_their_own_lengths(pair):
         lm.step(lc, denoise=den, block_size=32)
 
 
-def test_engine_decodes_the_same_tokens_under_ar(pair, monkeypatch):
-    """Clover's engine, greedy under ``ar``, commits the same tokens through the library as through
-    PyTorch. The seam: ``Batch.join`` calls ``ModelCache.cat``; here it is pointed at the cache's
-    own ``cat`` (the engine change the llama.cpp back end needs)."""
-    import clover.engine.batch as batch_mod
+def _chat_prompts(tok, texts):
+    from clover.data.chat import render_chat
+
+    return [tok.encode(render_chat([{"role": "user", "content": t}], None, True)) for t in texts]
+
+
+TEXTS = ["Create a no-fly zone named Alpha at 47.1, 8.5 with radius 500 m.", "Recall drone D-12.", "Hello!"]
+
+
+@pytest.mark.parametrize("policy", ["ar", None])
+def test_engine_decodes_the_same_tokens(pair, policy):
+    """Clover's engine, greedy under ``ar`` and under the default policy, commits the same tokens
+    through the library as through PyTorch, one request at a time and as one batch (rows joining,
+    committing alone and leaving)."""
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
     from clover.engine import Engine, SamplingParams
 
     model, lm = pair
-    real_cat = ModelCache.cat
-
-    class Caches:
-        @staticmethod
-        def cat(caches):
-            return real_cat(caches) if isinstance(caches[0], ModelCache) else type(caches[0]).cat(caches)
-
-    monkeypatch.setattr(batch_mod, "ModelCache", Caches)
     tok = CloverTokenizer.load(default_model_dir())
-    from clover.data.chat import render_chat
-
-    texts = ["Create a no-fly zone named Alpha at 47.1, 8.5 with radius 500 m.", "Recall drone D-12.", "Hello!"]
-    prompts = [tok.encode(render_chat([{"role": "user", "content": t}], None, True)) for t in texts]
+    prompts = _chat_prompts(tok, TEXTS)
+    params = SamplingParams(max_tokens=48, **({"policy": policy} if policy else {}))
     out = {}
     for name, m in (("torch", model), ("llama.cpp", lm)):
         engine = Engine(m, tok)
-        params = SamplingParams(max_tokens=48, policy="ar")
-        out[name] = [list(engine.generate(p, params).token_ids) for p in prompts]
+        alone = [list(engine.generate(p, params).token_ids) for p in prompts]
+        batch = [list(o.token_ids) for o in engine.generate_batch(prompts, params)]
+        out[name] = (alone, batch)
     assert out["llama.cpp"] == out["torch"]
-    assert all(len(t) > 3 for t in out["torch"])
+    assert all(len(t) > 3 for t in out["torch"][0])
+
+
+def test_the_tokenizer_comes_from_the_file(pair):
+    """The GGUF file's tokenizer encodes, decodes and renders chats as the checkpoint's does."""
+    from clover.data import default_model_dir
+    from clover.data.tokenizer import CloverTokenizer
+
+    _, lm = pair
+    ref, got = CloverTokenizer.load(default_model_dir()), lm.tokenizer()
+    assert _chat_prompts(got, TEXTS) == _chat_prompts(ref, TEXTS)
+    for attr in ("mask_token_id", "eos_token_id", "eos_token_ids", "pad_token_id", "vocab_size"):
+        assert getattr(got, attr) == getattr(ref, attr), attr
+    assert got.decode(ref.encode("Recall drone 17.")) == "Recall drone 17."
+
+
+def test_native_caches_count_their_bytes(pair):
+    """The prefix cache sizes a native cache by the bytes the library holds."""
+    from clover.engine.prefix_cache import _nbytes
+
+    model, lm = pair
+    prompt = torch.arange(4, 68)[None]
+    tc, lc = model.prefill(prompt, 16)[0], lm.prefill(prompt, 16)[0]
+    assert _nbytes(lc) > 0 and lc.nbytes() == _nbytes(lc)
+    assert _nbytes(lc) >= tc.nbytes()
