@@ -79,12 +79,12 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
         raise ValueError(f"the GGUF file's types set the llama.cpp back end's precision (drop --dtype {dtype})")
     from clover.model.llamacpp import LlamaCppClover, LlamaCppError, available
 
-    problem = available()
-    if problem is not None:
-        raise ValueError(problem)
     if not Path(path).is_file():
         what = "a directory, not a GGUF file" if Path(path).exists() else "no such file"
         raise FileNotFoundError(f"{path}: {what}")
+    problem = available()
+    if problem is not None:
+        raise ValueError(problem)
     try:
         model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
     except LlamaCppError as e:
