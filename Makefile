@@ -15,7 +15,7 @@ LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench llama-cpp
+.PHONY: setup run test lint bench llama-cpp llama-cpp-stock
 
 setup: $(STAMP)
 
@@ -48,3 +48,9 @@ bench: setup
 llama-cpp:
 	@CLOVER_LLAMACPP_JOBS=$(LLAMACPP_JOBS) PYTHON="$$(test -x $(BIN)/python && echo $(BIN)/python || echo $(PY))" \
 		native/llamacpp/build.sh
+
+# stock llama.cpp (libllama and a small timing program from the same pinned tree) for `clover bench llama.cpp`,
+# which builds it on first use too; not part of `make llama-cpp` (CI does not need it)
+llama-cpp-stock:
+	@CLOVER_LLAMACPP_JOBS=$(LLAMACPP_JOBS) PYTHON="$$(test -x $(BIN)/python && echo $(BIN)/python || echo $(PY))" \
+		native/llamacpp/build.sh stock

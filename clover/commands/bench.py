@@ -17,6 +17,7 @@ MODULES = (
     "clover.commands.bench_agent",  # agent
     "clover.commands.bench_quant",  # quant
     "clover.commands.bench_train",  # train-memory
+    "clover.commands.bench_llamacpp",  # llama.cpp
 )
 
 

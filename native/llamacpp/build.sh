@@ -6,6 +6,7 @@
 # pin or Clover's C++ files changed (a hash stamp).
 #
 #   native/llamacpp/build.sh            # prints the library's path
+#   native/llamacpp/build.sh stock      # stock libllama and clover-stock-bench (for `clover bench llama.cpp`)
 #   CLOVER_LLAMACPP_JOBS=2 ...          # parallel compile jobs (default 1)
 #   CLOVER_LLAMACPP_CACHE=DIR ...       # cache root (default ${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp)
 set -euo pipefail
@@ -33,13 +34,25 @@ DIR="$ROOT/$PIN"
 SRC="$DIR/src"
 BUILD="$DIR/build"
 LIB="$DIR/lib/libclover.so"
+MODE="${1:-clover}"
 
-# what the library is built from: the pin, Clover's C++ sources and this script
+# what the library (or, for stock, the timing program) is built from: the pin, Clover's C++ sources
+# and this script
 stamp_of() {
-    { echo "$PIN"; cat "$HERE"/CMakeLists.txt "$HERE"/*.h "$HERE"/*.cpp "$HERE"/build.sh; } | sha256sum | cut -c1-16
+    if [[ "$MODE" == stock ]]; then
+        { echo "$PIN"; cat "$HERE"/stock/CMakeLists.txt "$HERE"/stock/*.cpp; } | sha256sum | cut -c1-16
+    else
+        { echo "$PIN"; cat "$HERE"/CMakeLists.txt "$HERE"/*.h "$HERE"/*.cpp "$HERE"/build.sh; } | sha256sum | cut -c1-16
+    fi
 }
 STAMP="$(stamp_of)"
-if [[ -f "$LIB" && -f "$DIR/lib/stamp" && "$(cat "$DIR/lib/stamp")" == "$STAMP" ]]; then
+if [[ "$MODE" == stock ]]; then
+    LIB="$DIR/bin/clover-stock-bench"
+    STAMP_FILE="$DIR/bin/stamp"
+else
+    STAMP_FILE="$DIR/lib/stamp"
+fi
+if [[ -f "$LIB" && -f "$STAMP_FILE" && "$(cat "$STAMP_FILE")" == "$STAMP" ]]; then
     echo "$LIB"
     exit 0
 fi
@@ -80,6 +93,21 @@ if [[ "$(uname -m)" == x86_64 ]]; then
     fi
 else
     simd=(-DGGML_NATIVE=ON)
+fi
+
+if [[ "$MODE" == stock ]]; then
+    BUILD="$DIR/build-stock"
+    echo "llama-cpp: building stock libllama and clover-stock-bench in $BUILD (${JOBS} job(s))" >&2
+    cmake -S "$HERE/stock" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMACPP_SRC="$SRC" "${simd[@]}" \
+        >"$DIR/cmake-stock.log" 2>&1 \
+        || { cat "$DIR/cmake-stock.log" >&2; echo "llama-cpp: cmake configure failed (log: $DIR/cmake-stock.log)" >&2; exit 1; }
+    cmake --build "$BUILD" --target clover-stock-bench -j "$JOBS" >"$DIR/build-stock.log" 2>&1 \
+        || { tail -n 40 "$DIR/build-stock.log" >&2; echo "llama-cpp: build failed (log: $DIR/build-stock.log)" >&2; exit 1; }
+    mkdir -p "$DIR/bin"
+    cp "$BUILD/clover-stock-bench" "$LIB.tmp" && mv "$LIB.tmp" "$LIB"
+    echo "$STAMP" >"$STAMP_FILE"
+    echo "$LIB"
+    exit 0
 fi
 
 echo "llama-cpp: building ggml and libclover in $BUILD (${JOBS} job(s))" >&2
