@@ -89,7 +89,23 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
         model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
     except LlamaCppError as e:
         raise ValueError(f"{path}: {e}") from None
-    return model, model.tokenizer()
+    return model, gguf_tokenizer(model)
+
+
+def gguf_tokenizer(model):
+    """The tokenizer a GGUF file carries (``LlamaCppClover.tokenizer_files``), loaded as
+    ``CloverTokenizer.load`` loads a checkpoint directory; None when the file has none."""
+    import tempfile
+
+    from clover.data.tokenizer import CloverTokenizer
+
+    files = model.tokenizer_files()
+    if "tokenizer.json" not in files:
+        return None
+    with tempfile.TemporaryDirectory(prefix="clover-gguf-tokenizer-") as d:
+        for name, text in files.items():
+            (Path(d) / name).write_text(text, encoding="utf-8")
+        return CloverTokenizer.load(d)
 
 
 def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False,

@@ -85,7 +85,7 @@ def twin_gguf(config, tok_dir: Path, work: Path, types, tool: Path) -> dict[str,
         "import convert_hf_to_gguf as c; c.main()"
     )
     cmd = [sys.executable, "-c", code, str(src / "convert_hf_to_gguf.py"), str(src / "gguf-py"), str(hf),
-           "--outfile", str(files["f32"]), "--outtype", "f32"]  # fmt: skip
+           "--outfile", str(files["f32"]), "--outtype", "f32", "--no-mtp"]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"convert_hf_to_gguf.py failed: {r.stderr.strip()[-2000:]}")
@@ -188,7 +188,6 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
     """Every figure of one model (``bundled`` or ``medium``) into ``fig``."""
     import torch
 
-    from clover.export.gguf import export_gguf
     from clover.model.io import load_model
     from clover.model.llamacpp import LlamaCppClover
 
@@ -198,7 +197,7 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
     fig["pass_ms"][which] = {"clover_llamacpp": {}, "clover_torch": {}, "stock_llamacpp": {}}
     for t in TYPES:
         path = work / which / f"clover-{t}.gguf"
-        export_gguf(src, path, t)
+        args.export_gguf(src, path, t)
         lm = LlamaCppClover(path, threads=args.threads)
         p = clover_passes(tm if t == "f32" else None, lm.native, V, args.reps)
         fig["pass_ms"][which]["clover_llamacpp"][t] = p["llamacpp"]
@@ -235,7 +234,8 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
 def measure_llamacpp(args) -> dict:
     """The figures of ``clover bench llama.cpp`` (JSON keys as docs/llama-cpp.md lists them);
     ``args``: its settings (threads, reps, max_tokens, speed_prompts, n, same, same_max_tokens,
-    twin_tokens, no_medium, no_stock, work)."""
+    twin_tokens, no_medium, no_stock, work) and ``export_gguf`` (``clover.export.gguf.export_gguf``,
+    which the command passes in: the benchmarks sit below the export layer)."""
     import tempfile
 
     from clover.data import default_model_dir

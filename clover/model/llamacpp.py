@@ -281,26 +281,14 @@ class LlamaCppClover:
         self.config = CloverConfig.from_dict(json.loads(raw))
         self.path = self.native.path
 
-    def tokenizer(self):
-        """The checkpoint's tokenizer as the file carries it (``tokenizer.huggingface.json``, the
-        ``tokenizer_config.json`` and the chat template), loaded as ``CloverTokenizer.load`` loads a
-        directory; None when the file has no tokenizer."""
-        import tempfile
-
-        from clover.data.tokenizer import CloverTokenizer
-
-        raw = self.native.metadata("tokenizer.huggingface.json")
-        if raw is None:
-            return None
-        with tempfile.TemporaryDirectory(prefix="clover-gguf-tok-") as d:
-            (Path(d) / "tokenizer.json").write_text(raw, encoding="utf-8")
-            cfg = self.native.metadata("clover.tokenizer_config")
-            if cfg is not None:
-                (Path(d) / "tokenizer_config.json").write_text(cfg, encoding="utf-8")
-            template = self.native.metadata("tokenizer.chat_template")
-            if template:
-                (Path(d) / "chat_template.jinja").write_text(template, encoding="utf-8")
-            return CloverTokenizer.load(d)
+    def tokenizer_files(self) -> dict[str, str]:
+        """The checkpoint's tokenizer files as the GGUF file carries them (``tokenizer.json`` from
+        ``tokenizer.huggingface.json``, ``tokenizer_config.json`` from ``clover.tokenizer_config``,
+        ``chat_template.jinja`` from ``tokenizer.chat_template``): name → text, those present."""
+        keys = {"tokenizer.json": "tokenizer.huggingface.json", "tokenizer_config.json": "clover.tokenizer_config",
+                "chat_template.jinja": "tokenizer.chat_template"}  # fmt: skip
+        files = {name: self.native.metadata(key) for name, key in keys.items()}
+        return {name: text for name, text in files.items() if text}
 
     def eval(self) -> LlamaCppClover:
         return self

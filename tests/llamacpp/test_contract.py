@@ -88,11 +88,12 @@ def test_engine_decodes_the_same_tokens(pair, policy):
 
 def test_the_tokenizer_comes_from_the_file(pair):
     """The GGUF file's tokenizer encodes, decodes and renders chats as the checkpoint's does."""
+    from clover.api.loading import gguf_tokenizer
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
 
     _, lm = pair
-    ref, got = CloverTokenizer.load(default_model_dir()), lm.tokenizer()
+    ref, got = CloverTokenizer.load(default_model_dir()), gguf_tokenizer(lm)
     assert _chat_prompts(got, TEXTS) == _chat_prompts(ref, TEXTS)
     for attr in ("mask_token_id", "eos_token_id", "eos_token_ids", "pad_token_id", "vocab_size"):
         assert getattr(got, attr) == getattr(ref, attr), attr
