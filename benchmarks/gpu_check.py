@@ -47,8 +47,9 @@ SIZES = {
     "invariant": {"gpu": dict(preset="small", block_size=32, batch=2, length=200, prompt=45),
                   "dry": dict(preset="tiny", block_size=8, batch=2, length=37, prompt=5)},
     "fla": {"gpu": dict(B=2, T=512, H=8, dk=128, dv=128), "dry": dict(B=1, T=100, H=2, dk=16, dv=16)},
-    "speed": {"gpu": dict(preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128),
-              "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32)},
+    "speed": {"gpu": dict(preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128,
+                          history=512),
+              "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32, history=64)},
 }  # fmt: skip
 # of --budget-s; fla's first calls compile and autotune its Triton kernels (tens of seconds), and
 # the speed section takes whatever the others leave
@@ -277,6 +278,47 @@ def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
             left()
             out["decode"][f"{policy}_b{b}"] = _decode(engine, model, policy, b, size, device)
             peak()
+    _compiled_passes(out["compiled"], model, device, size, left)
+    peak()
+
+
+# HBM bandwidth by device name, bytes/s (the vendors' figures), for the bound a pass cannot beat
+BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}
+
+
+def _compiled_passes(out: dict, model, device: torch.device, size: dict, left) -> None:
+    """One denoise pass at batch 1 after ``history`` tokens: eager, compiled, and compiled with CUDA
+    graphs (mode "reduce-overhead"), against the time to read the weights it touches once. The dry
+    run traces with backend "aot_eager" (the graphs without code generation) and skips CUDA graphs."""
+    from clover.bench.passes import pass_ms
+    from clover.model.quant import weight_bytes
+
+    cfg = model.config
+    wb = weight_bytes(cfg, float_bytes=2)
+    union = 1 - (1 - cfg.num_experts_per_tok / max(cfg.num_experts, 1)) ** BLOCK  # experts a block reaches
+    out["bytes_per_pass"] = wb["total"] - wb["experts"] + union * wb["experts"]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    bw = next((v for k, v in BANDWIDTH.items() if k in name), None)
+    out["bandwidth_bound_ms"] = 1e3 * out["bytes_per_pass"] / bw if bw else None
+    history = size["history"]
+    out["pass_ms_eager"] = pass_ms(model, history, reps=10)["denoise"]
+    left()
+    backend = "aot_eager" if device.type == "cpu" else "inductor"
+    for key, mode in (("pass_ms_compiled", None), ("pass_ms_graphs", "reduce-overhead")):
+        if mode is not None and device.type != "cuda":
+            continue
+        model.compile_passes(mode=mode, backend=backend)
+        t0 = time.perf_counter()
+        with torch.no_grad():  # the first calls compile: the pass kinds at two history lengths
+            for n in (history - BLOCK, history):
+                cache = model.prefill(torch.randint(1, cfg.vocab_size - 1, (1, n), device=device), BLOCK)[0]
+                model.step(cache, denoise=torch.ones(1, BLOCK, dtype=torch.long, device=device), block_size=BLOCK)
+        _sync(device)
+        out[key.replace("pass_ms", "compile_s")] = time.perf_counter() - t0
+        left()
+        out[key] = pass_ms(model, history, reps=10)["denoise"]
+        left()
+    model.compile_passes(False)
 
 
 # -- driver ------------------------------------------------------------------------------------------
@@ -300,6 +342,9 @@ def _template(dry: bool) -> dict:
                   "fixed_steps_per_block": FIXED_STEPS, "params": None, "weights_gib": None, "init_s": None,
                   "prefill": {"tokens": None, "seconds": None, "tokens_per_s": None},
                   "decode": {f"{p}_b{b}": dict(run) for b in BATCHES for p in ("ar", "fixed")},
+                  "compiled": {"pass_ms_eager": None, "pass_ms_compiled": None, "compile_s_compiled": None,
+                               "pass_ms_graphs": None, "compile_s_graphs": None, "bytes_per_pass": None,
+                               "bandwidth_bound_ms": None},
                   "peak_memory_gib": None, "seeds_reference_tok_s": SEEDS_REFERENCE_TOK_S,
                   "seeds_reference_note": "the published reference point for this shape (35B-A3B) decoding on one "
                   "H200, tokens/s; not measured here: compare with the decode rows at the TPF it was measured at"},
@@ -367,6 +412,11 @@ def _rows(res: dict) -> list[list]:
               "batch 1"]]  # fmt: skip
     for key, r in sp["decode"].items():
         rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])
+    cp = sp["compiled"]
+    for k, what in (("pass_ms_eager", "eager"), ("pass_ms_compiled", "compiled"), ("pass_ms_graphs", "CUDA graphs")):
+        rows.append(["speed", f"pass ms, {what}", cp[k], f"batch 1, {BLOCK}-position denoise after {sp['history']}"])
+    rows.append(["speed", "bandwidth bound ms", cp["bandwidth_bound_ms"],
+                 f"{(cp['bytes_per_pass'] or 0) / 1e9:.1f} GB read per pass (experts a block reaches)"])  # fmt: skip
     rows += [["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],
              ["speed", "seeds_reference_tok_s", sp["seeds_reference_tok_s"],
               "published reference for this shape on one H200 (not measured here)"]]  # fmt: skip

@@ -32,6 +32,9 @@ def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
     assert set(s["speed"]["decode"]) == {"ar_b1", "fixed_b1", "ar_b16", "fixed_b16"}
     for k in ("prefill", "peak_memory_gib", "weights_gib", "params", "seeds_reference_tok_s", "seeds_reference_note"):
         assert k in s["speed"]
+    cp = s["speed"]["compiled"]  # traced (aot_eager) in the dry run: the compiled pass runs; CUDA graphs GPU only
+    assert cp["pass_ms_eager"] > 0 and cp["pass_ms_compiled"] > 0 and cp["pass_ms_graphs"] is None
+    assert cp["bytes_per_pass"] > 0 and cp["bandwidth_bound_ms"] is None
     # the invariant: exact in fp64, fp32 at rounding level, bf16 within a few percent of the logits
     inv = s["invariant"]
     scale = inv["reference_max_abs_logit"]

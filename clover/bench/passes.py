@@ -16,11 +16,18 @@ import torch
 from clover.engine.engine import Engine
 
 
-def _median_ms(fn, reps: int) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_ms(fn, reps: int, device: torch.device) -> float:
     times = []
     for _ in range(reps):
+        _sync(device)
         t0 = time.perf_counter()
         fn()
+        _sync(device)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
@@ -37,11 +44,15 @@ def pass_ms(model, history: int = 96, reps: int = 30) -> dict:
 
     def fused():
         c = model.prefill(prompt, bs)[0]
+        _sync(dev)
         t0 = time.perf_counter()
         model.step(c, commit=block, denoise=block, block_size=bs)
+        _sync(dev)
         return time.perf_counter() - t0
 
-    denoise = _median_ms(lambda: model.step(cache, denoise=block, block_size=bs), reps)
+    model.step(cache, denoise=block, block_size=bs)  # first calls (compiling, when compiled) not timed
+    fused()
+    denoise = _median_ms(lambda: model.step(cache, denoise=block, block_size=bs), reps, dev)
     return {"denoise": denoise, "fused": 1e3 * statistics.median(fused() for _ in range(reps))}
 
 

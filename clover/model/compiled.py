@@ -24,7 +24,8 @@ import torch
 RECOMPILE_LIMIT = 64
 
 
-def compile_pass(forward_pass: Callable, mode: str | None = None) -> Callable:
-    """``forward_pass(model, cache, x, n_c, n_d, block_size, top, same)`` compiled."""
+def compile_pass(forward_pass: Callable, mode: str | None = None, backend: str = "inductor") -> Callable:
+    """``forward_pass(model, cache, x, n_c, n_d, block_size, top, same)`` compiled (``backend``
+    "aot_eager" traces and checks the graphs without generating code: the GPU check's dry run)."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-    return torch.compile(forward_pass, mode=mode, dynamic=None)
+    return torch.compile(forward_pass, mode=mode, dynamic=None, backend=backend)

@@ -301,11 +301,11 @@ class CloverForBlockDiffusion(nn.Module):
         first = cache.last_logits if cache.last_logits is not None else torch.zeros_like(raw[:, 0])
         return torch.cat([first[:, None].to(raw.dtype), raw[:, :-1]], 1)
 
-    def compile_passes(self, enabled: bool = True, mode: str | None = None) -> None:
+    def compile_passes(self, enabled: bool = True, mode: str | None = None, backend: str = "inductor") -> None:
         """Decoding passes (``step`` with at most one block committed) through ``torch.compile``
-        (``clover.model.compiled``); ``enabled=False`` goes back to eager. ``mode`` is
-        torch.compile's (e.g. "reduce-overhead" for CUDA graphs)."""
-        self.compiled_pass = compile_pass(CloverForBlockDiffusion._pass, mode) if enabled else None
+        (``clover.model.compiled``); ``enabled=False`` goes back to eager. ``mode`` and ``backend``
+        are torch.compile's (mode "reduce-overhead": CUDA graphs)."""
+        self.compiled_pass = compile_pass(CloverForBlockDiffusion._pass, mode, backend) if enabled else None
 
     def prefill(
         self, prompt: torch.Tensor, block_size: int | None = None, cache: ModelCache | None = None
