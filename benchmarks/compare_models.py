@@ -24,20 +24,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200, help="validation chats")
     p.add_argument("--cases", action="append", default=[], help="hand-written messages (JSONL), repeatable")
     p.add_argument("--case-n", type=int, default=None, help="only the first N messages of each cases file")
-    p.add_argument("--policy", default="ar")
+    p.add_argument("--policy", default="ar", help="a policy name, or default (the engine's default policy)")
     p.add_argument("--block-size", type=int, default=None, help="decode at this block size (default: the model's)")
     p.add_argument("--device", default=None)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the figures here")
     a = p.parse_args(argv)
     from clover.airspace.v2 import compare
+    from clover.engine.policies import DEFAULT_POLICY
+
+    policy = DEFAULT_POLICY if a.policy == "default" else a.policy
 
     models = {}
     for m in a.model:
         name, _, path = m.partition("=")
         models[name] = path or None
     t0 = time.perf_counter()
-    res = compare.compare(models, a.n, a.cases, a.policy, a.device, a.threads, a.case_n, a.block_size)
+    res = compare.compare(models, a.n, a.cases, policy, a.device, a.threads, a.case_n, a.block_size)
     res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy, "block_size": a.block_size,
                         "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
     print(table(res))
