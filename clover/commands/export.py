@@ -10,8 +10,10 @@ import json
 import sys
 
 
-def cmd_export_hf(args: argparse.Namespace) -> int:
-    from clover.export import ExportError, export_hf
+def _export(args: argparse.Namespace, write, import_hint: str | None = None) -> int:
+    """``write(model_dir)`` → a report (``summary()``, fields for --json); a problem is one line, exit 2
+    (a missing optional package too, when ``import_hint`` says how to install it)."""
+    from clover.export import ExportError
 
     model_dir = args.model
     if model_dir is None:
@@ -19,7 +21,12 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
 
         model_dir = default_model_dir()
     try:
-        report = export_hf(model_dir, args.out, max_shard_bytes=int(args.max_shard_gb * 2**30))
+        report = write(model_dir)
+    except ImportError as e:
+        if import_hint is None:
+            raise
+        print(f"clover export: {e}; {import_hint}", file=sys.stderr)
+        return 2
     except ExportError as e:
         print(f"clover export: {e}", file=sys.stderr)
         return 2
@@ -28,30 +35,19 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     else:
         print(report.summary())
     return 0
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    from clover.export import export_hf
+
+    return _export(args, lambda d: export_hf(d, args.out, max_shard_bytes=int(args.max_shard_gb * 2**30)))
 
 
 def cmd_export_gguf(args: argparse.Namespace) -> int:
-    from clover.export import ExportError
     from clover.export.gguf import export_gguf
 
-    model_dir = args.model
-    if model_dir is None:
-        from clover.data import default_model_dir
-
-        model_dir = default_model_dir()
-    try:
-        report = export_gguf(model_dir, args.out, args.type)
-    except ImportError as e:
-        print(f"clover export: {e}; install the gguf package (pip install 'clover[llamacpp]')", file=sys.stderr)
-        return 2
-    except ExportError as e:
-        print(f"clover export: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({k: (str(v) if k == "out" else v) for k, v in vars(report).items()}))
-    else:
-        print(report.summary())
-    return 0
+    hint = "install the gguf package (pip install 'clover[llamacpp]')"
+    return _export(args, lambda d: export_gguf(d, args.out, args.type), hint)
 
 
 def register(sub) -> None:
