@@ -2,7 +2,11 @@
 side in one process: median ms of the denoise and fused passes at batch 1 after 96 tokens, and
 the wall time of the first calls, which compile (a second run reads torch's on-disk cache).
 
-python benchmarks/bench_compile.py [--model DIR | --preset medium] [--threads 1] [--json out.json]
+python benchmarks/bench_compile.py [--model DIR | --preset medium] [--threads 1] [--stock] [--json out.json]
+
+--stock adds stock llama.cpp's 32-token pass (logits at every position) after 64 tokens on the
+same-shape autoregressive model at f32 (``clover bench llama.cpp``'s twin; libllama is built on
+first use, about 25 minutes here), timed between the eager and compiled runs.
 """
 
 from __future__ import annotations
@@ -18,11 +22,26 @@ from clover.bench.passes import pass_ms
 from clover.model import CloverForBlockDiffusion, preset
 
 
+def stock_pass_ms(model, threads: int) -> float:
+    """Stock llama.cpp's 32-token pass after 64 tokens on the same-shape AR twin at f32, median ms."""
+    import tempfile
+    from pathlib import Path
+
+    from clover.bench.llamacpp import stock_passes, stock_tool, twin_gguf
+    from clover.data import default_model_dir
+
+    with tempfile.TemporaryDirectory() as work:
+        tool = stock_tool()
+        twin = twin_gguf(model.config, Path(default_model_dir()), Path(work), ["f32"], tool)
+        return stock_passes(tool, twin["f32"], 20, 16, threads)["pass_ms"][32]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument("--preset", help="a preset with random weights instead of a checkpoint")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--stock", action="store_true", help="stock llama.cpp's pass beside them (same-shape AR twin)")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -33,6 +52,7 @@ def main() -> None:
     else:
         model = load_model_dir(args.model, args.threads)[0]
     eager = pass_ms(model, reps=20)
+    stock = stock_pass_ms(model, args.threads) if args.stock else None
     model.compile_passes()
     t0 = time.perf_counter()
     compiled = pass_ms(model, history=64, reps=1)  # the first calls compile: denoise and fused at two lengths
@@ -40,9 +60,12 @@ def main() -> None:
     compile_s = time.perf_counter() - t0
     figures = {"model": args.preset or args.model or "bundled", "threads": args.threads,
                "pass_ms_eager": eager, "pass_ms_compiled": compiled, "compile_s": compile_s,
-               "speedup": {k: eager[k] / compiled[k] for k in eager}}  # fmt: skip
+               "speedup": {k: eager[k] / compiled[k] for k in eager}, "stock_pass_ms": stock}  # fmt: skip
     for k in eager:
         print(f"{k:8s} eager {eager[k]:8.2f} ms   compiled {compiled[k]:8.2f} ms   {eager[k] / compiled[k]:.2f}x")
+    if stock is not None:
+        print(f"stock llama.cpp, 32-token pass of the same-shape AR model: {stock:.2f} ms "
+              f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})")
     print(f"compiling and the compiled runs: {compile_s:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
