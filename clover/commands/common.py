@@ -44,6 +44,10 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+COMPILE_NOTE = ("clover: --compile: the first passes compile (a minute or more on a CPU; "
+                "torch's disk cache makes the next start faster)")
+
+
 def load_model_and_tokenizer(
     model_dir: str | None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False,
     backend: str = "auto",
@@ -51,6 +55,8 @@ def load_model_and_tokenizer(
     """A checkpoint directory (default: the bundled model) or a GGUF file → (model, tokenizer or
     None), on ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``,
     ``--compile``), on ``backend`` (``--backend``); a problem is a one-line ``clover: ...`` exit."""
+    if compile:
+        print(COMPILE_NOTE, file=sys.stderr)
     try:
         return load_model_dir(model_dir, threads, device, dtype, compile, backend)
     except (FileNotFoundError, ValueError) as e:

@@ -12,7 +12,7 @@ from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model loa
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from clover.commands.common import device_setup, take_model_positional
+    from clover.commands.common import COMPILE_NOTE, device_setup, take_model_positional
     from clover.server.app import create_app
 
     take_model_positional(args)
@@ -36,6 +36,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"clover serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
     print(f"clover serve: http://{args.host}:{args.port}  (playground at /, OpenAI API at /v1)", file=sys.stderr)
+    if args.compile:
+        print(COMPILE_NOTE.replace("clover:", "clover serve:"), file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 

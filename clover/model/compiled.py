@@ -8,13 +8,16 @@ graphs. The pass has no host sync: ``step`` reads the cache lengths once, before
 them in as ints (``top``, ``same``), grows the attention caches there, and the MoE's grouped GEMM
 is an operator the compiler does not look into (``clover::grouped_swiglu``).
 
-Compiled code is cached on disk by torch (``TORCHINDUCTOR_CACHE_DIR``, by default under the
-system's temporary directory), so a second start compiles nothing it has compiled before.
+Compiled code is cached on disk by torch, in ``TORCHINDUCTOR_CACHE_DIR``: unless it is set,
+``~/.cache/clover/torchinductor`` (under ``XDG_CACHE_HOME`` when that is set), which outlives the
+temporary directory torch would use, so a later start reuses what an earlier one compiled.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -22,6 +25,10 @@ import torch
 # dynamic after a change, per model loaded in the process; torch's default limit (8) would
 # send the rest back to eager
 RECOMPILE_LIMIT = 64
+
+# set on import, before anything asks torch for its cache directory (torch then fixes it)
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover" / "torchinductor"
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE))
 
 
 def compile_pass(forward_pass: Callable, mode: str | None = None, backend: str = "inductor") -> Callable:
