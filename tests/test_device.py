@@ -89,8 +89,10 @@ def test_llm_in_bf16_generates_and_refuses_a_device_for_a_loaded_engine():
     assert len(out.token_ids) == 12 and out.stats["forward_passes"] >= 1
     r = llm.chat([{"role": "user", "content": "recall drone 17"}], max_tokens=16)
     assert r["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
-    with pytest.raises(TypeError, match="device and dtype apply when LLM loads"):
+    with pytest.raises(TypeError, match="device, dtype and compile apply when LLM loads"):
         LLM(llm.engine, dtype="float32")
+    with pytest.raises(TypeError, match="device, dtype and compile apply when LLM loads"):
+        LLM(llm.engine, compile=True)
 
 
 def test_server_serves_a_bf16_model():

@@ -93,7 +93,9 @@ class LLM:
     ):
         if isinstance(model, Engine):
             if device is not None or dtype is not None or compile:
-                raise TypeError("device, dtype and compile apply when LLM loads a checkpoint; this Engine's is loaded")
+                raise TypeError(
+                    "device, dtype and compile apply when LLM loads a checkpoint; this Engine's model is loaded"
+                )
             self.engine = model
         else:
             self.engine = load_engine(
