@@ -13,6 +13,17 @@ import torch
 from clover.model.config import ATTN, CloverConfig
 
 
+def prefill_blocks(model, prompt: torch.Tensor, block_size: int | None, cache=None):
+    """Commit the prompt's complete blocks (Rule 1) through ``model.step`` into ``cache`` (a new one
+    if None) → (cache, the prompt's tail ``[B, P mod bs]``): ``prefill`` of every back end."""
+    bs = model.config.check_block_size(model.config.block_size if block_size is None else block_size)
+    cache = cache if cache is not None else model.new_cache(prompt.shape[0])
+    full = prompt.shape[1] // bs * bs
+    if full:
+        model.step(cache, commit=prompt[:, :full], block_size=bs)
+    return cache, prompt[:, full:]
+
+
 @dataclass
 class AttnCache:
     """Keys and values ``[B, capacity, Hkv, D]``; row b holds committed tokens up to lengths[b].

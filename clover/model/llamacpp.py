@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from clover.model.cache import prefill_blocks
 from clover.model.config import CloverConfig
 
 # the pinned llama.cpp source: the sdist of llama-cpp-python that carries it (native/llamacpp/build.sh)
@@ -313,9 +314,4 @@ class LlamaCppClover:
 
     def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
         """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""
-        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
-        cache = cache if cache is not None else self.new_cache(prompt.shape[0])
-        full = prompt.shape[1] // bs * bs
-        if full:
-            self.step(cache, commit=prompt[:, :full], block_size=bs)
-        return cache, prompt[:, full:]
+        return prefill_blocks(self, prompt, block_size, cache)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clover.model.attention import Attention
-from clover.model.cache import AttnCache, ModelCache
+from clover.model.cache import AttnCache, ModelCache, prefill_blocks
 from clover.model.compiled import compile_pass
 from clover.model.config import ATTN, CloverConfig
 from clover.model.gdn import GatedDeltaNetMixer
@@ -315,12 +315,7 @@ class CloverForBlockDiffusion(nn.Module):
         Returns the cache and the prompt's tail ``[B, P mod bs]``, which lives inside the first
         generation block.
         """
-        bs = self.config.check_block_size(self.config.block_size if block_size is None else block_size)
-        cache = cache if cache is not None else self.new_cache(prompt.shape[0])
-        full = prompt.shape[1] // bs * bs
-        if full:
-            self.step(cache, commit=prompt[:, :full], block_size=bs)
-        return cache, prompt[:, full:]
+        return prefill_blocks(self, prompt, block_size, cache)
 
     def num_parameters(self) -> dict:
         """Total and per-token active parameter counts (embeddings included, head counted once if tied)."""
