@@ -41,9 +41,10 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def _ffn(self, h: torch.Tensor, real: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        y, stats = self.mlp(self.post_attention_layernorm(h), real)
-        return h + y, stats
+    def _ffn(self, h: torch.Tensor, real: torch.Tensor | None = None, stats: bool = True):
+        """``h`` plus the feed-forward of its norm → (out, routing stats, None if not ``stats``)."""
+        y, st = self.mlp(self.post_attention_layernorm(h), real, stats=stats)
+        return h + y, st
 
     def forward(self, hc, rope, valid, block_size, noisy=None):
         """The training call (named ``forward`` so FSDP2 gathers this layer's weights around it).
@@ -80,7 +81,7 @@ class DecoderLayer(nn.Module):
             y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size, top, same)
         else:
             y = self.linear_attn.forward_step(x, cache, n_commit, block_size)
-        return h + y + self.mlp(self.post_attention_layernorm(h + y), stats=False)[0]
+        return self._ffn(h + y, stats=False)[0]  # decoding: no balance loss, no routing statistics
 
 
 class CloverBackbone(nn.Module):
