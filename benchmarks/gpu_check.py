@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test helpers the invariant reuses (tests/model/helpers.py)
 
 from clover.api.loading import place_model  # noqa: E402
+from clover.bench.passes import pass_ms, sync, warm_compiled  # noqa: E402
 from clover.model import CloverForBlockDiffusion, preset  # noqa: E402
 from tests.model.helpers import incremental_logits, noisy  # noqa: E402
 
@@ -62,11 +63,6 @@ class Overrun(Exception):
     """A section ran past its time budget."""
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double().cpu() - b.double().cpu()).abs().max().item()
 
@@ -92,7 +88,7 @@ def _gen_blocks(model, x0, xt, prompt: int, bs: int, device) -> tuple[torch.Tens
     x0, xt = x0.to(device), xt.to(device)
     train = model.forward_train(x0, xt, bs).logits
     steps = incremental_logits(model, x0, xt, prompt, bs)
-    _sync(device)
+    sync(device)
     return train, steps
 
 
@@ -171,7 +167,7 @@ def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
                 o, S = chunk(*(t.to(device, torch.bfloat16) for t in (q, k, v)), g=g.to(device, torch.float32),
                              beta=beta.to(device, torch.float32), scale=scale,
                              initial_state=S0.to(device, torch.float32), output_final_state=True)  # fmt: skip
-            _sync(device)
+            sync(device)
             kern.update(o_max_abs_err=_err(o, ref_o), state_max_abs_err=_err(S, ref_last))
         except Exception as e:  # noqa: BLE001 - recorded; the model's own path below still runs
             kern["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -185,7 +181,7 @@ def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
         try:
             with torch.no_grad():
                 o, S = delta_rule(*args, S0.to(device, torch.float32), bounds, scale)
-            _sync(device)
+            sync(device)
             out[name] = {"o_max_abs_err": _err(o, ref_o), "state_max_abs_err": _err(S, ref_S)}
         except Exception as e:  # noqa: BLE001 - one dtype that fails leaves the other's figure
             out[name] = {"o_max_abs_err": None, "state_max_abs_err": None, "error": f"{type(e).__name__}: {e}"}
@@ -215,10 +211,10 @@ def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
     gen = torch.Generator().manual_seed(batch)
     V = model.config.vocab_size
     prompts = [torch.randint(0, V - 1, (size["prompt"],), generator=gen).tolist() for _ in range(batch)]
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     outs = engine.generate_batch(prompts, params)
-    _sync(device)
+    sync(device)
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
     passes = max(o.stats["forward_passes"] for o in outs)
@@ -246,7 +242,7 @@ def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     model = random_model(size["preset"], device, torch.bfloat16)
-    _sync(device)
+    sync(device)
     out["init_s"] = time.perf_counter() - t0
     out["params"] = model.num_parameters()["total_params"]
     gen = torch.Generator().manual_seed(0)
@@ -254,12 +250,12 @@ def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
         left()
         warm = torch.randint(0, cfg.vocab_size - 1, (1, 8 * BLOCK), generator=gen).to(device)
         model.prefill(warm, BLOCK)  # first calls: kernel compilation (Triton) and allocator warm-up
-        _sync(device)
+        sync(device)
         left()
         prompt = torch.randint(0, cfg.vocab_size - 1, (1, size["prefill_tokens"]), generator=gen).to(device)
         t0 = time.perf_counter()
         model.prefill(prompt, BLOCK)
-        _sync(device)
+        sync(device)
         wall = time.perf_counter() - t0
         out["prefill"] = {
             "tokens": size["prefill_tokens"],
@@ -290,7 +286,6 @@ def _compiled_passes(out: dict, model, device: torch.device, size: dict, left) -
     """One denoise pass at batch 1 after ``history`` tokens: eager, compiled, and compiled with CUDA
     graphs (mode "reduce-overhead"), against the time to read the weights it touches once. The dry
     run traces with backend "aot_eager" (the graphs without code generation) and skips CUDA graphs."""
-    from clover.bench.passes import pass_ms
     from clover.model.quant import weight_bytes
 
     cfg = model.config
@@ -308,13 +303,7 @@ def _compiled_passes(out: dict, model, device: torch.device, size: dict, left) -
         if mode is not None and device.type != "cuda":
             continue
         model.compile_passes(mode=mode, backend=backend)
-        t0 = time.perf_counter()
-        with torch.no_grad():  # the first calls compile: the pass kinds at two history lengths
-            for n in (history - BLOCK, history):
-                cache = model.prefill(torch.randint(1, cfg.vocab_size - 1, (1, n), device=device), BLOCK)[0]
-                model.step(cache, denoise=torch.ones(1, BLOCK, dtype=torch.long, device=device), block_size=BLOCK)
-        _sync(device)
-        out[key.replace("pass_ms", "compile_s")] = time.perf_counter() - t0
+        out[key.replace("pass_ms", "compile_s")] = warm_compiled(model, history)  # the first calls compile
         left()
         out[key] = pass_ms(model, history, reps=10)["denoise"]
         left()

@@ -21,10 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from clover.bench.decode import DEFAULT_NAME, airspace_cases, hf_twin, run_engine
+from clover.bench.passes import median_ms
 
 TYPES = ("f32", "q8_0", "q4_k")
 SIZES = (1, 8, 32)
@@ -103,16 +103,6 @@ def stock_passes(tool: Path, gguf: Path, reps: int, n_gen: int, threads: int = 1
     return {"pass_ms": {int(b): ms for b, ms in out["pass_ms"].items()}, "tokens_per_s": out["tokens_per_s"]}
 
 
-def _median_ms(fn, reps: int) -> float:
-    fn()  # warm-up
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return sorted(ts)[len(ts) // 2]
-
-
 def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
     """One denoise pass of B positions after a ``HISTORY``-token history, median ms:
     ``{"llamacpp": {B: ms}, "torch": {B: ms} or None}`` (``torch_model`` None: not timed)."""
@@ -125,11 +115,15 @@ def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
         den = torch.randint(4, vocab, (1, B), generator=g)
         cache = native.new_cache()
         native.step(cache, commit=hist, block_size=B)
-        out["llamacpp"][B] = _median_ms(lambda: native.step(cache, denoise=den, block_size=B), reps)
+        step = lambda: native.step(cache, denoise=den, block_size=B)  # noqa: E731
+        step()  # warm-up
+        out["llamacpp"][B] = median_ms(step, reps)
         if torch_model is not None:
             with torch.inference_mode():
                 tc = torch_model.prefill(hist, B)[0]
-                out["torch"][B] = _median_ms(lambda: torch_model.step(tc, denoise=den, block_size=B), reps)
+                step = lambda: torch_model.step(tc, denoise=den, block_size=B)  # noqa: E731
+                step()  # warm-up
+                out["torch"][B] = median_ms(step, reps)
     return out
 
 

@@ -16,18 +16,21 @@ import torch
 from clover.engine.engine import Engine
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _median_ms(fn, reps: int, device: torch.device) -> float:
+def median_ms(fn, reps: int, device: torch.device | None = None) -> float:
+    """Median wall time of ``fn()`` over ``reps`` calls, ms, the device synchronised around each."""
+    device = device or torch.device("cpu")
     times = []
     for _ in range(reps):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
@@ -44,16 +47,26 @@ def pass_ms(model, history: int = 96, reps: int = 30) -> dict:
 
     def fused():
         c = model.prefill(prompt, bs)[0]
-        _sync(dev)
+        sync(dev)
         t0 = time.perf_counter()
         model.step(c, commit=block, denoise=block, block_size=bs)
-        _sync(dev)
+        sync(dev)
         return time.perf_counter() - t0
 
     model.step(cache, denoise=block, block_size=bs)  # first calls (compiling, when compiled) not timed
     fused()
-    denoise = _median_ms(lambda: model.step(cache, denoise=block, block_size=bs), reps, dev)
+    denoise = median_ms(lambda: model.step(cache, denoise=block, block_size=bs), reps, dev)
     return {"denoise": denoise, "fused": 1e3 * statistics.median(fused() for _ in range(reps))}
+
+
+def warm_compiled(model, history: int = 96) -> float:
+    """The first calls of a compiled model's denoise and fused passes at two history lengths (each
+    kind compiles with the length fixed, then again with it symbolic) → seconds."""
+    bs = model.config.block_size
+    t0 = time.perf_counter()
+    pass_ms(model, history - bs, reps=1)
+    pass_ms(model, history, reps=1)
+    return time.perf_counter() - t0
 
 
 @torch.inference_mode()
