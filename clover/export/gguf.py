@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from clover.export.hf import ExportError
+from clover.export.hf import ExportError, checked_source
 from clover.model.config import ATTN, CloverConfig
-from clover.model.io import CheckpointError, load_config, resolve_dir
+from clover.model.io import CheckpointError
 
 ARCH = "clover"
 GGUF_TYPES = ("f32", "f16", "q8_0", "q4_k")
@@ -296,13 +296,7 @@ def export_gguf(model_dir: str | Path, out: str | Path, type: str = "f32") -> GG
     t0 = time.time()
     if type not in GGUF_TYPES:
         raise ExportError(f"--type {type!r}: choose one of {', '.join(GGUF_TYPES)}")
-    try:
-        src = resolve_dir(model_dir)
-        config = load_config(src)
-    except CheckpointError as e:
-        raise ExportError(str(e)) from None
-    if problems := gguf_problems(config):
-        raise ExportError(f"{src}: " + "; ".join(problems))
+    src, config = checked_source(model_dir, gguf_problems)
     try:
         model = load_model(src, "cpu", torch.float32)
     except CheckpointError as e:

@@ -85,19 +85,26 @@ def export_problems(config: CloverConfig) -> list[str]:
     return problems
 
 
+def checked_source(model_dir: str | Path, problems) -> tuple[Path, CloverConfig]:
+    """The checkpoint to export and its config, or an ExportError: an unreadable checkpoint, or what
+    ``problems(config)`` finds the target cannot take (every problem named)."""
+    try:
+        src = resolve_dir(model_dir)
+        config = load_config(src)
+    except CheckpointError as e:
+        raise ExportError(str(e)) from None
+    if found := problems(config):
+        raise ExportError(f"{src}: " + "; ".join(found))
+    return src, config
+
+
 def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 << 30) -> ExportReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) into ``out``."""
     from clover.convert.weights import copy_into
     from clover.export.card import model_card
 
     t0 = time.time()
-    try:
-        src = resolve_dir(model_dir)
-        config = load_config(src)
-    except CheckpointError as e:
-        raise ExportError(str(e)) from None
-    if problems := export_problems(config):
-        raise ExportError(f"{src}: " + "; ".join(problems))
+    src, config = checked_source(model_dir, export_problems)
     out = Path(out)
     files = copy_into(src, out, config, max_shard_bytes, True, ExportError)
     index = json.loads((out / "model.safetensors.index.json").read_text())
