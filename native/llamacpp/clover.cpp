@@ -102,6 +102,13 @@ ggml_tensor * tensor(const clover_model & m, const std::string & name, std::vect
     return t;
 }
 
+// the second dimension of a weight whose width only the file says (the feed-forward widths)
+int64_t width_of(const clover_model & m, const std::string & name) {
+    ggml_tensor * t = ggml_get_tensor(m.weights, name.c_str());
+    if (!t) throw load_error("missing tensor " + name);
+    return t->ne[1];
+}
+
 void bind_attention(clover_model & m, clover_layer & L, const std::string & p) {
     const clover_hparams & h = m.hp;
     int64_t H = h.n_embd, D = h.head_dim;
@@ -137,9 +144,7 @@ void bind_ffn(clover_model & m, clover_layer & L, const std::string & p) {
     const clover_hparams & h = m.hp;
     int64_t H = h.n_embd;
     if (h.n_expert == 0) {
-        ggml_tensor * g = ggml_get_tensor(m.weights, (p + "ffn_gate.weight").c_str());
-        if (!g) throw load_error("missing tensor " + p + "ffn_gate.weight");
-        int64_t I = g->ne[1];
+        int64_t I = width_of(m, p + "ffn_gate.weight");
         L.ffn_gate = tensor(m, p + "ffn_gate.weight", {H, I});
         L.ffn_up = tensor(m, p + "ffn_up.weight", {H, I});
         L.ffn_down = tensor(m, p + "ffn_down.weight", {I, H});
@@ -147,15 +152,11 @@ void bind_ffn(clover_model & m, clover_layer & L, const std::string & p) {
     }
     int64_t E = h.n_expert;
     L.router = tensor(m, p + "ffn_gate_inp.weight", {H, E});
-    ggml_tensor * g = ggml_get_tensor(m.weights, (p + "ffn_gate_exps.weight").c_str());
-    if (!g) throw load_error("missing tensor " + p + "ffn_gate_exps.weight");
-    int64_t I = g->ne[1];
+    int64_t I = width_of(m, p + "ffn_gate_exps.weight");
     L.gate_exps = tensor(m, p + "ffn_gate_exps.weight", {H, I, E});
     L.up_exps = tensor(m, p + "ffn_up_exps.weight", {H, I, E});
     L.down_exps = tensor(m, p + "ffn_down_exps.weight", {I, H, E});
-    ggml_tensor * s = ggml_get_tensor(m.weights, (p + "ffn_gate_shexp.weight").c_str());
-    if (!s) throw load_error("missing tensor " + p + "ffn_gate_shexp.weight");
-    int64_t S = s->ne[1];
+    int64_t S = width_of(m, p + "ffn_gate_shexp.weight");
     L.gate_sh = tensor(m, p + "ffn_gate_shexp.weight", {H, S});
     L.up_sh = tensor(m, p + "ffn_up_shexp.weight", {H, S});
     L.down_sh = tensor(m, p + "ffn_down_shexp.weight", {S, H});
