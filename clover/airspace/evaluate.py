@@ -1,6 +1,7 @@
 """Accuracy on the airspace task with the engine: tool-call exact match, replies in words,
 conversations with earlier turns and decision groups (``clover eval airspace`` prints it,
-``clover bench twin`` reuses the chats and the scoring)."""
+``clover bench twin`` reuses the chats and the scoring). The second task's evaluation
+(``clover.airspace.v2.evaluate``) runs through the same function with its own :class:`Scoring`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from clover.airspace.corpus import (
     TEXT_KINDS,
@@ -17,6 +20,7 @@ from clover.airspace.corpus import (
     load_split,
     multiturn_set,
     needs_unit_arithmetic,
+    plain_call,
     score_tool_calls,
     toolless_set,
 )
@@ -106,6 +110,31 @@ def stutters(text: str | None, ex: dict) -> bool:
     return bool(repeated_words(text) - repeated_words(answers(ex)[0].get("content")))
 
 
+def unit_arithmetic(ex: dict, message: str) -> str:
+    """A tool-call turn's length label in the first task: the message gives a length in ft or nm
+    (the call's metres are then a multiplication) or it does not."""
+    return "ft/nm to metres" if needs_unit_arithmetic(message) else "none"
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What one airspace task's evaluation draws and how it scores: ``chats(split, n, n_text,
+    n_multi, cases)`` → (tool-call turns, turns answered in words, conversations); ``calls``: calls
+    as compared (the second task reads lengths in metres); ``unit``: a tool-call turn's length
+    label; ``reply_right(text, ex)``: a reply in words or a conversation's last turn scored;
+    ``plain(split, n)``: plain-text prompts a completion continues (None: none); ``names(ex)``:
+    the (family, name) pairs a chat copies, with ``held_out(family)`` saying which families
+    training never saw."""
+
+    chats: Callable[..., tuple[list[dict], list[dict], list[dict]]]
+    calls: Callable[[list[dict]], list[dict]] = list
+    unit: Callable[[dict, str], str] = unit_arithmetic
+    reply_right: Callable[[str | None, dict], bool] = None  # type: ignore[assignment]  # set below
+    plain: Callable[[str, int], list[dict]] | None = None
+    names: Callable[[dict], list[tuple[str, str]]] | None = None
+    held_out: Callable[[str], bool] = lambda family: False
+
+
 def evaluate_airspace(
     model,
     tok,
@@ -122,6 +151,8 @@ def evaluate_airspace(
     grammar: bool = False,
     n_text: int = 0,
     n_multi: int = 0,
+    n_plain: int = 0,
+    scoring: Scoring | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
@@ -137,28 +168,36 @@ def evaluate_airspace(
 
     ``n_multi``: also that many conversations with earlier turns (``corpus.multiturn_set``: an
     agent loop's or a chat client's later request), right when the last turn's answer is (the
-    calls by exact match, a reply in words by its text)."""
+    calls by exact match, a reply in words by its text).
+
+    ``n_plain``: also that many plain-text prompts continued without the chat template (a
+    ``/v1/completions`` request), right when the continuation has words and no call (tasks whose
+    ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + ("+grammar" if grammar else "")
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    exs, texts, convs = eval_chats(split, n, n_text, n_multi, cases)
+    scoring = scoring or SCORING
+    exs, texts, convs = scoring.chats(split, n, n_text, n_multi, cases)
+    plains = scoring.plain(split, n_plain) if scoring.plain and n_plain and cases is None else []
     groups = load_groups(split, n_groups)
-    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar)
+    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains)
     t0 = time.perf_counter()
     outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
     wall = time.perf_counter() - t0
     head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
-    return {**head, **_figures(outs, exs, texts, convs, groups, label, errors, wall)}
+    return {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
 
 
-def _requests(tok, chats: list[dict], groups, params, grammar: bool) -> tuple[list[list[int]], list]:
-    """The prompts of the chats, then of the decision groups, and each one's sampling parameters:
-    with ``grammar`` a chat's are held to its tools' grammar (one per tool set, compiled once)."""
+def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = ()) -> tuple[list, list]:
+    """The prompts of the chats, the plain texts, then the decision groups, and each one's
+    sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (one per tool
+    set, compiled once)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
+    prompts += [tok.encode(p["prompt"]) for p in plains]
     prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
     plist = [params] * len(prompts)
     if grammar:
@@ -184,27 +223,33 @@ def _generate(engine, prompts: list[list[int]], plist: list, batch_size: int, la
     return outs
 
 
-def _figures(outs: list, exs, texts, convs, groups, label: str, errors: list | None, wall: float) -> dict:
-    """The scores of every answer: tool calls, replies in words, conversations, decision groups."""
-    calls = _tool_call_figures(outs[: len(exs)], exs, label, errors)
-    t_ok = _right_by(outs[len(exs) :], texts, "kind")
-    m_ok = _right_by(outs[len(exs) + len(texts) :], convs, "final_kind")  # by the last turn's kind
-    n_chats = len(exs) + len(texts) + len(convs)
+def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: float, scoring: Scoring) -> dict:
+    """The scores of every answer: tool calls, replies in words, conversations, plain texts,
+    decision groups (``sets``: the first four's chats, in the order they were asked)."""
+    exs, texts, convs, plains = sets
+    at = [0]
+    for s in sets:
+        at.append(at[-1] + len(s))
+    part = lambda i: outs[at[i] : at[i + 1]]  # noqa: E731
+    calls = _tool_call_figures(part(0), exs, label, errors, scoring)
+    t_ok = _right_by(part(1), texts, "kind", scoring.reply_right)
+    m_ok = _right_by(part(2), convs, "final_kind", scoring.reply_right)  # by the last turn's kind
+    p_ok = [plain_right(o.text) for o in part(3)]
     g_ok = [parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-            for o, g in zip(outs[n_chats:], groups)]  # fmt: skip
+            for o, g in zip(outs[at[-1] :], groups)]  # fmt: skip
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
-    right = sum(calls["right"]) + sum(map(sum, t_ok.values())) + sum(map(sum, m_ok.values())) + sum(g_ok)
-    return {
+    right = sum(calls["right"]) + sum(map(sum, t_ok.values())) + sum(map(sum, m_ok.values())) + sum(p_ok) + sum(g_ok)
+    out = {
         "n": len(exs),
         "exact_match": calls["exact_match"],
         "decision_groups": len(groups),
         "decision_group_acc": sum(g_ok) / max(1, len(g_ok)),
-        "text_turns": len(texts),  # replies in words (n_text); exact-text accuracy, overall and per kind
+        "text_turns": len(texts),  # replies in words (n_text): accuracy overall and per kind
         "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
         # replies in words that repeat a word their gold text does not ("fly fly fly")
-        "text_stutter": sum(stutters(o.text, e) for o, e in zip(outs[len(exs) :], texts)) / max(1, len(texts)),
+        "text_stutter": sum(stutters(o.text, e) for o, e in zip(part(1), texts)) / max(1, len(texts)),
         "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
         "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
         "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
@@ -214,21 +259,48 @@ def _figures(outs: list, exs, texts, convs, groups, label: str, errors: list | N
         "wall_s": wall,
         "by_kind": calls["by_kind"],
         "by_system_prompt": calls["by_system_prompt"],  # a client system message or not
-        "by_unit_arithmetic": calls["by_unit_arithmetic"],  # a length in ft or nm, or none
+        "by_unit_arithmetic": calls["by_unit_arithmetic"],  # the turn's lengths (scoring.unit)
         "fields": calls["fields"],
     }
+    if scoring.reply_right is not reply_right:  # a reply's words scored apart from its exact text
+        out["text_exact"] = sum(reply_right(o.text, e) for o, e in zip(part(1), texts)) / max(1, len(texts))
+    if scoring.plain is not None:
+        out["plain_n"], out["plain_acc"] = len(plains), sum(p_ok) / max(1, len(plains))
+    if scoring.names is not None:  # names copied exactly, in the tool-call turns and the conversations
+        out["names_copied"] = names_copied(part(0) + part(2), exs + convs, scoring)
+    return out
 
 
-def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None) -> dict:
-    """Exact match of the tool-call turns, and per message kind, system prompt, unit arithmetic
+def plain_right(text: str | None) -> bool:
+    """A plain-text continuation is right when it has words (a letter or digit) and no call markup."""
+    return bool(re.search(r"\w", text or "")) and "<tool_call>" not in (text or "")
+
+
+def names_copied(outs, exs: list[dict], scoring: Scoring) -> dict[str, float]:
+    """The share of the gold calls' names that some predicted call carries exactly, for names
+    of families training never saw (``held out``) and of the others (``trained``)."""
+    tally = {"held out": [0, 0], "trained": [0, 0]}
+    for o, e in zip(outs, exs):
+        gold = [v for c in gold_calls(e) for v in c["arguments"].values() if isinstance(v, str)]
+        said = {v for c in parse_assistant(o.text or "")[1] for v in plain_call(c)["arguments"].values()
+                if isinstance(v, str)}  # fmt: skip
+        for family, name in scoring.names(e):
+            if name in gold:
+                t = tally["held out" if scoring.held_out(family) else "trained"]
+                t[0], t[1] = t[0] + (name in said), t[1] + 1
+    return {k: r / t for k, (r, t) in tally.items() if t}
+
+
+def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, scoring: Scoring) -> dict:
+    """Exact match of the tool-call turns, and per message kind, system prompt, length unit
     and call field (``corpus.field_scores``); the failed turns are appended to ``errors``."""
     ok, kinds, systems, units, fields = [], {}, {}, {}, {}
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
-        ok.append(score_tool_calls(pred, gold))
+        ok.append(score_tool_calls(scoring.calls(pred), scoring.calls(gold)))
         message = prompt_of(e)[-1]["content"]
         has_system = "with" if e["messages"][0]["role"] == "system" else "without"
-        unit = "ft/nm to metres" if needs_unit_arithmetic(message) else "none"
+        unit = scoring.unit(e, message)
         for table, key in ((kinds, e["kind"]), (systems, has_system), (units, unit)):
             k = table.setdefault(key, [0, 0])
             k[0], k[1] = k[0] + ok[-1], k[1] + 1
@@ -248,9 +320,12 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None) -
     }
 
 
-def _right_by(outs, exs: list[dict], key: str) -> dict[str, list[bool]]:
-    """Each answer scored by ``reply_right``, grouped by the example's ``key``."""
+def _right_by(outs, exs: list[dict], key: str, right_fn=None) -> dict[str, list[bool]]:
+    """Each answer scored by ``right_fn`` (default ``reply_right``), grouped by the example's ``key``."""
     right: dict[str, list[bool]] = {}
     for o, e in zip(outs, exs):
-        right.setdefault(e[key], []).append(reply_right(o.text, e))
+        right.setdefault(e[key], []).append((right_fn or reply_right)(o.text, e))
     return right
+
+
+SCORING = Scoring(chats=eval_chats, reply_right=reply_right)  # the first task's

@@ -1,5 +1,6 @@
-"""``clover eval airspace``: the model's accuracy on the held-out splits or your own messages,
-per policy (the figures come from ``clover.airspace.evaluate``)."""
+"""``clover eval airspace|airspace2``: the model's accuracy on the held-out splits or your own
+messages, per policy (the figures come from ``clover.airspace.evaluate`` and, for the second
+task, ``clover.airspace.v2.evaluate``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ from clover.commands.common import add_device_args, device_setup, int_at_least, 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
               "fields": "field", "text_by_kind": "text reply",
-              "multiturn_by_kind": "multi-turn, last turn"}  # fmt: skip
+              "multiturn_by_kind": "multi-turn, last turn", "names_copied": "names copied"}  # fmt: skip
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     runs = _checked_settings(args)
-    cases = load_cases(args.cases) if args.cases else None
-    if cases is None and args.n == 0 and args.groups == 0 and args.text == 0 and args.multiturn == 0:
-        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0 and --multiturn 0)")
+    second = args.task == "airspace2"
+    cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
+    if cases is None and not any((args.n, args.groups, args.text, args.multiturn, args.plain * second)):
+        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0"
+                         + (", --plain 0)" if second else ")"))  # fmt: skip
+    evaluate = evaluate_airspace
+    if second:
+        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate
     if args.errors:  # fail now, not after the whole run, when the file cannot be written
         try:
             open(args.errors, "a", encoding="utf-8").close()
@@ -34,9 +40,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             model.config.check_block_size(args.block_size)
         except ValueError as e:
             raise SystemExit(f"clover eval: {e}") from None
+    _check_task(args.task, model.config)
     errors: list | None = [] if args.errors else None
+    more = {"n_plain": args.plain} if second else {}
     results = [
-        evaluate_airspace(
+        evaluate(
             model,
             tok,
             args.split,
@@ -51,6 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             grammar=g,
             n_text=args.text,
             n_multi=args.multiturn,
+            **more,
         )  # fmt: skip
         for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
         for p, t in runs
@@ -62,8 +71,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results))
     else:
-        print_results(results, f"airspace {args.cases or args.split} ({args.model or 'bundled model'})")
+        print_results(results, f"{args.task} {args.cases or args.split} ({args.model or 'bundled model'})")
     return 0
+
+
+def _cases2(path: str) -> list[dict]:
+    """Hand-written messages for the second task: the cases file read as the first task reads it,
+    offered the extraction tools (gold calls in either length form)."""
+    from clover.airspace.v2.tools import EXTRACTION_TOOLS
+
+    return [{**c, "tools": EXTRACTION_TOOLS} for c in load_cases(path)]
+
+
+def _check_task(task: str, config) -> None:
+    """One line on stderr when the model was trained for another task than the one evaluated:
+    its figures then say how it copes with tools it never saw."""
+    import sys
+
+    from clover.data.task import model_task
+
+    own = model_task(config, default=True).name
+    if own != task:
+        print(f"clover eval: note: this model was trained for {own!r}, not {task!r}", file=sys.stderr)
 
 
 def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
@@ -139,7 +168,9 @@ def register(sub) -> None:
     _count = int_at_least(0)
 
     p = sub.add_parser("eval", help="evaluate a model on a task")
-    p.add_argument("task", choices=["airspace"])
+    p.add_argument("task", choices=["airspace", "airspace2"],
+                   help="airspace: the first corpus and its metres tools; airspace2: the second corpus "
+                   "(extraction tools, held-out name families, follow-ups, plain text)")  # fmt: skip
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument(
         "--policy",
@@ -162,6 +193,8 @@ def register(sub) -> None:
     p.add_argument(
         "--multiturn", type=_count, default=100, help="conversations with earlier turns (the last turn is scored)"
     )
+    p.add_argument("--plain", type=_count, default=20,
+                   help="airspace2: plain-text prompts continued without the chat template")  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     add_device_args(p)
     p.add_argument(

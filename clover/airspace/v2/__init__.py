@@ -47,6 +47,12 @@ def _recipes() -> dict[str, type]:
     return RECIPES
 
 
+def _evaluate(*args, **kwargs) -> dict:
+    from clover.airspace.v2.evaluate import evaluate_airspace2  # deferred: the engine and torch
+
+    return evaluate_airspace2(*args, **kwargs)
+
+
 def _tokenizer(vocab_size: int = 3072, **kwargs):
     from clover.airspace.tokenizer import build_default_tokenizer
 
@@ -62,7 +68,7 @@ TASK = Task(
     world=_world,
     world_from_dict=_world_from_dict,
     execute=_execute,
-    evaluate=None,  # ``clover eval airspace`` scores the first version's corpus; see docs/training.md
+    evaluate=_evaluate,  # ``clover eval airspace2``
     recipes=_recipes,
     tokenizer=_tokenizer,
 )

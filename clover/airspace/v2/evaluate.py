@@ -1,0 +1,78 @@
+"""``clover eval airspace2``: the first task's evaluation (``clover.airspace.evaluate``) on the
+second corpus, with what that corpus adds.
+
+* Tool-call turns (one call or several) are scored by what the calls do: a length in either form
+  is read in whole metres before the exact match (``compare.in_metres_calls``), so
+  ``{"radius": 1.5, "radius_unit": "nm"}`` and ``{"radius_m": 2778}`` are the same call. Their
+  breakdown by length is by the unit the operator used (``ft``, ``nm``, ``km``, ``m`` or none).
+* Replies in words (small talk, requests no tool serves, a tool not offered, a missing argument,
+  chats offering no tools) are right when the reply has words and no call; ``text_exact`` says
+  how many are the corpus's own text.
+* Conversations are the follow-ups, whose last turn refers back to an earlier one (calls scored
+  as above).
+* ``names_copied``: the share of the gold calls' names that the answer carries exactly, for name
+  families training never saw (``held out``) and the others.
+* Plain text: a line's first words continued without the chat template, as ``/v1/completions``
+  does, right when the continuation has words.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
+from clover.airspace.v2.compare import in_metres_calls
+from clover.airspace.v2.corpus import TEXT_KINDS, load_split
+from clover.airspace.v2.names import HELDOUT_FAMILIES
+from clover.airspace.v2.tools import LENGTHS, unit_of
+
+
+def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None):
+    """``n`` tool-call turns of ``split`` (or the hand-written ``cases``), ``n_text`` replies in
+    words and ``n_multi`` follow-ups, all from one fixed draw of the split."""
+    if cases is not None:
+        return cases, [], []
+    pool = load_split(split, max(4 * n, 16 * n_text, 16 * n_multi, 50))
+    exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
+    texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text]
+    convs = [{**e, "final_kind": "follow_up"} for e in pool if e["kind"] == "follow_up"][:n_multi]
+    if min(len(exs), n) < n or len(texts) < n_text or len(convs) < n_multi:  # the draw is sized to hold them
+        raise ValueError(f"the {split} draw holds too few chats for n={n}, text={n_text}, multiturn={n_multi}")
+    return exs, texts, convs
+
+
+def length_units(ex: dict, message: str) -> str:
+    """The units a turn's gold lengths were given in (``ft``, ``nm+m``, …), or ``none``."""
+    given = [c["arguments"][LENGTHS[c["name"]][1]] for c in gold_calls(ex)
+             if c["name"] in LENGTHS and LENGTHS[c["name"]][1] in c["arguments"]]  # fmt: skip
+    units = sorted({unit_of(u) or "?" for u in given})
+    return "+".join(units) or "none"
+
+
+def reply_right2(text: str | None, ex: dict) -> bool:
+    """An answer scored: the gold calls by exact match with lengths in metres; a reply in words
+    when it has words and no call (its exact text is ``text_exact``'s business)."""
+    content, calls = parse_assistant(text or "")
+    if gold := gold_calls(ex):
+        return score_tool_calls(in_metres_calls(calls), in_metres_calls(gold))
+    return not calls and bool(re.search(r"\w", content))
+
+
+def plain_prompts(split: str, n: int) -> list[dict]:
+    """``n`` plain-text lines of ``split`` (``{"prompt", "text"}``): a log line's first words."""
+    return [e for e in load_split(split, 40 * n) if e["kind"] == "plain"][:n]
+
+
+SCORING = Scoring(
+    chats=eval_chats2,
+    calls=in_metres_calls,
+    unit=length_units,
+    reply_right=reply_right2,
+    plain=plain_prompts,
+    names=lambda ex: ex.get("names", []),
+    held_out=lambda family: family in HELDOUT_FAMILIES,
+)
+
+evaluate_airspace2 = functools.partial(evaluate_airspace, scoring=SCORING)

@@ -1,0 +1,68 @@
+"""``clover eval airspace2``: the second corpus's figures, and its scoring checked on gold answers."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from clover.airspace.corpus import answers
+from clover.airspace.evaluate import _figures
+from clover.airspace.v2.evaluate import SCORING, eval_chats2, length_units, plain_prompts, reply_right2
+from clover.data.chat import assistant_text
+
+
+def _out(text):
+    return SimpleNamespace(text=text, token_ids=[1, 2], stats={"forward_passes": 1})
+
+
+def _gold_text(ex):
+    return assistant_text(answers(ex)[0])
+
+
+def test_gold_answers_score_full_marks_and_broken_ones_do_not():
+    exs, texts, convs = eval_chats2("validation", 12, 6, 4)
+    plains = plain_prompts("validation", 3)
+    assert {e["kind"] for e in exs} <= {"tool_call", "compound"} and len(exs) == 12
+    assert len(texts) == 6 and len(convs) == 4 and all(e["kind"] == "follow_up" for e in convs)
+    gold = [_out(_gold_text(e)) for e in exs + texts + convs] + [_out(" is hovering at 59.1, 10.2.")] * 3
+    res = _figures(gold, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
+    assert res["exact_match"] == res["text_acc"] == res["text_exact"] == res["multiturn_acc"] == 1.0
+    assert res["plain_acc"] == 1.0 and set(res["names_copied"].values()) <= {1.0}
+    # every call dropped, words replaced by a call, nothing continued: nothing right
+    call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-1"}}</tool_call>'
+    bad = [_out("")] * len(exs) + [_out(call)] * len(texts) + [_out("Sure.")] * len(convs) + [_out("")] * 3
+    res = _figures(bad, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
+    assert res["exact_match"] == res["text_acc"] == res["multiturn_acc"] == res["plain_acc"] == 0.0
+    assert set(res["names_copied"].values()) <= {0.0}
+
+
+def test_a_length_in_metres_is_the_same_call_as_the_length_with_its_unit():
+    ex = {"messages": [{"role": "user", "content": "zone"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "create_no_fly_zone", "arguments": json.dumps(
+            {"zone_name": "Pier", "lat": 1.0, "lon": 2.0, "radius": 1.5, "radius_unit": "nm"})}}]}],
+        "kind": "tool_call", "tools": None, "names": [("place", "Pier")]}  # fmt: skip
+    metres = '<tool_call>{"name": "create_no_fly_zone", "arguments": {"zone_name": "Pier", "lat": 1.0, ' \
+        '"lon": 2.0, "radius_m": 2778}}</tool_call>'
+    off = metres.replace("2778", "2777")
+    res = _figures([_out(metres), _out(off)], ([ex, ex], [], [], []), [], "ar", None, 1.0, SCORING)
+    assert res["exact_match"] == 0.5 and res["by_unit_arithmetic"] == {"nm": 0.5}
+    assert length_units(ex, "") == "nm" and res["names_copied"] == {"trained": 1.0}
+
+
+def test_a_reply_in_words_has_words_and_no_call():
+    ex = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]}
+    assert reply_right2("Which drone?", ex) and not reply_right2("  ", ex) and not reply_right2(None, ex)
+    assert not reply_right2('<tool_call>{"name": "recall_drone", "arguments": {}}</tool_call>', ex)
+
+
+def test_eval_airspace2_reports_the_second_corpus_figures():
+    cmd = [sys.executable, "-m", "clover", "eval", "airspace2", "--n", "3", "--groups", "1", "--text", "2",
+           "--multiturn", "2", "--plain", "2", "--policy", "ar", "--json"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert (res["n"], res["text_turns"], res["multiturn_n"], res["plain_n"]) == (3, 2, 2, 2)
+    for k in ("exact_match", "text_acc", "text_exact", "multiturn_acc", "plain_acc", "decision_group_acc"):
+        assert 0 <= res[k] <= 1
+    assert set(res["names_copied"]) <= {"held out", "trained"} and res["tpf"] <= 1.0
+    assert all(set(k.split("+")) <= {"m", "km", "ft", "nm", "none"} for k in res["by_unit_arithmetic"])
