@@ -3,6 +3,12 @@
 Three named terms, as in BD3-LM: the *clean stream* (true tokens, block-causal history), the
 *noisy stream* (each block masked at its own rate t), and the *loss* on masked positions only,
 weighted 1/t (ELBO) or plain mean. Prompt tokens are never masked (SFT).
+
+``MaskingConfig.confidence`` (λ) adds a term for parallel decoding, the confidence-aware loss of
+LLaDA2.0 and dParallel's certainty forcing: λ times the entropy of the predicted distribution at
+the masked positions the model already predicts right (argmax = target), so that a right guess
+also becomes a sure one and a threshold policy commits it sooner. Wrong guesses get only the
+cross-entropy. Validation figures leave the term out.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ class MaskingConfig:
     weighting: str = "elbo"  # "elbo": weight 1/t; "mean": plain mean over masked tokens
     complementary: bool = True  # also train on the complement of each mask (every target seen once)
     samples: int = 1  # independent masks per sequence, all sharing one clean stream
+    confidence: float = 0.0  # λ of the entropy term on right guesses (0: plain block diffusion)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -28,6 +35,8 @@ class MaskingConfig:
             raise ValueError(f"need 0 < t_min <= t_max <= 1, got {self.t_min}, {self.t_max}")
         if self.weighting not in ("elbo", "mean"):
             raise ValueError(f"weighting must be 'elbo' or 'mean', got {self.weighting!r}")
+        if self.confidence < 0:
+            raise ValueError(f"confidence must be >= 0, got {self.confidence}")
 
 
 def sample_mask(
@@ -104,9 +113,12 @@ def noisy_blocks(batch: dict[str, torch.Tensor], block_size: int) -> dict[str, t
     }
 
 
-def block_loss(model, batch: dict[str, torch.Tensor], block_size: int, cfg: MaskingConfig, normalizer=None):
+def block_loss(
+    model, batch: dict[str, torch.Tensor], block_size: int, cfg: MaskingConfig, normalizer=None, train: bool = True
+):
     """Run the model's training call on the noisy blocks of ``batch`` and weigh the
-    cross-entropy of the masked positions (1/t or mean).
+    cross-entropy of the masked positions (1/t or mean), plus the confidence term when
+    ``cfg.confidence`` and ``train`` (validation passes ``train=False``).
 
     ``normalizer`` (the global count of target tokens × views, or of masked tokens for "mean")
     lets a data-parallel caller normalise by the whole batch; by default it is this batch's.
@@ -115,10 +127,21 @@ def block_loss(model, batch: dict[str, torch.Tensor], block_size: int, cfg: Mask
     nb = noisy_blocks(batch, block_size)
     out = model(batch["x0"], batch["valid"], nb["xt"], nb["rows"], nb["blks"], block_size, logits_at=nb["mask"])
     logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
-    ce = F.cross_entropy(logits, nb["y"][nb["mask"]], reduction="none")
+    y = nb["y"][nb["mask"]]
+    ce = F.cross_entropy(logits, y, reduction="none")
     if normalizer is None:
         normalizer = loss_normalizer(batch, cfg)
-    return (ce * nb["weight"][nb["mask"]]).sum() / normalizer, ce.detach(), out
+    loss = (ce * nb["weight"][nb["mask"]]).sum() / normalizer
+    if cfg.confidence and train:
+        loss = loss + cfg.confidence * confidence_term(logits, y) / normalizer
+    return loss, ce.detach(), out
+
+
+def confidence_term(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The summed entropy of the predictions ``logits [N, V]`` whose argmax is the target ``y``."""
+    logp = logits.log_softmax(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return (entropy * (logits.argmax(-1) == y)).sum()
 
 
 def loss_normalizer(batch: dict[str, torch.Tensor], cfg: MaskingConfig) -> float:

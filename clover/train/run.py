@@ -359,7 +359,7 @@ def validation_loss(model, batches: list[dict], cfg, tok: CloverTokenizer, devic
             b = build_batch(vb["x0"], vb["target"], vb["valid"], model.config.mask_token_id, cfg.block_size,
                             cfg.masking, torch.Generator().manual_seed(i))  # fmt: skip
             b = {k: v.to(device) for k, v in b.items()}
-            loss, ce, _ = block_loss(model, b, cfg.block_size, cfg.masking)
+            loss, ce, _ = block_loss(model, b, cfg.block_size, cfg.masking, train=False)
             tot += float(loss)
             nb = noisy_blocks(b, cfg.block_size)
             kinds.add(nb["y"][nb["mask"]], ce)  # the same masked positions, in the same order as ce

@@ -67,6 +67,37 @@ def test_block_loss_equals_the_full_forward_loss():
     assert abs(loss.item() - ref.item()) < 1e-10
 
 
+def test_the_confidence_term_is_the_entropy_of_right_guesses_and_sharpens_them():
+    from clover.train.objective import confidence_term
+
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [1.0, 1.0, 1.0]], requires_grad=True)
+    y = torch.tensor([0, 2, 1])  # right, wrong, a tie (argmax 0: wrong)
+    p = logits[0].softmax(-1)
+    assert torch.allclose(confidence_term(logits, y), -(p * p.log()).sum())
+    confidence_term(logits, y).backward()
+    assert logits.grad[1:].abs().max() == 0  # wrong guesses get no push
+    assert logits.grad[0, 0] < 0  # descending the term raises the right guess's logit
+    m = _model().double()
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 60, (2, 12), generator=g)
+    valid = torch.ones(2, 12, dtype=torch.bool)
+    target = valid.clone()
+    target[:, :4] = False
+    plain, sure = MaskingConfig(samples=1), MaskingConfig(samples=1, confidence=0.5)
+    batch = build_batch(x0, target, valid, m.config.mask_token_id, 4, plain, g)
+    base, ce, out = block_loss(m, batch, 4, plain)
+    with_term, _, _ = block_loss(m, batch, 4, sure)
+    nb_logits = out.logits.double()
+    from clover.train.objective import loss_normalizer, noisy_blocks
+
+    nb = noisy_blocks(batch, 4)
+    extra = 0.5 * confidence_term(nb_logits, nb["y"][nb["mask"]]) / loss_normalizer(batch, plain)
+    assert abs(with_term.item() - base.item() - extra.item()) < 1e-10
+    assert block_loss(m, batch, 4, sure, train=False)[0].item() == base.item()  # validation leaves it out
+    with pytest.raises(ValueError, match="confidence"):
+        MaskingConfig(confidence=-1)
+
+
 def test_loss_decreases_on_a_micro_run():
     cfg = TrainConfig(steps=60, lr=3e-3, warmup=5, block_size=4, log_every=1000, eval_every=10**9)
     tr = Trainer(_model(), copy_source(vocab=12), cfg, None)  # a small value range: learnable in 60 steps
