@@ -10,7 +10,7 @@ Nothing in the generic layers imports this package: they reach it through ``TASK
 
 from __future__ import annotations
 
-from clover.airspace.corpus import generate
+from clover.airspace.corpus import generate, load_split
 from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
@@ -51,6 +51,7 @@ TASK = Task(
     world_from_dict=World.from_request,
     execute=execute,
     evaluate=_evaluate,
+    eval_split=load_split,
     recipes=_recipes,
     tokenizer=_tokenizer,
 )

@@ -29,12 +29,15 @@ def random_model_and_tokenizer(device, dtype):
     return place_model(model, device, dtype), tok
 
 
-def airspace_cases(tokenizer, n: int) -> list[tuple[list[int], list[dict] | None]]:
-    from clover.airspace.corpus import gold_calls, load_split
+def airspace_cases(tokenizer, n: int, config=None) -> list[tuple[list[int], list[dict] | None]]:
+    """The first ``n`` tool-call turns of the test split of the model's own task (``config``'s;
+    None: the bundled model's), as (prompt ids, gold calls)."""
+    from clover.airspace.corpus import gold_calls
     from clover.data.chat import render_chat
+    from clover.data.task import model_task
 
     cases = []
-    for ex in load_split("test", max(4 * n, 64)):
+    for ex in model_task(config, default=True).eval_split("test", max(4 * n, 64)):
         gold = gold_calls(ex)
         if not gold:
             continue  # exact match is scored on tool-call turns

@@ -159,10 +159,12 @@ def decode_speed(model, tok, cases, max_tokens: int) -> dict:
 
 
 def airspace_exact(model, tok, n: int) -> float:
-    """Exact match of tool calls on the airspace test split (``n`` turns), the default policy."""
-    from clover.airspace.evaluate import evaluate_airspace
+    """Exact match of tool calls on the test split of the model's own airspace task (``n`` turns),
+    the default policy."""
+    from clover.data.task import model_task
 
-    return evaluate_airspace(model, tok, "test", n=n, n_groups=0, progress=False)["exact_match"]
+    evaluate = model_task(model.config, default=True).evaluate
+    return evaluate(model, tok, "test", n=n, n_groups=0, progress=False)["exact_match"]
 
 
 def same_tokens(a, b, tok, cases, policy: str | None, max_tokens: int) -> int:

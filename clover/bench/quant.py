@@ -61,7 +61,7 @@ def measure_quant(args) -> tuple[dict, list[list]]:
     speed_prompts, int4_group_size, no_medium)."""
     import torch
 
-    from clover.airspace.evaluate import evaluate_airspace
+    from clover.data.task import model_task
     from clover.model.quant import weight_bytes
 
     figures: dict = {"bytes": {}, "tokens_per_s": {}, "exact_match": {}, "threads": torch.get_num_threads()}
@@ -75,7 +75,7 @@ def measure_quant(args) -> tuple[dict, list[list]]:
             if which == "bundled":
                 model, tok = _bundled(prec, args.int4_group_size)
                 if cases is None:
-                    cases = airspace_cases(tok, max(args.batch, args.speed_prompts))
+                    cases = airspace_cases(tok, max(args.batch, args.speed_prompts), model.config)
             else:
                 model = _medium(prec, tok, args.int4_group_size)
             cfg = model.config.replace(quantization=None)
@@ -90,7 +90,8 @@ def measure_quant(args) -> tuple[dict, list[list]]:
             em = {}
             if which == "bundled":
                 for policy in ("ar", "threshold"):
-                    r = evaluate_airspace(model, tok, policy=policy, n=args.n, n_groups=0, progress=False)
+                    evaluate = model_task(model.config, default=True).evaluate  # the model's own task
+                    r = evaluate(model, tok, policy=policy, n=args.n, n_groups=0, progress=False)
                     em[policy] = r["exact_match"]
                 figures["exact_match"][prec] = em
             ratio = figures["bytes"][which][prec] / figures["bytes"][which]["fp32"]

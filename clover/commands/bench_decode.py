@@ -158,7 +158,10 @@ def run_decode(args: argparse.Namespace) -> int:
         model, tokenizer = random_model_and_tokenizer(device, dtype)
     else:
         model, tokenizer = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
-    cases = file_cases(args.prompts, tokenizer, args.n) if args.prompts else airspace_cases(tokenizer, args.n)
+    if args.prompts:
+        cases = file_cases(args.prompts, tokenizer, args.n)
+    else:  # the test split of the model's own task
+        cases = airspace_cases(tokenizer, args.n, model.config)
     taus, sizes = _floats(args.thresholds), sorted(_ints(args.batch_sizes))
     configs = _configs(args, taus, args.max_tokens or (64 if args.random else 160))
     run_engine(model, tokenizer, cases[:1], dataclasses.replace(configs["ar"], max_tokens=8), 1)  # warm-up

@@ -53,7 +53,8 @@ class Task:
     world_from_dict: Callable[[dict], World] | None = None
     # (world, tool name, arguments) -> the call's result (an {"error": ...} when refused)
     execute: Callable[[Any, str, Any], dict] | None = None
-    evaluate: Callable[..., dict] | None = None  # the task's evaluation: (engine, ...) -> figures
+    evaluate: Callable[..., dict] | None = None  # the task's evaluation: (model, tokenizer, ...) -> figures
+    eval_split: Callable[[str, int], list[dict]] | None = None  # (split, n) -> the split's fixed evaluation chats
     recipes: Callable[[], dict[str, type]] = field(default=lambda: {})  # training recipes by name
     tokenizer: Callable[..., Any] | None = None  # (vocab_size) -> a tokenizer trained on the corpus
 

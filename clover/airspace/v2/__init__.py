@@ -41,6 +41,12 @@ def _execute(world, name: str, arguments) -> dict:
     return execute(world, name, arguments)
 
 
+def _eval_split(split: str, n: int) -> list[dict]:
+    from clover.airspace.v2.corpus import load_split
+
+    return load_split(split, n)
+
+
 def _recipes() -> dict[str, type]:
     from clover.airspace.v2.recipes import RECIPES  # deferred: the recipes import torch
 
@@ -69,6 +75,7 @@ TASK = Task(
     world_from_dict=_world_from_dict,
     execute=_execute,
     evaluate=_evaluate,  # ``clover eval airspace2``
+    eval_split=_eval_split,
     recipes=_recipes,
     tokenizer=_tokenizer,
 )
