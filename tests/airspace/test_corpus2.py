@@ -124,3 +124,27 @@ def test_lengths_are_given_as_written(train):
                 digits = format(a["radius"], "g") if isinstance(a["radius"], float) else str(a["radius"])
                 assert digits.lstrip("0") in msg.replace(",", ""), (msg, a)
     assert seen == {"m", "km", "ft", "nm"}
+
+
+def test_conversations_whose_last_turn_stands_on_its_own():
+    import random
+
+    from clover.airspace.v2.corpus import multi_turn, multiturn_set
+
+    convs = [multi_turn(random.Random(i), "train") for i in range(300)]
+    assert {c["final_kind"] for c in convs} == {"tool_call", "compound", "no_tool", "unserved", "missing_tool",
+                                                "clarify", "no_tools"}  # fmt: skip
+    thanks = 0
+    for c in convs:
+        msgs = [m for m in c["messages"] if m["role"] != "system"]
+        answers = [m for m in msgs if m["role"] == "assistant" and m.get("weight", 1) != 0]
+        assert c["kind"] == "multi_turn" and len(answers) == 1 and msgs[-1] is answers[0]
+        assert sum(m["role"] == "user" for m in msgs) >= 2  # at least one earlier exchange
+        offered = {t["function"]["name"] for t in c["tools"] or []}
+        assert all(plain_call(tc)["name"] in offered for m in msgs for tc in m.get("tool_calls") or [])
+        assert all(not _MARKUP.search(m["content"] or "") for m in msgs if m["role"] in ("user", "assistant"))
+        thanks += c["final_kind"] == "no_tool" and "welcome" in msgs[-1]["content"].lower()
+    assert thanks > 5  # "thanks" after a history is answered in words, not with the history's call
+    a, b = multiturn_set("validation", 30), multiturn_set("validation", 30)
+    assert json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False) != json.dumps(
+        multiturn_set("test", 30), ensure_ascii=False)

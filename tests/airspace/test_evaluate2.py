@@ -23,14 +23,14 @@ def test_gold_answers_score_full_marks_and_broken_ones_do_not():
     exs, texts, convs = eval_chats2("validation", 12, 6, 4)
     plains = plain_prompts("validation", 3)
     assert {e["kind"] for e in exs} <= {"tool_call", "compound"} and len(exs) == 12
-    assert len(texts) == 6 and len(convs) == 4 and all(e["kind"] == "follow_up" for e in convs)
+    assert len(texts) == 6 and [e["kind"] for e in convs] == ["follow_up"] * 2 + ["multi_turn"] * 2
     gold = [_out(_gold_text(e)) for e in exs + texts + convs] + [_out(" is hovering at 59.1, 10.2.")] * 3
     res = _figures(gold, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
     assert res["exact_match"] == res["text_acc"] == res["text_exact"] == res["multiturn_acc"] == 1.0
     assert res["plain_acc"] == 1.0 and set(res["names_copied"].values()) <= {1.0}
-    # every call dropped, words replaced by a call, nothing continued: nothing right
-    call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-1"}}</tool_call>'
-    bad = [_out("")] * len(exs) + [_out(call)] * len(texts) + [_out("Sure.")] * len(convs) + [_out("")] * 3
+    # every call dropped, a call for no drone instead of words or the right call, nothing continued
+    call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-0"}}</tool_call>'
+    bad = [_out("")] * len(exs) + [_out(call)] * (len(texts) + len(convs)) + [_out("")] * 3
     res = _figures(bad, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
     assert res["exact_match"] == res["text_acc"] == res["multiturn_acc"] == res["plain_acc"] == 0.0
     assert set(res["names_copied"].values()) <= {0.0}

@@ -5,7 +5,10 @@ summarise, small talk, requests that no tool serves (answered in words, never wi
 tool that is not offered, a missing argument asked for in words, conversations whose last turn
 refers back to an earlier one ("bring it home", "that drone", "instead"), chats offering no tools,
 and plain text that is not a chat at all (``{"kind": "plain", "text", "prompt"}``: a completion of
-``prompt`` continues it).
+``prompt`` continues it). Outside :data:`MIX` (so the fixed splits stay as they were), recipes
+also draw conversations whose last turn does *not* refer back (``multi_turn``: thanks after a
+tool result, a new request for other drones, a request no tool serves), so that a turn after a
+history is read for what it says.
 
 Held out of train, as in the first corpus: drone numbers 800-999, the last template of every
 list and a hashed share of (template, form) pairs; and whole name families
@@ -400,6 +403,44 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
     return {"kind": kind, "tools": tools, "messages": msgs, "split": split, "novel": g.novel, "names": g.names}
 
 
+# the earlier exchanges of a ``multi_turn`` conversation (a request with its calls, results and
+# summary; calls left without results; small talk) and the kinds of its last turn
+_HISTORY_MIX = {"tool_result": 0.5, "tool_call": 0.2, "no_tool": 0.3}
+_FINAL_KINDS = ("tool_call", "compound", "no_tool", "unserved", "missing_tool", "clarify", "no_tools")
+_FINAL_MIX = {k: MIX[k] for k in _FINAL_KINDS} | {"no_tool": 0.2}  # small talk ("thanks") a fifth
+
+
+def multi_turn(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> dict:
+    """A conversation of 2-4 user turns whose last turn stands on its own: 1-3 earlier exchanges,
+    then an ``example`` of :data:`_FINAL_MIX` (a new request, small talk such as thanks, a request
+    no tool serves, ...), as an agent loop or a chat client sends it. The earlier assistant turns
+    carry ``weight: 0``; an earlier exchange that would call a tool the last turn does not offer
+    is small talk instead. ``kind`` is "multi_turn", ``final_kind`` the last turn's kind."""
+    final = example(rng, split, mix=_FINAL_MIX, pieces=pieces)
+    offered = {t["function"]["name"] for t in final["tools"] or []}
+    history: list[dict] = []
+    names = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        h = example(rng, split, mix=_HISTORY_MIX if offered else {"no_tools": 1.0}, pieces=pieces)
+        if any(c["function"]["name"] not in offered for m in h["messages"] for c in m.get("tool_calls") or []):
+            h = example(rng, split, mix={"no_tool": 1.0}, pieces=pieces)  # small talk instead
+        history += [dict(m, weight=0) if m["role"] == "assistant" else m
+                    for m in h["messages"] if m["role"] != "system"]  # fmt: skip
+        names += h["names"]
+    msgs = final["messages"]
+    head = msgs[:1] if msgs[0]["role"] == "system" else []
+    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :],
+                names=final["names"], history_names=names)  # fmt: skip
+
+
+def multiturn_set(split: str, n: int = 100) -> list[dict]:
+    """A split's fixed ``multi_turn`` conversations (outside MIX: ``load_split`` stays as it was)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {SPLITS}")
+    rng = random.Random(f"clover-corpus2-multiturn-{split}")
+    return [multi_turn(rng, split) for _ in range(n)]
+
+
 def stream(split: str, seed: int = 0, mix: dict[str, float] | None = None) -> Iterator[dict]:
     """An endless, seeded stream of examples of one split."""
     rng = random.Random(f"clover-corpus2-{split}-{seed}")
@@ -420,4 +461,5 @@ def load_split(split: str, n: int = 500) -> list[dict]:
     return generate(split, n, seed=1_000_003 + _SPLIT_SEED[split])
 
 
-__all__ = ["MIX", "SMALLTALK", "SPLITS", "TEXT_KINDS", "UNSERVED", "example", "generate", "load_split", "stream"]
+__all__ = ["MIX", "SMALLTALK", "SPLITS", "TEXT_KINDS", "UNSERVED", "example", "generate", "load_split", "multi_turn",
+           "multiturn_set", "stream"]

@@ -8,8 +8,9 @@ second corpus, with what that corpus adds.
 * Replies in words (small talk, requests no tool serves, a tool not offered, a missing argument,
   chats offering no tools) are right when the reply has words and no call; ``text_exact`` says
   how many are the corpus's own text.
-* Conversations are the follow-ups, whose last turn refers back to an earlier one (calls scored
-  as above).
+* Conversations: half follow-ups, whose last turn refers back to an earlier one, half
+  conversations whose last turn stands on its own (``corpus.multiturn_set``: thanks after a
+  tool result, a new request, ...), by the last turn's kind (calls scored as above).
 * ``names_copied``: the share of the gold calls' names that the answer carries exactly, for name
   families training never saw (``held out``) and the others.
 * Plain text: a line's first words continued without the chat template, as ``/v1/completions``
@@ -24,21 +25,24 @@ import re
 from clover.airspace.corpus import gold_calls, score_tool_calls
 from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
 from clover.airspace.v2.compare import in_metres_calls
-from clover.airspace.v2.corpus import TEXT_KINDS, load_split
+from clover.airspace.v2.corpus import TEXT_KINDS, load_split, multiturn_set
 from clover.airspace.v2.names import HELDOUT_FAMILIES
 from clover.airspace.v2.tools import LENGTHS, unit_of
 
 
 def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None):
-    """``n`` tool-call turns of ``split`` (or the hand-written ``cases``), ``n_text`` replies in
-    words and ``n_multi`` follow-ups, all from one fixed draw of the split."""
+    """``n`` tool-call turns of ``split`` (or the hand-written ``cases``) and ``n_text`` replies
+    in words from one fixed draw of the split, and ``n_multi`` conversations: half its follow-ups,
+    half ``multiturn_set``'s."""
     if cases is not None:
         return cases, [], []
-    pool = load_split(split, max(4 * n, 16 * n_text, 16 * n_multi, 50))
+    ups = n_multi // 2
+    pool = load_split(split, max(4 * n, 16 * n_text, 16 * ups, 50))
     exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
     texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text]
-    convs = [{**e, "final_kind": "follow_up"} for e in pool if e["kind"] == "follow_up"][:n_multi]
-    if min(len(exs), n) < n or len(texts) < n_text or len(convs) < n_multi:  # the draw is sized to hold them
+    convs = [{**e, "final_kind": "follow_up"} for e in pool if e["kind"] == "follow_up"][:ups]
+    convs += multiturn_set(split, n_multi - ups)
+    if len(exs) < n or len(texts) < n_text or len(convs) < n_multi:  # the draw is sized to hold them
         raise ValueError(f"the {split} draw holds too few chats for n={n}, text={n_text}, multiturn={n_multi}")
     return exs, texts, convs
 

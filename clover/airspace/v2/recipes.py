@@ -1,6 +1,7 @@
 """The second airspace recipe, ``airspace2``: the bundled model's shape and schedule fields on the
 second corpus (extraction tools, open-ended names, follow-ups, plain text; ``corpus``) with the
-first corpus's decision groups, and block sizes drawn from 1 to 64 per step (``TrainConfig.
+first corpus's decision groups and conversations whose last turn stands on its own
+(``corpus.multi_turn``), and block sizes drawn from 1 to 64 per step (``TrainConfig.
 block_size_range``) so that one model decodes at any of them."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from clover.airspace.decisions import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
 from clover.airspace.v2 import NAME
-from clover.airspace.v2.corpus import example
+from clover.airspace.v2.corpus import example, multi_turn
 from clover.data.chat import IM_END
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
@@ -35,6 +36,7 @@ class Airspace2Recipe(AirspaceRecipe):
     batch_size: int = 16
     max_len: int = 1024
     decision_frac: float = 0.15
+    conversation_frac: float = 0.12  # of the other sequences: ``multi_turn`` conversations
     curriculum_steps: int = 0
     name: ClassVar[str] = NAME
 
@@ -71,6 +73,8 @@ def airspace2_source(tok: CloverTokenizer, recipe: Airspace2Recipe, split: str =
         for _ in range(recipe.batch_size):
             if rng.random() < recipe.decision_frac:
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
+            elif rng.random() < recipe.conversation_frac:
+                ex = multi_turn(rng, split, pieces)
             else:
                 ex = example(rng, split, pieces=pieces)
             if ex["kind"] == "plain":
