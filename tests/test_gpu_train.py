@@ -21,6 +21,11 @@ def test_dry_run_trains_compares_and_leaves_at_most_8_files(tmp_path):
     d = json.loads((out / "gpu_train.json").read_text())
     assert d["dry_run"] and d["steps"] == 2 and d["val_loss"] > 0
     cmp = d["compare"]
-    assert cmp["wider"]["task"] == "airspace2" and cmp["bundled"]["task"] == "airspace"
+    from clover.data import default_model_dir
+    from clover.data.task import model_task
+    from clover.model.io import load_config
+
+    bundled_task = model_task(load_config(default_model_dir()), default=True).name
+    assert cmp["wider"]["task"] == "airspace2" and cmp["bundled"]["task"] == bundled_task
     assert set(cmp["wider"]) == {"task", "validation", "newcomer_messages", "operator_messages"}
     assert "| wider | airspace2 |" in (out / "gpu_train.txt").read_text()

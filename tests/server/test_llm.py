@@ -10,6 +10,7 @@ import pytest
 
 from clover import LLM, RequestError
 from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.data.task import model_task
 from clover.engine import Engine, SamplingParams
 
 MESSAGES = [{"role": "user", "content": "recall drone 17 and lift the no-fly zone Harbor East"}]
@@ -150,19 +151,20 @@ def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
         {"role": "assistant", "content": "D-17 is returning to base."},
     ]
     llm = LLM()
+    tools = model_task(llm.config, default=True).tools()  # the bundled model's own task's tools
     hello = [{"role": "user", "content": "hello"}]  # then the model's own reply, as a chat client sends it back
-    hello.append(llm.chat(hello, tools=AIRSPACE_TOOLS)["choices"][0]["message"])
+    hello.append(llm.chat(hello, tools=tools)["choices"][0]["message"])
     for convo, name, args in (
         (history + [{"role": "user", "content": "now check the status of drone 42"}], "get_drone_status",
          {"drone_id": "D-42"}),
         (hello + [{"role": "user", "content": "recall drone 17"}], "recall_drone", {"drone_id": "D-17"}),
     ):  # fmt: skip
         for policy in ("ar", "threshold"):
-            msg = llm.chat(convo, tools=AIRSPACE_TOOLS, policy=policy)["choices"][0]["message"]
+            msg = llm.chat(convo, tools=tools, policy=policy)["choices"][0]["message"]
             got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls") or []]
             assert got == [(name, args)], (policy, convo[-1], msg)
     thanks = history + [{"role": "user", "content": "thanks"}]
-    reply = llm.chat(thanks, tools=AIRSPACE_TOOLS, policy="ar")["choices"][0]["message"]
+    reply = llm.chat(thanks, tools=tools, policy="ar")["choices"][0]["message"]
     assert reply["content"].startswith("You're welcome") and not reply.get("tool_calls")
 
 
