@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.world import World, execute
 
 MAX_STEPS = 4
@@ -67,6 +66,13 @@ class AgentResult:
     calls: list[CallRecord] = field(default_factory=list)
 
 
+def default_tools() -> list[dict]:
+    """The tools of the bundled model's task (a remote model's are not known)."""
+    from clover.data.task import model_task
+
+    return model_task(None, default=True).tools()
+
+
 def run_agent(
     model: AgentModel,
     messages: list[dict],
@@ -76,14 +82,15 @@ def run_agent(
     on_step: Callable[[int, ModelReply, list[CallRecord]], None] | None = None,
 ) -> AgentResult:
     """Run one task: ``messages`` (OpenAI format, ending with the operator's message) against a
-    copy of ``world`` with ``tools`` (default: the six airspace tools). Each step is one model
+    copy of ``world`` with ``tools`` (default: the model's own, ``model.tools``, else the six
+    airspace tools of the bundled model's task). Each step is one model
     call; its tool calls are executed in order and their results sent back as ``tool`` messages.
     Stops when a reply has no calls, or after ``max_steps`` model calls (the last step's calls
     are executed, no further reply is asked for). ``on_step(step, reply, records)`` is called
     after each step's calls ran (a UI prints them)."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    tools = AIRSPACE_TOOLS if tools is None else tools
+    tools = tools if tools is not None else getattr(model, "tools", None) or default_tools()
     offered = {t["function"]["name"] for t in tools}
     world = world.copy()
     transcript = list(messages)
@@ -124,8 +131,10 @@ class LocalModel:
     def __init__(self, llm=None, *, policy: str | None = None, threshold: float | None = None,
                  max_tokens: int = MAX_TOKENS, threads: int | None = None, **request):  # fmt: skip
         from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
+        from clover.data.task import model_task
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
+        self.tools = model_task(self.llm.config, default=True).tools()  # the tools of the model's own task
         self.request = {"max_tokens": max_tokens, "temperature": 0, **request}
         for k, v in (("policy", policy), ("threshold", threshold)):  # unset: the engine's defaults
             if v is not None:

@@ -58,23 +58,24 @@ def task_from_example(ex: dict, seed: int | None = None) -> Task:
     return Task(prompt, ex["tools"], gold, ex["kind"], world, after, errors)
 
 
-def operator_tasks(n: int, split: str = "test") -> list[Task]:
-    """The first ``n`` operator tasks of ``split``'s fixed evaluation set (``load_split``)."""
-    return _first_tasks(n, split, lambda e: e["kind"] in TASK_KINDS, 64)
+def operator_tasks(n: int, split: str = "test", load=load_split) -> list[Task]:
+    """The first ``n`` operator tasks of ``split``'s fixed evaluation set (``load(split, size)``:
+    this corpus's ``load_split`` by default, or a task's ``eval_split``)."""
+    return _first_tasks(n, split, lambda e: e["kind"] in TASK_KINDS, 64, load)
 
 
-def zone_tasks(n: int = 20, split: str = "test") -> list[Task]:
+def zone_tasks(n: int = 20, split: str = "test", load=load_split) -> list[Task]:
     """The first ``n`` messages of ``split`` that each ask for one no-fly zone: the demo of an
     operator reading airspace messages to the map (``clover bench agent --demo``)."""
-    return _first_tasks(n, split, lambda e: e["kind"] == "tool_call" and _one_zone(e), 256)
+    return _first_tasks(n, split, lambda e: e["kind"] == "tool_call" and _one_zone(e), 256, load)
 
 
-def _first_tasks(n: int, split: str, keep, size: int) -> list[Task]:
+def _first_tasks(n: int, split: str, keep, size: int, load=load_split) -> list[Task]:
     """The tasks of the first ``n`` chats of ``split`` that ``keep`` accepts, drawing a longer
     prefix of the split (doubling from ``size``, at least 3n) until there are enough."""
     size, tasks = max(size, 3 * n), []
     while len(tasks) < n:
-        pool = load_split(split, size)
+        pool = load(split, size)
         tasks = [task_from_example(e) for e in pool if keep(e)][:n]
         if len(pool) < size or size >= 20_000:
             break

@@ -55,14 +55,16 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 def run(args: argparse.Namespace) -> int:
     from clover.airspace.tasks import operator_tasks
     from clover.api.llm import LLM
+    from clover.data.task import model_task
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     if args.n < 1:
         raise SystemExit("clover bench agent: --n must be >= 1")
     device_setup(args, "clover bench agent")
     set_threads(args.threads)
-    tasks = operator_tasks(args.n)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
+    load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
+    tasks = operator_tasks(args.n, load=load)
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD,
                      "max_steps": args.max_steps,
                      "threads": args.threads, "model": args.model or "bundled",
@@ -123,8 +125,9 @@ def _zone_demo(llm, args: argparse.Namespace) -> dict:
     """``--demo`` messages, each asking for one no-fly zone, through the loop one after another
     under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right."""
     from clover.airspace.tasks import zone_tasks
+    from clover.data.task import model_task
 
-    tasks = zone_tasks(args.demo)
+    tasks = zone_tasks(args.demo, load=model_task(llm.config, default=True).eval_split)
     out: dict = {"messages": len(tasks)}
     for name in DECODERS:
         r = run_policy(_local_model(llm, name, args.threshold), tasks, args.max_steps)

@@ -75,3 +75,29 @@ def test_zone_tasks_each_ask_for_one_no_fly_zone():
     assert len(tasks) == 20 and len({t.messages[-1]["content"] for t in tasks}) == 20
     assert all([c["name"] for c in t.gold] == ["create_no_fly_zone"] for t in tasks)
     assert all(t.gold_world != t.world and not t.gold_errors for t in tasks)  # each gold call adds its zone
+
+
+def test_the_second_task_s_tasks_run_in_the_same_world_and_the_loop_offers_a_model_its_own_tools():
+    from clover.airspace.loop import default_tools
+    from clover.airspace.tasks import zone_tasks
+    from clover.airspace.v2 import TASK
+
+    tasks = operator_tasks(60, load=TASK.eval_split) + zone_tasks(10, load=TASK.eval_split)
+    assert not any(t.gold_errors for t in tasks)
+    assert all(t.gold_world != t.world for t in tasks if any(c["name"] not in READ_ONLY for c in t.gold))
+    assert any("radius_unit" in c["arguments"] for t in tasks for c in t.gold)  # the extraction form
+    for t in tasks[:20]:
+        r = run_agent(ScriptedModel(calls_reply(t.gold), ModelReply("Done.", [], 1)), t.messages, t.world, t.tools)
+        assert task_success(t, r)
+    seen = []
+
+    class Recording(ScriptedModel):
+        def chat(self, messages, tools):
+            seen.append(tools)
+            return super().chat(messages, tools)
+
+    own = Recording(ModelReply("ok", [], 1))
+    own.tools = TASK.tools()  # a model side that says which tools it was trained with
+    run_agent(own, tasks[0].messages, tasks[0].world)
+    run_agent(Recording(ModelReply("ok", [], 1)), tasks[0].messages, tasks[0].world)  # no tools of its own
+    assert seen == [TASK.tools(), default_tools()]
