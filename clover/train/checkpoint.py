@@ -14,6 +14,7 @@ import it (deferred on purpose).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -104,7 +105,11 @@ def save_checkpoint(
 def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     """Load weights into ``model`` (must fit its config) and state into ``opt``; returns trainer
     state. Works on a plain or an FSDP2-sharded model (every rank reads the files)."""
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     fmt = checkpoint_format(model, path)
     if fmt == SHARDED:
@@ -128,11 +133,13 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
         per_param.setdefault(name, {})[k] = v
     opts = _opts(gather_to_rank0=False)  # every rank holds the full state it read
     groups = get_optimizer_state_dict(model, opt, options=opts)["param_groups"]  # parameter names per group
-    set_state_dict(
-        model,
-        opt,
-        model_state_dict=weights,
-        optim_state_dict={"state": per_param, "param_groups": groups},
-        options=opts,
-    )
+    set_model_state_dict(model, weights, options=opts)  # every weight, strictly
+    set_optimizer_state_dict(model, opt, {"state": per_param, "param_groups": groups}, options=_loose(opts))
     return state
+
+
+def _loose(opts):
+    """``opts`` for an optimizer state in which a parameter may have none: one that never had a
+    gradient (an ablation switch leaves it unused) had no state when the checkpoint was written,
+    and resumes with none, as it would have had."""
+    return dataclasses.replace(opts, strict=False)
