@@ -83,7 +83,7 @@ def run_agent(
 ) -> AgentResult:
     """Run one task: ``messages`` (OpenAI format, ending with the operator's message) against a
     copy of ``world`` with ``tools`` (default: the model's own, ``model.tools``, else the six
-    airspace tools of the bundled model's task). Each step is one model
+    tools of the bundled model's task). Each step is one model
     call; its tool calls are executed in order and their results sent back as ``tool`` messages.
     Stops when a reply has no calls, or after ``max_steps`` model calls (the last step's calls
     are executed, no further reply is asked for). ``on_step(step, reply, records)`` is called

@@ -1,4 +1,4 @@
-"""``clover tools TASK [--json]``: a task's tool set (the bundled model's is ``airspace``)."""
+"""``clover tools TASK [--json]``: a task's tool set (the bundled model's is ``airspace2``)."""
 
 from __future__ import annotations
 

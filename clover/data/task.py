@@ -64,7 +64,7 @@ class Task:
 TASKS: dict[str, str] = {"airspace": "clover.airspace", "airspace2": "clover.airspace.v2"}
 # the task the bundled model was trained for: the playground's agent mode and ``clover chat
 # --tools auto`` fall back to it for a model that names none
-DEFAULT_TASK = "airspace"
+DEFAULT_TASK = "airspace2"
 _loaded: dict[str, Task] = {}
 
 

@@ -165,7 +165,7 @@ def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
             assert got == [(name, args)], (policy, convo[-1], msg)
     thanks = history + [{"role": "user", "content": "thanks"}]
     reply = llm.chat(thanks, tools=tools, policy="ar")["choices"][0]["message"]
-    assert reply["content"].startswith("You're welcome") and not reply.get("tool_calls")
+    assert "welcome" in (reply["content"] or "").lower() and not reply.get("tool_calls")  # not the recall again
 
 
 def test_a_list_of_conversations_is_answered_as_a_batch(llm):
