@@ -89,7 +89,9 @@ def rows_of(batch: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tens
 
 
 def noisy_blocks(batch: dict[str, torch.Tensor], block_size: int) -> dict[str, torch.Tensor]:
-    """The blocks of all views that hold a masked position (the only ones with a loss).
+    """The blocks of all views that hold a masked position (the only ones with a loss); when
+    there are none, the first block with no masked position, so the training call still runs
+    the clean stream and the loss is zero.
 
     Returns rows, blks ``[N]`` (which sequence and block), xt, mask, weight ``[N, bs]`` and the
     true tokens y ``[N, bs]``: the arguments of the model's training call.
@@ -102,6 +104,8 @@ def noisy_blocks(batch: dict[str, torch.Tensor], block_size: int) -> dict[str, t
 
     mask = blocks(batch["mask"])
     v, rows, blks = mask.any(-1).nonzero(as_tuple=True)
+    if rows.numel() == 0:  # nothing masked (every answer past max_len): one block, no loss position
+        v = rows = blks = torch.zeros(1, dtype=torch.long, device=mask.device)
     y = blocks(batch["x0"][None].expand(V, -1, -1))
     return {
         "rows": rows,

@@ -106,4 +106,4 @@ def test_the_task_seam_knows_both_versions_and_a_model_names_its_own():
     cfg = type("C", (), {"extra": {"recipe": "airspace2", "task": "airspace2"}})()
     assert model_task(cfg).name == "airspace2"
     old = type("C", (), {"extra": {"recipe": "airspace"}})()
-    assert model_task(old).name == "airspace" and model_task(None, default=True).name == "airspace"
+    assert model_task(old).name == "airspace" and model_task(None, default=True).name == "airspace2"  # the bundled

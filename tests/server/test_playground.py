@@ -28,7 +28,9 @@ def test_page_is_served(live):
         assert set(POLICIES) <= set(cfg["policies"]) and cfg["policies"] == sorted(ENGINE_POLICIES)
         assert (cfg["policy"], cfg["threshold"]) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
         # a first visitor reads what the model does (the served model's task) and what to type
-        assert cfg["task"]["name"] == "airspace" and "airspace" in cfg["task"]["summary"]
+        from clover.data.task import DEFAULT_TASK
+
+        assert cfg["task"]["name"] == DEFAULT_TASK and "airspace" in cfg["task"]["summary"]
         page = r.text
         assert httpx.get(srv.url + "/favicon.ico").status_code == 404  # so the page declares none:
     assert '<link rel="icon" href="data:,">' in page

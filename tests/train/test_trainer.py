@@ -98,6 +98,19 @@ def test_the_confidence_term_is_the_entropy_of_right_guesses_and_sharpens_them()
         MaskingConfig(confidence=-1)
 
 
+def test_a_batch_with_nothing_to_predict_has_zero_loss():
+    """Every answer past max_len (a long conversation cut): no masked position; the training call
+    still runs (router statistics, one block) and the loss is 0 with a gradient path."""
+    m = _model()
+    x0 = torch.randint(0, 60, (2, 12), generator=torch.Generator().manual_seed(0))
+    valid, target = torch.ones(2, 12, dtype=torch.bool), torch.zeros(2, 12, dtype=torch.bool)
+    cfg = MaskingConfig(samples=1)
+    batch = build_batch(x0, target, valid, m.config.mask_token_id, 4, cfg, torch.Generator().manual_seed(1))
+    loss, ce, out = block_loss(m, batch, 4, cfg)
+    assert loss.item() == 0 and ce.numel() == 0 and out.router_stats is not None
+    loss.backward()
+
+
 def test_loss_decreases_on_a_micro_run():
     cfg = TrainConfig(steps=60, lr=3e-3, warmup=5, block_size=4, log_every=1000, eval_every=10**9)
     tr = Trainer(_model(), copy_source(vocab=12), cfg, None)  # a small value range: learnable in 60 steps
