@@ -129,7 +129,7 @@ class Scoring:
     chats: Callable[..., tuple[list[dict], list[dict], list[dict]]]
     calls: Callable[[list[dict]], list[dict]] = list
     unit: Callable[[dict, str], str] = unit_arithmetic
-    reply_right: Callable[[str | None, dict], bool] = None  # type: ignore[assignment]  # set below
+    reply_right: Callable[[str | None, dict], bool] = reply_right
     plain: Callable[[str, int], list[dict]] | None = None
     names: Callable[[dict], list[tuple[str, str]]] | None = None
     held_out: Callable[[str], bool] = lambda family: False
@@ -320,12 +320,12 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
     }
 
 
-def _right_by(outs, exs: list[dict], key: str, right_fn=None) -> dict[str, list[bool]]:
-    """Each answer scored by ``right_fn`` (default ``reply_right``), grouped by the example's ``key``."""
+def _right_by(outs, exs: list[dict], key: str, right_fn) -> dict[str, list[bool]]:
+    """Each answer scored by ``right_fn(text, example)``, grouped by the example's ``key``."""
     right: dict[str, list[bool]] = {}
     for o, e in zip(outs, exs):
-        right.setdefault(e[key], []).append((right_fn or reply_right)(o.text, e))
+        right.setdefault(e[key], []).append(right_fn(o.text, e))
     return right
 
 
-SCORING = Scoring(chats=eval_chats, reply_right=reply_right)  # the first task's
+SCORING = Scoring(chats=eval_chats)  # the first task's
