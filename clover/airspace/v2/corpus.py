@@ -419,18 +419,15 @@ def multi_turn(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> 
     final = example(rng, split, mix=_FINAL_MIX, pieces=pieces)
     offered = {t["function"]["name"] for t in final["tools"] or []}
     history: list[dict] = []
-    names = []
     for _ in range(rng.choice((1, 1, 2, 3))):
         h = example(rng, split, mix=_HISTORY_MIX if offered else {"no_tools": 1.0}, pieces=pieces)
         if any(c["function"]["name"] not in offered for m in h["messages"] for c in m.get("tool_calls") or []):
             h = example(rng, split, mix={"no_tool": 1.0}, pieces=pieces)  # small talk instead
         history += [dict(m, weight=0) if m["role"] == "assistant" else m
                     for m in h["messages"] if m["role"] != "system"]  # fmt: skip
-        names += h["names"]
     msgs = final["messages"]
     head = msgs[:1] if msgs[0]["role"] == "system" else []
-    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :],
-                names=final["names"], history_names=names)  # fmt: skip
+    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :])
 
 
 def multiturn_set(split: str, n: int = 100) -> list[dict]:
