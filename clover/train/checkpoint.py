@@ -134,12 +134,8 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     opts = _opts(gather_to_rank0=False)  # every rank holds the full state it read
     groups = get_optimizer_state_dict(model, opt, options=opts)["param_groups"]  # parameter names per group
     set_model_state_dict(model, weights, options=opts)  # every weight, strictly
-    set_optimizer_state_dict(model, opt, {"state": per_param, "param_groups": groups}, options=_loose(opts))
+    # not strict: a parameter that never had a gradient (an ablation switch leaves it unused) had
+    # no optimizer state when the checkpoint was written, and resumes with none
+    loose = dataclasses.replace(opts, strict=False)
+    set_optimizer_state_dict(model, opt, {"state": per_param, "param_groups": groups}, options=loose)
     return state
-
-
-def _loose(opts):
-    """``opts`` for an optimizer state in which a parameter may have none: one that never had a
-    gradient (an ablation switch leaves it unused) had no state when the checkpoint was written,
-    and resumes with none, as it would have had."""
-    return dataclasses.replace(opts, strict=False)
