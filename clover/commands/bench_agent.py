@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["default"]["s_per_task"])
     figures["per_task"] = {p: r["tasks"] for p, r in per.items()}
     if args.demo:
-        figures["demo"] = _zone_demo(llm, args)
+        figures["demo"] = _zone_demo(llm, args, load)
     kinds = sorted(figures["kinds"])
     rows = [
         [p if p == "ar" else f"default: {DEFAULT_POLICY} τ {figures['threshold']:g}", f"{100 * r['success']:.1f} %",
@@ -121,13 +121,13 @@ def _local_model(llm, name: str, threshold: float | None):
     return LocalModel(llm, policy=DEFAULT_POLICY, threshold=threshold or DEFAULT_THRESHOLD)
 
 
-def _zone_demo(llm, args: argparse.Namespace) -> dict:
+def _zone_demo(llm, args: argparse.Namespace, load) -> dict:
     """``--demo`` messages, each asking for one no-fly zone, through the loop one after another
-    under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right."""
+    under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right.
+    ``load``: the model's own task's ``eval_split``."""
     from clover.airspace.tasks import zone_tasks
-    from clover.data.task import model_task
 
-    tasks = zone_tasks(args.demo, load=model_task(llm.config, default=True).eval_split)
+    tasks = zone_tasks(args.demo, load=load)
     out: dict = {"messages": len(tasks)}
     for name in DECODERS:
         r = run_policy(_local_model(llm, name, args.threshold), tasks, args.max_steps)
