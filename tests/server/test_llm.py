@@ -129,7 +129,7 @@ def test_the_bundled_model_calls_tools_in_process():
 
 def test_the_bundled_model_answers_a_plain_chat_without_tools():
     """What a new OpenAI user sends first (no tools, no system message): a greeting back, and an
-    action declined in words, not a call nor garbled text (stage 16 trained on chats like this)."""
+    action declined in words, not a call nor garbled text (the corpus has chats without tools)."""
     llm = LLM()
     hello = llm.chat([{"role": "user", "content": "hello"}])["choices"][0]
     assert hello["message"]["content"].startswith("Hello! I can create and lift no-fly zones")
@@ -140,8 +140,8 @@ def test_the_bundled_model_answers_a_plain_chat_without_tools():
 
 def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
     """An agent loop's second request (history: a call, its result, the summary) and a chat
-    client's after small talk: the new turn's call, not the history's (stage 17 trained on
-    conversations; before it every training chat had one user turn and these came out garbled)."""
+    client's after small talk: the new turn's call, not the history's; and thanks after a result
+    answered in words, not with the history's call again."""
     call = lambda name, args: {"id": "call_0", "type": "function",  # noqa: E731
                                "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
     history = [

@@ -3,11 +3,11 @@ the operator gave them, a number and a unit, converted to metres by the world in
 corpus (``corpus``) of open-ended names held out by family, requests no tool serves, questions
 for a missing argument, follow-ups that refer back, plain text, and wider phrasing.
 
-This is the bundled model's task (lineage stage 18), and the one a model that names none falls
-back to; a model trained with a recipe of this package records ``airspace2`` in its config
-(``clover.data.task.model_task`` reads it), and one trained on the first version (``clover.
-airspace``, the metres tools) records ``airspace``. World, agent loop and tasks are shared: the
-world runs both argument forms.
+This is the bundled model's task, and the one a model that names none falls back to; a model
+trained with a recipe of this package records ``airspace2`` in its config (``clover.data.task.
+model_task`` reads it), and one trained on the first version (``clover.airspace``, the metres
+tools) records ``airspace``. World, agent loop and tasks are shared: the world runs both argument
+forms.
 """
 
 from __future__ import annotations
