@@ -26,9 +26,11 @@ from clover.airspace.corpus import (
 )
 from clover.airspace.decisions import load_groups
 from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.v2.tools import drone_key
 from clover.api.structured import tools_grammar
 from clover.data.chat import is_answer, parse_assistant, render_chat
 from clover.data.decisions import decision_messages, parse_joint
+from clover.engine.grounding import SpanIndex, number_written, source_of, source_texts
 
 
 def prompt_of(ex: dict) -> list[dict]:
@@ -148,7 +150,7 @@ def evaluate_airspace(
     progress: bool = True,
     errors: list | None = None,
     cases: list[dict] | None = None,
-    grammar: bool = False,
+    grammar: bool | str = False,
     n_text: int = 0,
     n_multi: int = 0,
     n_plain: int = 0,
@@ -164,7 +166,10 @@ def evaluate_airspace(
 
     ``grammar``: the tool-call turns decode under the tool-call grammar of their tools, as the
     server decodes a chat with ``tools`` (``tool_choice: auto``: free text, and a call the model
-    opens held to the offered names and their parameter schemas).
+    opens held to the offered names and their parameter schemas), ``x-grounded`` arguments copied
+    from the conversation; ``"ungrounded"``: the grammar without grounding. ``ungrounded_args``
+    counts the predicted grounded arguments whose value is not in their source, under any decoding
+    (without grounding: how often the model alone invents one).
 
     ``n_multi``: also that many conversations with earlier turns (``corpus.multiturn_set``: an
     agent loop's or a chat client's later request), right when the last turn's answer is (the
@@ -177,7 +182,7 @@ def evaluate_airspace(
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
-    label = policy + ("+grammar" if grammar else "")
+    label = policy + {False: "", True: "+grammar", "ungrounded": "+grammar-ungrounded"}[grammar]
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
     scoring = scoring or SCORING
     exs, texts, convs = scoring.chats(split, n, n_text, n_multi, cases)
@@ -206,7 +211,10 @@ def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: lis
             key = json.dumps(e["tools"], sort_keys=True)
             if key not in grammars:
                 grammars[key] = tools_grammar(e["tools"])
-            plist[i] = dataclasses.replace(params, grammar=grammars[key])
+            g = grammars[key]
+            if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
+                g = g.with_sources(source_texts(prompt_of(e)))
+            plist[i] = dataclasses.replace(params, grammar=g)
     return prompts, plist
 
 
@@ -295,8 +303,11 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
     """Exact match of the tool-call turns, and per message kind, system prompt, length unit
     and call field (``corpus.field_scores``); the failed turns are appended to ``errors``."""
     ok, kinds, systems, units, fields = [], {}, {}, {}, {}
+    grounded_args = ungrounded = 0
     for o, e in zip(outs, exs):
         pred, gold = parse_assistant(o.text or "")[1], gold_calls(e)
+        n, bad = ungrounded_args(pred, e["tools"], source_texts(prompt_of(e)))
+        grounded_args, ungrounded = grounded_args + n, ungrounded + bad
         ok.append(score_tool_calls(scoring.calls(pred), scoring.calls(gold)))
         message = prompt_of(e)[-1]["content"]
         has_system = "with" if e["messages"][0]["role"] == "system" else "without"
@@ -304,7 +315,7 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
         for table, key in ((kinds, e["kind"]), (systems, has_system), (units, unit)):
             k = table.setdefault(key, [0, 0])
             k[0], k[1] = k[0] + ok[-1], k[1] + 1
-        for f, (right, total) in field_scores(pred, gold).items():
+        for f, (right, total) in field_scores(_world_ids(pred), _world_ids(gold)).items():
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
@@ -317,7 +328,41 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
         "by_system_prompt": {k: r / t for k, (r, t) in sorted(systems.items())},
         "by_unit_arithmetic": {k: r / t for k, (r, t) in sorted(units.items())},
         "fields": {f: r / t for f, (r, t) in sorted(fields.items(), key=lambda kv: kv[1][0] / kv[1][1])},
+        "grounded_args": grounded_args,
+        "ungrounded_args": ungrounded,
     }
+
+
+def _world_ids(calls: list[dict]) -> list[dict]:
+    """Calls with their drone ids as the world reads them ("drone 17" is ``D-17``)."""
+    out = []
+    for c in map(plain_call, calls):
+        args = c["arguments"]
+        if isinstance(args, dict) and "drone_id" in args:
+            c = {**c, "arguments": {**args, "drone_id": drone_key(args["drone_id"])}}
+        out.append(c)
+    return out
+
+
+def ungrounded_args(calls: list[dict], tools: list[dict] | None, sources: dict[str, str]) -> tuple[int, int]:
+    """(grounded arguments in ``calls``, those whose value is not in their source): a string that
+    is no span of it, a number not written in it (``clover.engine.grounding``'s rules)."""
+    props = {t["function"]["name"]: (t["function"].get("parameters") or {}).get("properties") or {}
+             for t in tools or []}  # fmt: skip
+    spans: dict[str, SpanIndex] = {}
+    n = bad = 0
+    for c in calls:
+        args = c.get("arguments")
+        for k, v in (args.items() if isinstance(args, dict) else ()):
+            src = source_of((props.get(c.get("name")) or {}).get(k, {}).get("x-grounded", False))
+            if src is None:
+                continue
+            text = sources.get(src, "")
+            if src not in spans:
+                spans[src] = SpanIndex(text)
+            n += 1
+            bad += not (spans[src].contains(v) if isinstance(v, str) else number_written(v, text))
+    return n, bad
 
 
 def _right_by(outs, exs: list[dict], key: str, right_fn) -> dict[str, list[bool]]:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from clover.airspace.phrasing import drone_number, zone_name
 from clover.airspace.tools import MISSION_TYPES, tool_by_name
-from clover.airspace.v2.tools import extraction_tool, in_metres, uses_units, with_unit_names
+from clover.airspace.v2.tools import drone_key, extraction_tool, in_metres, uses_units, with_unit_names
 from clover.data.task import StateTooLarge
 
 STATES = ("en route", "hovering", "on the ground", "returning to base", "charging", "holding")  # the corpus's states
@@ -462,6 +462,8 @@ def execute(world: World, name: str, arguments) -> dict:
         spec = tool_by_name(name)
     except KeyError:
         return {"error": f"unknown tool {name!r}"}
+    if isinstance(arguments, dict) and isinstance(arguments.get("drone_id"), str):  # as written: "drone 17"
+        arguments = {**arguments, "drone_id": drone_key(arguments["drone_id"])}
     if uses_units(name, arguments):  # a length as given (the extraction tools): converted here, in code
         schema = extraction_tool(name)["function"]["parameters"]
         args, problem = check_arguments(schema, with_unit_names(name, arguments))

@@ -38,6 +38,7 @@ from clover.data.chat import (
 )
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar
+from clover.engine.grounding import source_texts
 
 
 @dataclass
@@ -110,6 +111,8 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         grammar = tools_grammar(tools, names, prefill, req.parallel_tool_calls is not False)
     if choice == "none":
         tools = None
+    if grammar is not None and req.grounded is not False:  # x-grounded values: copied from this conversation
+        grammar = grammar.with_sources(source_texts(chat_messages(req)))
     text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
@@ -241,9 +244,14 @@ def prepare_completions(req: CompletionRequest, tokenizer, limits: Limits) -> li
         raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
                           "send stream: false", "echo")  # fmt: skip
     grammar, _ = request_grammar(req)
-    preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in completion_prompts(req, tokenizer, limits)]
-    for p in preps:
-        with_grammar(p, grammar)
+    prompts = completion_prompts(req, tokenizer, limits)
+    preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in prompts]
+    for p, ids in zip(preps, prompts):
+        if grammar is not None and req.grounded is not False:  # x-grounded values: copied from the prompt
+            text = tokenizer.decode(ids)
+            with_grammar(p, grammar.with_sources({"user": text, "conversation": text}))
+        else:
+            with_grammar(p, grammar)
     return preps
 
 

@@ -61,6 +61,7 @@ class ResponsesRequest(Decoding):
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     metadata: dict | None = None
+    grounded: bool | None = None  # Clover's: false decodes x-grounded properties as plain ones
 
 
 def _id(prefix: str) -> str:
@@ -180,6 +181,7 @@ def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
         "max_completion_tokens": req.max_output_tokens, "response_format": _response_format(req.text),
         "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None, **decoding_values(req),
+        "grounded": req.grounded,
     }  # fmt: skip
     try:
         return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None})

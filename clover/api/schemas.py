@@ -103,6 +103,8 @@ class Sampling(Decoding):
     regex: str | None = None
     json_schema: dict | bool | str | None = None
     ebnf: str | None = None
+    # Clover's: false decodes x-grounded properties as plain ones (docs/grounding.md)
+    grounded: bool | None = None
 
 
 class ChatRequest(Sampling):

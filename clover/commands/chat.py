@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from rich.console import Console
 from rich.live import Live
@@ -17,6 +18,7 @@ from clover.commands.common import (
     offered_tools,
     take_model_positional,
 )
+from clover.engine.grounding import source_texts
 from clover.engine.outputs import Finished, StepEvent, TextDelta
 
 MASK_GLYPH = "·"
@@ -95,7 +97,9 @@ def run_chat(model, tokenizer, params, tools=None, system=None, console=None) ->
         view = BlockView(tokenizer, len(prompt), bs)
         try:
             with Live(view.render(), console=console, refresh_per_second=30) as live:
-                for ev in engine.stream(prompt, params):
+                turn = params if params.grammar is None else replace(
+                    params, grammar=params.grammar.with_sources(source_texts(messages)))  # fmt: skip
+                for ev in engine.stream(prompt, turn):
                     view.update(ev)
                     live.update(view.render())
             if not console.is_terminal:

@@ -61,7 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             n_multi=args.multiturn,
             **more,
         )  # fmt: skip
-        for g in ([False, True] if args.grammar == "both" else [args.grammar == "on"])
+        for g in {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
         for p, t in runs
     ]
     _add_aup(results)
@@ -199,10 +199,11 @@ def register(sub) -> None:
     add_device_args(p)
     p.add_argument(
         "--grammar",
-        choices=["off", "on", "both"],
-        default="off",
-        help="decode the tool-call turns under the tool-call grammar of their tools, as the server does "
-        "(off: the model alone; both: each policy both ways)",
+        choices=["on", "off", "both", "ungrounded"],
+        default="on",
+        help="on (default): decode the tool-call turns as the server does, under the tool-call grammar of their "
+        "tools with x-grounded arguments copied from the conversation; off: the model alone; both: each policy "
+        "both ways; ungrounded: the grammar without grounding",
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")

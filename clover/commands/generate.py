@@ -13,6 +13,7 @@ from clover.commands.common import add_decoding_args, count, decoding_setup, enc
 def cmd_generate(args: argparse.Namespace) -> int:
     from clover.api.structured import tools_grammar
     from clover.engine import Engine, Finished, TextDelta
+    from clover.engine.grounding import source_texts
 
     text = args.prompt
     if text == "-":  # the prompt from stdin, as `echo hi | clover generate -`
@@ -34,6 +35,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         params.grammar = _text_grammar(args.regex, args.choice)
     elif args.chat:
         params.grammar = tools_grammar(offered_tools(args, model))
+        if params.grammar is not None:  # x-grounded arguments: copied from the message
+            params.grammar = params.grammar.with_sources(source_texts(messages))
     engine = Engine(model, tokenizer)
     out = None
     try:

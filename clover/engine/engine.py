@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 
 import torch
 
@@ -189,14 +190,18 @@ class Engine:
             stop_ids=batch.stop_ids,
         )  # fmt: skip
         commit, edit, sure = torch.zeros_like(cand), torch.zeros_like(cand), torch.zeros_like(cand)
+        grows = torch.zeros_like(cand)  # rows whose policy extends a run where a position is sure
         for policy, rows in batch.policies:
             commit |= rows & policy.commit(view)
             if (e := policy.edit(view)) is not None:
                 edit |= rows & e
             if constrained:
                 sure |= rows & policy.extends(view)
+                grows |= rows & policy.extends(replace(view, conf=torch.ones_like(view.conf)))
         for r, req in constrained:
-            commit[r], edit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r]), False
+            tau = float(batch.threshold[r]) if req.params.greedy and bool(grows[r].any()) else None
+            commit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r], logits[r], tau)
+            edit[r] = False
         return self._step_events(batch, batch.apply(ch, commit, edit))
 
     @staticmethod
@@ -215,19 +220,34 @@ class Engine:
                 logits[torch.tensor(rows)[:, None], torch.tensor(ids)[None, :]] = -float("inf")
 
     @staticmethod
-    def _grammar_commit(req: Request, cand: torch.Tensor, tok: torch.Tensor, sure: torch.Tensor) -> torch.Tensor:
+    def _grammar_commit(
+        req: Request, cand: torch.Tensor, tok: torch.Tensor, sure: torch.Tensor, logits: torch.Tensor,
+        tau: float | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """A constrained request commits left to right: the leftmost open position (its token is
         allowed by construction), then each next one while its policy calls it sure
         (``Policy.extends``: p >= τ; never for ``ar``) and its token continues the grammar. So
-        constrained output keeps the block's parallelism wherever the model is sure and grammatical."""
+        constrained output keeps the block's parallelism wherever the model is sure and grammatical.
+
+        ``tau`` (greedy rows whose policy extends runs): a next position the model is not sure of
+        on its own is scored against the tokens the grammar allows there, given the run before it
+        (``allowed_confidence``); where the best of them has p >= τ among them it is committed (so
+        a copied span, whose continuation the grammar all but forces, goes on in one pass).
+        ``tok`` is updated in place with the tokens so chosen."""
         out = torch.zeros_like(cand)
         c, t, s = cand.tolist(), tok.tolist(), sure.tolist()
         if True not in c:
             return out
         state, g, first = req.gstate, req.grammar, c.index(True)
         for q in range(first, len(c)):
-            if not c[q] or (q > first and not s[q]):
+            if not c[q]:
                 break
+            if q > first and not (s[q] and g.step(state, t[q]) is not None):
+                best = allowed_confidence(g, state, logits[q], tau) if tau is not None else None
+                if best is None:
+                    break
+                t[q] = best
+                tok[q] = best
             nxt = g.step(state, t[q])
             if nxt is None:
                 if q == first and t[q] in g.eos:  # a dead end (no token continues the text): it ends here
@@ -343,3 +363,16 @@ class Engine:
             self.totals["requests"] += 1
             self.totals["tokens"] += out.stats["tokens"]
             self.totals["forward_passes"] += out.stats["forward_passes"]
+
+
+def allowed_confidence(grammar, state, logits: torch.Tensor, tau: float) -> int | None:
+    """The most likely token among those ``grammar`` (a ``TokenGrammar``) allows after ``state``,
+    if its probability renormalised over them (``logits [V]``) is at least ``tau``; else None."""
+    ids = grammar.allowed(state) or grammar.eos
+    if not ids:
+        return None
+    if len(ids) == 1:
+        return ids[0]
+    p = torch.softmax(logits[torch.tensor(ids, device=logits.device)].float(), dim=0)
+    best = int(p.argmax())
+    return ids[best] if float(p[best]) >= tau else None

@@ -18,6 +18,7 @@ beginning of a full match.
 from __future__ import annotations
 
 import codecs
+import copy
 import json
 import time
 from fractions import Fraction
@@ -25,6 +26,7 @@ from functools import lru_cache
 
 import regex
 
+from clover.engine.grounding import SpanIndex, written_numbers
 from clover.engine.json_schema import MAX_NUMBER_DIGITS, GrammarError, Schemas, offset_nodes, str_body
 
 __all__ = [
@@ -165,6 +167,13 @@ def _string_step(esc: int, b: int) -> int | None:
 #         ("lstr", lo, hi, count, esc)         inside a string with length bounds only (count: characters)
 #         ("fnum", bounds, typed)              inside a number with bounds (no exponent)
 #         ("inum", bounds, typed)              the same for an integer (no point either)
+#         ("gstr", node, key, lo, hi, depth, esc, hexbuf, typed)
+#                                              inside a grounded string: the source's span starts
+#                                              [lo, hi) (SpanIndex ``key``) all begin with the depth
+#                                              bytes decoded so far; esc 0 plain, 1 after a
+#                                              backslash, 2-5 inside \uXXXX (hexbuf its digits);
+#                                              typed: the raw text, kept where a pattern or length
+#                                              bound must be checked too
 class Grammar:
     def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = (),
                  ws: frozenset = WS, max_ws: int = MAX_WS):  # fmt: skip
@@ -175,7 +184,90 @@ class Grammar:
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.timed = bool(self.regexes) or any("pattern" in n or "format" in n for n in self.nodes)  # budgeted
         self.advance = lru_cache(maxsize=65536)(self._advance)
-        self.allowed_cache: dict = {}  # (token table, eos ids, state) -> allowed ids, shared by requests
+        self.allowed_cache: dict = {}  # (token table, eos ids, dead nodes, state) -> allowed ids, shared by requests
+        # grounding (``with_sources``): the request's span indexes and written numbers by source
+        self.grounded = [i for i, n in enumerate(self.nodes) if "grounded" in n]
+        self.spans: dict[str, SpanIndex] | None = None
+        self.by_key: dict[int, SpanIndex] = {}
+        self.numbers: dict[str, tuple[bytes, ...]] = {}
+        self.dead: frozenset[int] = frozenset()  # nodes no value can satisfy under these sources
+        self._options: dict[int, tuple] = {}
+
+    def with_sources(self, texts: dict[str, str]) -> Grammar:
+        """This grammar with its ``x-grounded`` values drawn from ``texts`` (``{"user": ...,
+        "conversation": ...}``, ``grounding.source_texts``): a copy for one request, sharing the
+        allowed-token cache of states that do not depend on the sources. Itself when no property
+        is grounded. A tool whose required grounded argument has no possible value cannot be
+        called (the model answers in words instead)."""
+        if not self.grounded:
+            return self
+        g = copy.copy(self)
+        g.advance = lru_cache(maxsize=65536)(g._advance)
+        wanted = {self.nodes[i]["grounded"] for i in self.grounded}
+        g.spans = {k: SpanIndex(texts.get(k, "")) for k in wanted}
+        g.by_key = {ix.key: ix for ix in g.spans.values()}
+        g.numbers = {k: written_numbers(texts.get(k, "")) for k in wanted}
+        g._options = {}
+        g.dead = g._dead_nodes()
+        return g
+
+    def _dead_nodes(self) -> frozenset[int]:
+        """Nodes no value can satisfy: a grounded one with nothing to copy (and no other kind of
+        value), an object with such a required property, an array that needs such items."""
+        dead: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for i, n in enumerate(self.nodes):
+                if i in dead:
+                    continue
+                if "grounded" in n:
+                    other = n["kinds"] - {"string", "number", "integer"}
+                    ok = other or self._grounded_strings(i) or self._grounded_numbers(i)
+                else:
+                    ok = not ("props" in n and any(n["props"][k] in dead for k in n.get("required", ())))
+                    ok = ok and not (n.get("min_items", 0) > 0 and n.get("items") in dead)
+                if not ok:
+                    dead.add(i)
+                    changed = True
+        return frozenset(dead)
+
+    def _grounded_strings(self, nid: int):
+        """A grounded string node's possible values: its enum's options that are spans (a tuple),
+        or the span index (falsy when empty); () when it is not a string."""
+        node = self.nodes[nid]
+        if "str_enum" in node:
+            if nid not in self._options:
+                ix = self.spans[node["grounded"]]
+                self._options[nid] = tuple(o for o in node["str_enum"] if ix.contains(json.loads(b'"' + o + b'"')))
+            return self._options[nid]
+        return self.spans[node["grounded"]] if "string" in node["kinds"] else ()
+
+    def _grounded_numbers(self, nid: int) -> tuple[bytes, ...]:
+        """A grounded number node's possible values, as JSON literals: written numbers (either
+        sign) that are integers where it must be one, within its bounds, among its enum's values."""
+        node = self.nodes[nid]
+        key = -1 - nid
+        if key not in self._options:
+            nums = ()
+            if node["kinds"] & {"number", "integer"} or "literals" in node:
+                nums = self.numbers[node["grounded"]]
+                if "number" not in node["kinds"] and "integer" in node["kinds"]:
+                    nums = tuple(x for x in nums if b"." not in x)
+                if "num_bounds" in node:
+                    nums = tuple(x for x in nums if _number_reachable(("fnum", node["num_bounds"], x), whole=True))
+                if "literals" in node:
+                    vals = {Fraction(v.decode()) for v in node["literals"] if v[:1] in _NUM_START}
+                    nums = tuple(x for x in nums if Fraction(x.decode()) in vals)
+            self._options[key] = nums
+        return self._options[key]
+
+    def _alive(self, cont: tuple) -> bool:
+        return not any(f[0] == "val" and f[1] in self.dead for f in cont)
+
+    def _callable(self, table: int) -> bool:
+        """Some tool of the table can still be called (its arguments have possible values)."""
+        return not self.dead or any(self._alive(cont) for _, cont in self.tables[table])
 
     # whole-text helpers
     def accepts(self, text: str | bytes) -> bool:
@@ -245,7 +337,7 @@ class Grammar:
         if kind == "alt":
             table = self.tables[f[1]]
             typed = f[2] + bytes([b])
-            hits = [(lit, cont) for lit, cont in table if lit.startswith(typed)]
+            hits = [(lit, c) for lit, c in table if lit.startswith(typed) and (not self.dead or self._alive(c))]
             if not hits:
                 return None
             exact = [
@@ -258,14 +350,18 @@ class Grammar:
             trig, m = f[1], f[2]
             m = m + 1 if trig[m] == b else int(trig[0] == b)
             if m == len(trig):  # a call starts: the call grammar, then free text again
+                if not self._callable(0):
+                    return None  # no tool can be called with what the conversation holds: words only
                 return (*rest, ("free", trig, 0, f[3]), ("alt", 0, b""), ("lit", f[3], 0))
             return (*rest, ("free", trig, m, f[3]))
+        if kind == "gstr":
+            return self._grounded_string(f, rest, b)
         if kind == "re":
             g = ("re", f[1], f[2] + bytes([b]))
             return (*rest, g) if self._regex_matches(g, partial=True) else None
         if kind == "more":
             sep = f[2]
-            if sep[0] != b:
+            if sep[0] != b or not self._callable(f[1]):
                 return None
             return (*rest, f, ("alt", f[1], b""), *([("lit", sep, 1)] if len(sep) > 1 else []))
         return None
@@ -285,6 +381,8 @@ class Grammar:
     def _value(self, nid: int, rest, b):
         node = self.nodes[nid]
         kinds = node["kinds"]
+        if self.spans is not None and "grounded" in node and (b in _NUM_START or b == ord('"')):
+            return self._grounded_value(nid, rest, b)
         if "literals" in node and any(o[0] == b for o in node["literals"]):
             return (*rest, ("lits", node["literals"], bytes([b])))
         if b == ord("{") and "object" in kinds:
@@ -312,14 +410,76 @@ class Grammar:
             return (*rest, ("lit", b"null", 1))
         return None
 
+    def _grounded_value(self, nid: int, rest, b):
+        """The first byte of a grounded value: a written number, or a string copied from a span."""
+        node = self.nodes[nid]
+        if b in _NUM_START:
+            opts = self._grounded_numbers(nid)
+            return (*rest, ("lits", opts, bytes([b]))) if any(o[0] == b for o in opts) else None
+        if "string" not in node["kinds"]:
+            return None
+        if "str_enum" in node:
+            opts = self._grounded_strings(nid)
+            return (*rest, ("str", opts, b"", 0)) if opts else None
+        ix = self.spans[node["grounded"]]
+        return (*rest, ("gstr", nid, ix.key, 0, len(ix), 0, 0, "", b"")) if len(ix) else None
+
+    def _grounded_string(self, f, rest, b):
+        """A byte inside a grounded string: what it decodes to must continue one of the spans."""
+        _, nid, key, lo, hi, depth, esc, hexbuf, typed = f
+        ix, node = self.by_key[key], self.nodes[nid]
+        checked = bool({"pattern", "format", "min_len", "max_len"} & node.keys())
+        if esc == 0 and b == ord('"'):
+            if not ix.can_end(lo, hi, depth) or checked and not self._pattern_ok(nid, typed, partial=False):
+                return None
+            return rest
+        decoded = b""
+        if esc == 0:
+            if b < 0x20:
+                return None
+            if b == ord("\\"):
+                esc = 1
+            else:
+                decoded = bytes([b])
+        elif esc == 1:
+            if b == ord("u"):
+                esc, hexbuf = 2, ""
+            elif b in _ESC:
+                esc, decoded = 0, json.loads(b'"\\' + bytes([b]) + b'"').encode()
+            else:
+                return None
+        else:  # \uXXXX: the digits must spell a character that continues a span (no surrogates)
+            if b not in _HEX:
+                return None
+            hexbuf += chr(b).lower()
+            chars = ix.next_chars(lo, hi, depth)
+            nexts = [format(c, "04x") for c in chars if c <= 0xFFFF and not 0xD800 <= c <= 0xDFFF]
+            if not any(h.startswith(hexbuf) for h in nexts):
+                return None
+            esc += 1
+            if esc == 6:
+                esc, decoded = 0, chr(int(hexbuf, 16)).encode()
+        for c in decoded:
+            r = ix.narrow(lo, hi, depth, c)
+            if r is None:
+                return None
+            (lo, hi), depth = r, depth + 1
+        if esc == 1 and depth >= max(ix.limit[s] - s for s in ix.starts[lo:hi]):
+            return None  # a backslash with nothing left to copy
+        if checked:
+            typed += bytes([b])
+            if not self._pattern_ok(nid, typed, partial=True):
+                return None
+        return (*rest, ("gstr", nid, key, lo, hi, depth, esc, hexbuf if esc >= 2 else "", typed))
+
     def _string(self, f, rest, b):
         is_key = f[0] == "key"
         if is_key:
-            node = self.nodes[f[1]]
+            node, dead = self.nodes[f[1]], self.dead
             options = (
                 None
                 if node.get("extra") is not None
-                else tuple(str_body(k) for k in node.get("props", {}) if k not in f[2])
+                else tuple(str_body(k) for k, v in node.get("props", {}).items() if k not in f[2] and v not in dead)
             )
             typed, esc = f[3], f[4]
         else:
@@ -399,7 +559,7 @@ class Grammar:
         _, nid, seen, phase, key = f
         node = self.nodes[nid]
         props, extra = node.get("props", {}), node.get("extra")
-        can_key = extra is not None or any(k not in seen for k in props)
+        can_key = extra is not None or any(k not in seen and v not in self.dead for k, v in props.items())
         can_close = node.get("required", frozenset()) <= seen
         if phase in ("open", "next") and b == ord('"') and can_key:
             return (*rest, ("obj", nid, seen, "key", None), ("key", nid, seen, b"", 0))
@@ -564,7 +724,7 @@ class TokenGrammar:
     def allowed(self, state) -> list[int]:
         """Token ids that may come next (EOS ids where the text may end)."""
         cache = self.g.allowed_cache
-        key = (id(self.t), tuple(self.eos), state)
+        key = (id(self.t), tuple(self.eos), self.g.dead, state)
         if key not in cache:
             if len(cache) >= 16384:
                 cache.clear()

@@ -11,9 +11,10 @@ JSON Schema's, in the ``regex`` module's syntax), a string's ``minLength`` / ``m
 characters, an escape counting as the one it stands for), ``minimum`` / ``maximum`` /
 ``exclusiveMinimum`` / ``exclusiveMaximum`` on integers and numbers (bounded numbers are written
 without an exponent), a string's ``format`` among date, time, date-time, uuid, email and ipv4
-(``FORMATS``). Ignored (not enforced): other formats, ``multipleOf``. ``lenient``: a part that
-cannot be compiled admits any value (tool schemas in the wild; a pattern that does not compile is
-then ignored) instead of raising ``GrammarError``.
+(``FORMATS``), and Clover's ``x-grounded`` on a string or number (the value copied from the
+request's own text: ``clover.engine.grounding``). Ignored (not enforced): other formats,
+``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in
+the wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def clean_schema(s, at: str = "#", depth: int = 0):
             ok = isinstance(v, str) or isinstance(v, list) and all(isinstance(t, str) for t in v)
         elif k == "required":
             ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        elif k == "x-grounded":  # Clover's keyword (docs/grounding.md)
+            ok = v is True or v is False or v in ("user", "conversation")
         elif k in _COUNTS:
             ok = (isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()) and v >= 0
         elif k in _MAPS and (ok := isinstance(v, dict)):
@@ -91,6 +94,9 @@ def clean_schema(s, at: str = "#", depth: int = 0):
             v = [clean_schema(x, f"{where}/{j}", depth + 1) if x is not True else {} for j, x in enumerate(v)]
         elif k in _ONE:
             v = clean_schema(v, where, depth + 1)
+        if not ok and k == "x-grounded":
+            raise GrammarError(f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid 'x-grounded' "
+                               "(true, false, \"user\" or \"conversation\")")  # fmt: skip
         if not ok:
             raise GrammarError(f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid {k!r}")
         out[k] = v
@@ -142,6 +148,9 @@ class Schemas:
             node = {"kinds": set(KINDS), "any": True}
         if node.get("any"):  # any value: objects of any keys and arrays of any items, recursively
             node.update(props={}, required=frozenset(), extra=idx, items=idx, min_items=0, max_items=None)
+        grounded = s.get("x-grounded") if isinstance(s, dict) else None
+        if grounded and not node.get("any") and (node["kinds"] & _GROUNDABLE or {"str_enum", "literals"} & node.keys()):
+            node["grounded"] = "user" if grounded is True else grounded  # a copy from the request's own text
         self.nodes[idx] = node
         return idx
 
@@ -292,6 +301,7 @@ class Schemas:
 
 
 _STRING_KEYS = ("pattern", "format", "min_len", "max_len")
+_GROUNDABLE = frozenset(("string", "number", "integer"))
 _NUMBER_KEYS = ("num_bounds",)
 
 

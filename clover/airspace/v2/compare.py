@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from clover.airspace.corpus import plain_call, score_tool_calls
 from clover.airspace.v2.corpus import load_split
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, in_metres, uses_units, with_unit_names
+from clover.airspace.v2.tools import EXTRACTION_TOOLS, drone_key, in_metres, uses_units, with_unit_names
 from clover.data.task import model_task
 
 if TYPE_CHECKING:
@@ -29,11 +29,14 @@ SCORED_KINDS = ("tool_call", "compound", "follow_up", "unserved", "clarify", "no
 
 
 def in_metres_calls(calls: list[dict]) -> list[dict]:
-    """Calls (either form) as ``{"name", "arguments"}`` with lengths in metres; a length that cannot
-    be read is left as it is (and so matches nothing)."""
+    """Calls (either form) as ``{"name", "arguments"}`` as the world reads them: lengths in metres,
+    drone ids ``D-<n>`` ("drone 17" and "D-17" are the same drone); a length that cannot be read
+    is left as it is (and so matches nothing)."""
     out = []
     for c in map(plain_call, calls):
         args = c["arguments"]
+        if isinstance(args, dict) and "drone_id" in args:
+            args = {**args, "drone_id": drone_key(args["drone_id"])}
         if uses_units(c["name"], args):
             try:
                 metres, _ = in_metres(c["name"], with_unit_names(c["name"], args))

@@ -14,8 +14,10 @@ Held out of train, as in the first corpus: drone numbers 800-999, the last templ
 list and a hashed share of (template, form) pairs; and whole name families
 (``names.HELDOUT_FAMILIES``). ``example["names"]`` lists the (family, name) pairs a chat uses.
 Gold arguments: lengths as a number and its unit (``tools.EXTRACTION_TOOLS``), times ``HH:MM``,
-ids ``D-<n>``, coordinates with their digits, names and targets exactly as written (without the
-quotes or brackets around them).
+coordinates with their digits, names, targets and drone ids exactly as written ("drone 17",
+"UAV-17"; without the quotes or brackets around a name, without the ``#`` of "#17"). Greetings and
+thanks with operations words in them ("morning, quiet shift so far?") are answered in words
+(:func:`greeting`, drawn by the recipe outside MIX).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from clover.airspace.phrasing import (
     coord_surface,
     drone_forms,
     drone_number,
-    drone_surface,
     system_prompt,
 )
 from clover.airspace.tools import MISSION_TYPES
@@ -58,7 +59,7 @@ from clover.airspace.v2.phrasing import (
     style,
     time_surface2,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.v2.tools import EXTRACTION_TOOLS, drone_key
 
 SPLITS = ("train", "validation", "test")
 MIX = {"tool_call": 0.25, "compound": 0.2, "tool_result": 0.1, "no_tool": 0.05, "unserved": 0.07,
@@ -82,6 +83,18 @@ class Gen(Ctx):
         n, fam = names.name(self.rng, self.split, target, self.pieces)
         self.names.append((fam, n))
         return n
+
+
+def drone_surface(g: Gen, tid: str) -> tuple[str, str]:
+    """A drone as the message writes it, and its gold: the same text (the world reads it)."""
+    n = drone_number(g.rng, g.split)
+    text = g.form(tid, drone_forms(n))[1]
+    return text, text
+
+
+def world_args(args: dict) -> dict:
+    """A gold call's arguments as the world echoes them (drone ids ``D-<n>``)."""
+    return {**args, "drone_id": drone_key(args["drone_id"])} if "drone_id" in args else args
 
 
 # -- actions: gen -> (pieces, [(tool, arguments)]) ----------------------------------------------
@@ -171,7 +184,7 @@ def act_many(g: Gen, n: int) -> Action:
     ds = ("drones " if not items[0].startswith(("D", "d")) else "") + ds
     t = {"recall_drone": ["recall {ds}", "everyone back: {ds}", "RTB {ds}", "bring {ds} home"],
          "get_drone_status": ["status of {ds}?", "quick check on {ds}", "how are {ds} doing?"]}[tool]  # fmt: skip
-    return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": f"D-{x}"}) for x in nums]
+    return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": item.lstrip("#")}) for item in items]
 
 
 ACTIONS = [act_create, act_lift, act_waypoint, act_mission, act_recall, act_status]
@@ -216,6 +229,7 @@ def clarify_message(g: Gen) -> tuple[str, str]:
     rng = g.rng
     what = rng.choice(["radius", "unit", "centre", "coords", "target", "drone_recall", "drone_status", "zone"])
     d_txt, d = drone_surface(g, "clarify")
+    d = drone_key(d)
     if what in ("radius", "unit", "centre"):
         zone, where = g.name(), coord_surface(g, "clarify")[0]
         r_txt, r, _ = length_surface(g, "clarify")
@@ -276,7 +290,7 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
     name, args = calls[0]
     history = [{"role": "user", "content": style(rng, first)}, _turn(calls)]
     if rng.random() < 0.7:  # the calls ran: results and a summary
-        res, summary = tool_result(rng, name, args)
+        res, summary = tool_result(rng, name, world_args(args))
         history += [{"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res, ensure_ascii=False)},
                     {"role": "assistant", "content": summary}]  # fmt: skip
     if name == "create_no_fly_zone":
@@ -292,7 +306,7 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
         n2 = drone_number(rng, g.split)
         d2 = rng.choice(drone_forms(n2))[1]
         text = rng.choice([f"same for {d2}", f"now do {d2} too", f"and {d2} as well"])
-        return history, [(name, {**args, "drone_id": f"D-{n2}"})], text
+        return history, [(name, {**args, "drone_id": d2})], text
     if k < 0.85:
         mt, noun, verb = _mission_words(g)
         target = g.name(target=True)
@@ -336,6 +350,50 @@ def plain_text(g: Gen) -> dict:
     return {"kind": "plain", "text": text, "prompt": " ".join(words[:k]), "tools": None, "messages": []}
 
 
+# -- greetings and thanks with operations words in them ------------------------------------------
+# fmt: off
+_HELLO = ("Hello! Ready when you are: I can create and lift no-fly zones, update waypoints, assign missions, "
+          "recall drones and check their status.")
+_FINE = "Doing well, thanks! Tell me what you need: no-fly zones, waypoints, missions, recalls or drone status."
+_THANKS = "You're welcome."
+GREETINGS = (
+    ("hi there", _HELLO), ("Morning! Quiet shift so far, how are you doing?", _FINE),
+    ("hey, just came on shift", _HELLO), ("good evening, I'm taking over the night shift", _HELLO),
+    ("hello, ready for today's missions?", _HELLO), ("morning team, drones look ready today", _HELLO),
+    ("hi! how's it going?", _FINE), ("good morning, operator here", _HELLO), ("hey clover, how are you?", _FINE),
+    ("evening. anything I should know before the shift?", _HELLO), ("hiya", _HELLO),
+    ("good afternoon, starting the flight ops shift", _HELLO), ("morning! how are you today?", _FINE),
+    ("hello there, new operator on the desk", _HELLO), ("hey! all good on your side?", _FINE),
+    ("thanks, that zone is exactly what I needed", _THANKS), ("thanks!", _THANKS), ("perfect, thank you", _THANKS),
+    ("great work on the recall, thanks", _THANKS), ("cheers, the waypoint looks right", _THANKS),
+    ("thank you, mission confirmed on my side", _THANKS), ("nice, thanks a lot", _THANKS),
+    ("ok great, thanks for the status", _THANKS), ("thx", _THANKS), ("appreciated, thanks", _THANKS),
+    ("thanks, that's all for now", _THANKS), ("awesome, thank you!", _THANKS), ("ty", _THANKS),
+)
+# fmt: on
+
+
+def greeting(rng: random.Random, split: str) -> dict:
+    """A greeting or thanks that names operations without asking for one ("hi there", "morning,
+    quiet shift so far?", "thanks, that zone is what I needed"), answered in words with no call;
+    thanks come after a tool exchange half of the time. Split by index, as small talk is."""
+    text, answer = rng.choice(_pool(GREETINGS, split))
+    text = text + rng.choice(["", "", "!", "."]) if text[-1].isalnum() else text
+    msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    if answer == _THANKS and rng.random() < 0.5:
+        earlier = example(rng, split, mix={"tool_result": 1.0})
+        msgs = [dict(m, weight=0) if m["role"] == "assistant" else m
+                for m in earlier["messages"] if m["role"] != "system"] + msgs  # fmt: skip
+    return {"kind": "greeting", "tools": EXTRACTION_TOOLS, "messages": msgs, "split": split, "novel": False,
+            "names": []}  # fmt: skip
+
+
+def greeting_set(split: str, n: int = 40) -> list[dict]:
+    """A split's fixed greetings and thanks (outside MIX)."""
+    rng = random.Random(f"clover-corpus2-greeting-{split}")
+    return [greeting(rng, split) for _ in range(n)]
+
+
 # -- examples -----------------------------------------------------------------------------------
 def _turn(calls: list[tuple[str, dict]]) -> dict:
     return {"role": "assistant", "content": "", "tool_calls": [_call(i, n, a) for i, (n, a) in enumerate(calls)]}
@@ -366,7 +424,7 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
         msgs, tools = [user(text), _turn(calls)], tools_for(rng, {c[0] for c in calls})
     elif kind == "tool_result":
         text, calls = actions(g, rng.choice([1, 1, 2]))
-        results = [tool_result(rng, n, a) for n, a in calls]
+        results = [tool_result(rng, n, world_args(a)) for n, a in calls]
         msgs = [user(text), _turn(calls)]
         msgs += [{"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
                  for i, (r, _) in enumerate(results)]  # fmt: skip

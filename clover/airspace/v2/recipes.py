@@ -15,7 +15,7 @@ import torch
 from clover.airspace.decisions import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
 from clover.airspace.v2 import NAME
-from clover.airspace.v2.corpus import example, multi_turn
+from clover.airspace.v2.corpus import example, greeting, multi_turn
 from clover.data.chat import IM_END
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
@@ -37,6 +37,7 @@ class Airspace2Recipe(AirspaceRecipe):
     max_len: int = 1024
     decision_frac: float = 0.15
     conversation_frac: float = 0.12  # of the other sequences: ``multi_turn`` conversations
+    greeting_frac: float = 0.04  # of the rest: greetings and thanks with operations words (``corpus.greeting``)
     curriculum_steps: int = 0
     name: ClassVar[str] = NAME
 
@@ -75,6 +76,8 @@ def airspace2_source(tok: CloverTokenizer, recipe: Airspace2Recipe, split: str =
                 ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
             elif rng.random() < recipe.conversation_frac:
                 ex = multi_turn(rng, split, pieces)
+            elif recipe.greeting_frac and rng.random() < recipe.greeting_frac:
+                ex = greeting(rng, split)
             else:
                 ex = example(rng, split, pieces=pieces)
             if ex["kind"] == "plain":

@@ -18,6 +18,7 @@ from clients that send it.
 from __future__ import annotations
 
 import copy
+import re
 from decimal import ROUND_HALF_UP, Decimal
 
 from clover.airspace.tools import AIRSPACE_TOOLS
@@ -51,6 +52,36 @@ def length_m(value: float | int | str, unit: str) -> int:
     return int((x * UNITS[u]).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
+_DIGITS = re.compile(r"\d+")
+# the arguments copied from the conversation, and from where (``x-grounded``)
+GROUNDED = {"zone_name": "conversation", "drone_id": "conversation", "target": "user", "lat": "user", "lon": "user",
+            "radius": "user", "altitude": "user", "waypoint_index": "user"}  # fmt: skip
+_DRONE_AS_WRITTEN = {
+    "type": "string",
+    "description": "The drone as the operator wrote it, e.g. 'drone 17', 'UAV-17', 'd17' or 'D-17'.",
+}
+
+
+def drone_key(text):
+    """A drone as written ("drone 948", "UAV-948", "#948", "d948") as the world's id ``D-948``: the
+    last number in it. Text without digits (or not a string) is returned as it is."""
+    if not isinstance(text, str):
+        return text
+    found = _DIGITS.findall(text)
+    return f"D-{int(found[-1])}" if found else text
+
+
+def _grounded(tool: dict) -> dict:
+    """Drone ids as written, and ``x-grounded`` on every argument copied from the conversation."""
+    props = tool["function"]["parameters"]["properties"]
+    if "drone_id" in props:
+        props["drone_id"] = dict(_DRONE_AS_WRITTEN)
+    for k, v in props.items():
+        if k in GROUNDED:
+            v["x-grounded"] = GROUNDED[k]
+    return tool
+
+
 def _with_units(tool: dict) -> dict:
     t = copy.deepcopy(tool)
     fn = t["function"]
@@ -81,7 +112,7 @@ def _with_units(tool: dict) -> dict:
     return t
 
 
-EXTRACTION_TOOLS: list[dict] = [_with_units(t) for t in AIRSPACE_TOOLS]
+EXTRACTION_TOOLS: list[dict] = [_grounded(_with_units(t)) for t in AIRSPACE_TOOLS]
 
 
 def extraction_tool(name: str) -> dict:

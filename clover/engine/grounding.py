@@ -1,0 +1,176 @@
+"""Grounded arguments: the values a property marked ``x-grounded`` may take, read from a request's
+own text (``clover.engine.grammar`` enforces them byte by byte; docs/grounding.md).
+
+A **string** is a span of the source: it starts where a word starts and ends where a word ends
+(a word: letters, digits, ``_`` and combining marks; each Han, kana or Thai character is a word of
+its own, since those scripts put no spaces between words; a final ``.`` is kept after a one-letter
+abbreviation such as "p.m."), and holds no quote mark, bracket, tab or line break. So "Area 51."
+gives "Area 51", and "“Lima-5”" gives "Lima-5". Copied text is JSON-escaped as any string is.
+
+A **number** is one written in the source, as written: a run of digits with an optional
+decimal part, with thousands separators dropped ("2,300" is 2300) and leading zeros dropped
+("007" is 7, as JSON writes numbers). The sign is the model's: "45.2 S" or "minus 3" may be
+written -45.2 or -3, so both signs of every written number are allowed.
+
+:class:`SpanIndex` keeps the source's span starts sorted by the text that follows them, so the
+starts whose text begins with what has been copied so far are one contiguous range: a byte
+narrows it by two binary searches, and a grammar state stays a small tuple (cached and hashed
+like any other).
+"""
+
+from __future__ import annotations
+
+import itertools
+import unicodedata
+from bisect import bisect_left, bisect_right
+from fractions import Fraction
+
+import regex
+
+SOURCES = ("user", "conversation")  # x-grounded values (true means "user")
+MAX_SPAN_BYTES = 512  # a copied span is at most this long (its text is sorted on at most this much)
+MAX_SOURCE_CHARS = 1_000_000
+# no span crosses these: quote marks, brackets, tabs and line breaks (a name's own quotes stay outside it)
+BARRIERS = frozenset('"“”„«»\n\r\t()[]{}<>')
+_NUMBER = regex.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+_keys = itertools.count(1)
+# Han, kana, Thai, Lao, Khmer, Myanmar: scripts without spaces between words
+_SCRIPT_WORDS = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F),
+                 (0x0E00, 0x0EFF), (0x1780, 0x17FF), (0x1000, 0x109F))  # fmt: skip
+
+
+def _script_word(ch: str) -> bool:
+    """A character that is a word by itself: Han, kana, Thai, Lao, Khmer, Myanmar."""
+    o = ord(ch)
+    return any(a <= o <= b for a, b in _SCRIPT_WORDS)
+
+
+def _kind(ch: str) -> str:
+    """'c' a word by itself, 'w' part of a word, 'o' anything else."""
+    if _script_word(ch):
+        return "c"
+    if ch.isalnum() or ch == "_" or unicodedata.category(ch).startswith("M"):
+        return "w"
+    return "o"
+
+
+class SpanIndex:
+    """The spans of one source text a grounded string may copy (see the module docstring).
+
+    ``starts``: byte offsets where a span may start, sorted by the bytes that follow (up to the
+    next barrier, at most ``MAX_SPAN_BYTES``); ``limit[s]``: where that text ends; ``ends``: a flag
+    per byte offset, 1 where a span may end. ``key``: unique per index, so grammar states built on
+    different sources never meet in a shared cache."""
+
+    def __init__(self, text: str):
+        if len(text) > MAX_SOURCE_CHARS:
+            text = text[:MAX_SOURCE_CHARS]
+        self.text = text
+        self.data = data = text.encode()
+        self.key = next(_keys)
+        offsets, pos = [], 0
+        for ch in text:
+            offsets.append(pos)
+            pos += len(ch.encode())
+        offsets.append(pos)
+        kinds = [_kind(ch) for ch in text]
+        self.ends = bytearray(len(data) + 1)
+        starts, limit, seg_end = [], {}, len(data)
+        for i in range(len(text) - 1, -1, -1):  # backwards: the next barrier is known at each start
+            ch, k = text[i], kinds[i]
+            if ch in BARRIERS:
+                seg_end = offsets[i]
+                continue
+            nxt = kinds[i + 1] if i + 1 < len(text) else "o"
+            prev = kinds[i - 1] if i > 0 else "o"
+            if k == "c" or k == "w" and nxt != "w":
+                self.ends[offsets[i + 1]] = 1
+            elif ch == "." and i >= 2 and kinds[i - 1] == "w" and text[i - 2] == "." and nxt != "w":
+                self.ends[offsets[i + 1]] = 1  # "p.m.", "U.S."
+            if k == "c" or k == "w" and prev != "w":
+                starts.append(offsets[i])
+                limit[offsets[i]] = min(seg_end, offsets[i] + MAX_SPAN_BYTES)
+        self.limit = limit
+        self.starts = sorted(starts, key=lambda s: data[s : limit[s]])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def _byte(self, s: int, depth: int) -> int:
+        """The byte ``depth`` into the text after start ``s``, or -1 past its end (sorts first)."""
+        p = s + depth
+        return self.data[p] if p < self.limit[s] else -1
+
+    def narrow(self, lo: int, hi: int, depth: int, byte: int) -> tuple[int, int] | None:
+        """The starts among ``starts[lo:hi]`` (all sharing ``depth`` bytes) whose next byte is ``byte``."""
+        key = lambda s: self._byte(s, depth)  # noqa: E731
+        a = bisect_left(self.starts, byte, lo, hi, key=key)
+        b = bisect_right(self.starts, byte, a, hi, key=key)
+        return (a, b) if a < b else None
+
+    def can_end(self, lo: int, hi: int, depth: int) -> bool:
+        """Some start in the range has a span exactly ``depth`` bytes long."""
+        return depth > 0 and any(self.ends[s + depth] for s in itertools.islice(self.starts, lo, hi))
+
+    def next_chars(self, lo: int, hi: int, depth: int) -> set[int]:
+        """Code points that may come next in the range (for ``\\uXXXX`` escapes)."""
+        out = set()
+        for s in itertools.islice(self.starts, lo, hi):
+            p = s + depth
+            if p < self.limit[s]:
+                n = 1 if self.data[p] < 0xC0 else 2 if self.data[p] < 0xE0 else 3 if self.data[p] < 0xF0 else 4
+                out.add(ord(self.data[p : p + n].decode(errors="replace")[0]))
+        return out
+
+    def contains(self, value: str) -> bool:
+        """``value`` is a span of the source (the slow, obvious check: tests and ``ungrounded_args``)."""
+        v = value.encode()
+        return any(
+            self.data.startswith(v, s) and s + len(v) <= self.limit[s] and self.ends[s + len(v)] for s in self.starts
+        ) if v else False  # fmt: skip
+
+
+def written_numbers(text: str) -> tuple[bytes, ...]:
+    """The numbers written in ``text`` as JSON writes them, each with both signs (sorted)."""
+    out = set()
+    for m in _NUMBER.finditer(text):
+        whole, frac = m.group(1), m.group(2) or ""
+        for w in {whole.replace(",", ""), *(whole.split(",") if "," in whole else ())}:
+            w = w.lstrip("0") or "0"
+            lit = w + frac
+            out.add(lit)
+            if Fraction(lit) != 0:
+                out.add("-" + lit)
+    return tuple(sorted(x.encode() for x in out))
+
+
+def number_written(value, text: str) -> bool:
+    """A JSON number ``value`` is one of the numbers written in ``text`` (either sign): for tests
+    and ``ungrounded_args``, on the parsed value (1.50 and 1.5 are the same number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return any(Fraction(x.decode()) == Fraction(str(value)) for x in written_numbers(text))
+
+
+def source_texts(messages: list[dict]) -> dict[str, str]:
+    """The texts grounded values are copied from: ``user`` (the user turns) and ``conversation``
+    (user, tool, system and developer messages), one message per line."""
+    parts: dict[str, list[str]] = {"user": [], "conversation": []}
+    for m in messages:
+        role = m.get("role")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: their text
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            content = "\n".join(t for t in texts if isinstance(t, str))
+        if not isinstance(content, str) or not content:
+            continue
+        if role == "user":
+            parts["user"].append(content)
+        if role in ("user", "tool", "system", "developer", "function"):
+            parts["conversation"].append(content)
+    return {k: "\n".join(v) for k, v in parts.items()}
+
+
+def source_of(value) -> str | None:
+    """The source an ``x-grounded`` value names (``True`` is ``"user"``), or None for ``False``."""
+    return "user" if value is True else None if value is False else value
