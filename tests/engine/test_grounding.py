@@ -1,0 +1,174 @@
+"""Grounded arguments (``x-grounded``): the span index against a brute-force reading of its rule,
+the grammar's grounded frames (strings, numbers, escapes, enums, patterns, empty sources), and
+decoding under grounding."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from clover.data.tokenizer import CloverTokenizer
+from clover.engine.grammar import GrammarError, TokenGrammar, TokenTable, json_grammar, tool_call_grammar
+from clover.engine.grounding import BARRIERS, MAX_SPAN_BYTES, SpanIndex, number_written, source_texts, written_numbers
+from clover.engine.json_schema import clean_schema
+
+BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
+
+
+@pytest.fixture(scope="module")
+def bundled_tokenizer():
+    return CloverTokenizer.load(BUNDLED)
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def brute_spans(text: str) -> set[str]:
+    """Every span the module docstring's rule allows, by enumeration (ASCII and Latin text: no
+    script without spaces, no combining marks)."""
+    out = set()
+    n = len(text)
+    for i in range(n):
+        if not _word(text[i]) or i > 0 and _word(text[i - 1]):
+            continue
+        for j in range(i + 1, n + 1):
+            span = text[i:j]
+            if any(ch in BARRIERS for ch in span) or len(span.encode()) > MAX_SPAN_BYTES:
+                break
+            last = text[j - 1]
+            word_end = _word(last) and (j == n or not _word(text[j]))
+            after_ok = j == n or not _word(text[j])
+            abbrev = last == "." and j >= 3 and _word(text[j - 2]) and text[j - 3] == "." and after_ok
+            if word_end or abbrev:
+                out.add(span)
+    return out
+
+
+TEXTS = [
+    'create zone "Lima-5" at 45.2 S, radius 2,300 metres from 6 p.m. until 23:00',
+    "NFZ [Outer Dam] / 12.5N 3.25W / 4900-foot\nrecall UAV-941 and #901 (now)",
+    "Zone name: Zürich Nord, Position 47.4 N 8.5 E; lift «Área 51» please",
+    "a b  c\tdd_e f.g.h. x",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_span_index_agrees_with_brute_force(text):
+    ix = SpanIndex(text)
+    spans = brute_spans(text)
+    subs = {text[i:j] for i in range(len(text)) for j in range(i + 1, len(text) + 1)}
+    for s in subs:
+        assert ix.contains(s) == (s in spans), s
+    # the grammar's byte-by-byte walk accepts exactly the same strings
+    g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": text})
+    for s in list(subs)[:400] + sorted(spans):
+        assert g.accepts(json.dumps(s, ensure_ascii=False)) == (s in spans), s
+
+
+def test_random_texts_agree_with_brute_force():
+    rng = random.Random(0)
+    alphabet = "ab A1.-, \n\"()'_"
+    for _ in range(60):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 18)))
+        g = json_grammar({"type": "string", "x-grounded": "user"}).with_sources({"user": text})
+        spans = brute_spans(text)
+        for i in range(len(text)):
+            for j in range(i + 1, len(text) + 1):
+                s = text[i:j]
+                assert g.accepts(json.dumps(s)) == (s in spans), (text, s)
+
+
+def test_escapes_both_ways_and_utf8_never_split():
+    text = 'path C:\\temp\\x and Zürich/Nord — 東京タワー'
+    g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": text})
+    assert g.accepts(json.dumps("C:\\temp\\x"))  # backslashes escaped
+    assert g.accepts('"Z\\u00fcrich/Nord"') and g.accepts('"Zürich\\/Nord"')  # \u and \/ escapes decode
+    assert g.accepts(json.dumps("Zürich/Nord", ensure_ascii=False))
+    assert g.accepts('"東京"') and g.accepts('"タワー"') and g.accepts('"京タ"')  # each Han/kana char a word
+    assert not g.accepts('"Z\\u00fdrich"')  # the escape spells another character
+    partial = '"Z' + "ü".encode()[:1].decode("latin-1")  # half of ü: cannot end there
+    assert g.advance(g.start_state, partial.encode("latin-1") + b'"') is None
+    assert g.advance(g.start_state, b'"Z\\u00') is not None  # hex digits that may still spell ü
+    assert g.advance(g.start_state, b'"Z\\u01') is None
+
+
+def test_numbers_as_written():
+    assert written_numbers("2,300 metres at 007 and 45.20 S, wp3") == tuple(
+        sorted(x.encode() for x in ["2300", "-2300", "2", "-2", "300", "-300", "7", "-7", "45.20", "-45.20", "3", "-3"])
+    )
+    schema = {"type": "object", "properties": {"lat": {"type": "number", "x-grounded": True},
+              "wp": {"type": "integer", "minimum": 1, "x-grounded": True}}, "required": ["lat"]}  # fmt: skip
+    g = json_grammar(schema).with_sources({"user": "move wp3 to 45.20 S, 12 E"})
+    assert g.accepts('{"lat": -45.20}') and g.accepts('{"lat": 45.20}') and g.accepts('{"lat": 12, "wp": 3}')
+    assert not g.accepts('{"lat": 45.2}')  # as written: 45.20
+    assert not g.accepts('{"lat": 46}') and not g.accepts('{"lat": 12, "wp": -3}')  # bounds still hold
+    assert not g.accepts('{"lat": 12, "wp": 45.20}')  # an integer
+    assert number_written(-45.2, "45.20 S") and not number_written(45.3, "45.20 S") and not number_written(True, "1")
+
+
+def test_enum_and_pattern_both_hold():
+    schema = {"type": "object", "properties": {
+        "unit": {"enum": ["m", "km", "ft", "nm"], "x-grounded": True},
+        "id": {"type": "string", "pattern": "^D-[0-9]+$", "x-grounded": "conversation"}}}  # fmt: skip
+    g = json_grammar(schema).with_sources({"user": "3 km near D-17", "conversation": "3 km near D-17 and D-18"})
+    assert g.accepts('{"unit": "km"}') and not g.accepts('{"unit": "m"}')  # "m" is no span here
+    assert g.accepts('{"id": "D-18"}') and not g.accepts('{"id": "near D-17"}')  # the pattern still holds
+    assert not g.accepts('{"id": "D-19"}')
+
+
+def test_empty_source_leaves_words_and_drops_the_tool():
+    tools = {"recall": {"type": "object", "properties": {"drone_id": {"type": "string", "x-grounded": True}},
+                        "required": ["drone_id"]},
+             "status": {"type": "object", "properties": {"verbose": {"type": "boolean"}}}}  # fmt: skip
+    g = tool_call_grammar(tools, "<tool_call>", "</tool_call>", '{"name": "', auto=True)
+    empty = g.with_sources({"user": "", "conversation": ""})
+    assert empty.accepts("Which drone?")
+    assert empty.accepts('<tool_call>{"name": "status", "arguments": {}}</tool_call>')
+    assert not empty.accepts('<tool_call>{"name": "recall", "arguments": {"drone_id": "x"}}</tool_call>')
+    only = tool_call_grammar({"recall": tools["recall"]}, "<tool_call>", "</tool_call>", '{"name": "', auto=True)
+    none = only.with_sources({"user": "hello"})  # a span exists ("hello"): callable; none at all: not
+    assert none.advance(none.start_state, b"<tool_call>") is not None
+    dead = only.with_sources({"user": "?!"})
+    assert dead.advance(dead.start_state, b"<tool_call>") is None and dead.accepts("In words, then.")
+
+
+def test_schemas_without_the_keyword_are_untouched():
+    g = tool_call_grammar({"f": {"type": "object", "properties": {"a": {"type": "string"}}}}, "<t>", "</t>")
+    assert g.with_sources({"user": "anything"}) is g
+    assert json_grammar({"type": "string", "x-grounded": False}).with_sources({"user": "x"}).grounded == []
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, ["user"], "assistant"])
+def test_a_malformed_keyword_names_the_property(bad):
+    schema = {"type": "object", "properties": {"zone": {"type": "string", "x-grounded": bad}}}
+    if bad is None:  # null is dropped as any unset keyword is
+        assert "x-grounded" not in clean_schema(schema)["properties"]["zone"]
+        return
+    with pytest.raises(GrammarError, match="properties/zone/x-grounded"):
+        clean_schema(schema)
+
+
+def test_source_texts_by_role():
+    msgs = [{"role": "system", "content": "You are ops. Zone Alpha exists."},
+            {"role": "user", "content": [{"type": "text", "text": "lift Bravo"}]},
+            {"role": "assistant", "content": "Invented Charlie"},
+            {"role": "tool", "content": '{"zone": "Delta"}'}]  # fmt: skip
+    src = source_texts(msgs)
+    assert src["user"] == "lift Bravo"
+    assert "Alpha" in src["conversation"] and "Delta" in src["conversation"] and "Charlie" not in src["conversation"]
+
+
+def test_token_level_allowed_sets_agree_with_the_byte_automaton(bundled_tokenizer):
+    tok = bundled_tokenizer
+    g = json_grammar({"type": "object", "properties": {"name": {"type": "string", "x-grounded": True}},
+                      "required": ["name"]}).with_sources({"user": 'lift "Outer Dam" and Zürich now'})  # fmt: skip
+    tg = TokenGrammar(g, TokenTable(tok), tok.eos_token_ids)
+    state = g.advance(g.start_state, b'{"name": "')
+    for prefix in (b"", b"Out", b"Outer ", b"Z\xc3"):
+        st = g.advance(state, prefix)
+        assert st is not None
+        allowed = set(tg.allowed(st))
+        for i in range(tok.vocab_size):
+            assert (i in allowed) == (tg.step(st, i) is not None), (prefix, i)
