@@ -9,7 +9,7 @@ gives "Area 51", and "“Lima-5”" gives "Lima-5". Copied text is JSON-escaped 
 
 A **number** is one written in the source, as written: a run of digits with an optional
 decimal part, with thousands separators dropped ("2,300" is 2300) and leading zeros dropped
-("007" is 7, as JSON writes numbers). The sign is the model's: "45.2 S" or "minus 3" may be
+("007" is 7, ".5" is 0.5, as JSON writes numbers). The sign is the model's: "45.2 S" or "minus 3" may be
 written -45.2 or -3, so both signs of every written number are allowed.
 
 :class:`SpanIndex` keeps the source's span starts sorted by the text that follows them, so the
@@ -32,7 +32,7 @@ MAX_SPAN_BYTES = 512  # a copied span is at most this long (its text is sorted o
 MAX_SOURCE_CHARS = 1_000_000
 # no span crosses these: quote marks, brackets, tabs and line breaks (a name's own quotes stay outside it)
 BARRIERS = frozenset('"“”„«»\n\r\t()[]{}<>')
-_NUMBER = regex.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
+_NUMBER = regex.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+|(?=\.\d))(\.\d+)?")
 _keys = itertools.count(1)
 # Han, kana, Thai, Lao, Khmer, Myanmar: scripts without spaces between words
 _SCRIPT_WORDS = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F),

@@ -282,9 +282,9 @@ _DRONE_BACK = {  # phrase about "it" / "that drone" -> the call on the earlier t
 }
 
 
-def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
+def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
     """An earlier exchange about a drone or a zone, then a turn that refers back to it: (earlier
-    messages, the last turn's calls, its text)."""
+    messages, the last turn's calls, its text as pieces: what it copies is never restyled)."""
     rng = g.rng
     first, calls = rng.choice([act_mission, act_status, act_waypoint, act_create, act_recall])(g)
     name, args = calls[0]
@@ -296,25 +296,26 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], str | None]:
     if name == "create_no_fly_zone":
         z = args["zone_name"]
         text = rng.choice(["lift it again", "remove that zone", "cancel it", "actually, lift it", "lift that one"])
-        return history, [("lift_no_fly_zone", {"zone_name": z})], text
+        return history, [("lift_no_fly_zone", {"zone_name": z})], [(text, True)]
     d = args["drone_id"]
     k = rng.random()
     if k < 0.45:
         tool = rng.choice(["recall_drone", "get_drone_status"])
-        return history, [(tool, {"drone_id": d})], rng.choice(_DRONE_BACK[tool])
+        return history, [(tool, {"drone_id": d})], [(rng.choice(_DRONE_BACK[tool]), True)]
     if k < 0.65:  # the same again, for another drone
         n2 = drone_number(rng, g.split)
         d2 = rng.choice(drone_forms(n2))[1]
-        text = rng.choice([f"same for {d2}", f"now do {d2} too", f"and {d2} as well"])
+        text = _fill(rng.choice(["same for {d}", "now do {d} too", "and {d} as well"]), d=d2)
         return history, [(name, {**args, "drone_id": d2})], text
     if k < 0.85:
         mt, noun, verb = _mission_words(g)
         target = g.name(target=True)
-        text = rng.choice([f"send it to {verb} {target} instead", f"have that drone {verb} {target}",
-                           f"actually, {_a(noun)} mission at {target} for it"])  # fmt: skip
+        text = _fill(rng.choice([f"send it to {verb} {{t}} instead", f"have that drone {verb} {{t}}",
+                                 f"actually, {_a(noun)} mission at {{t}} for it"]), t=target)  # fmt: skip
         return history, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})], text
     wp, (lat, lon) = rng.randint(1, 12), coord_pair(rng)
-    text = rng.choice([f"move its waypoint {wp} to {lat}, {lon}", f"and its wp {wp} to {lat} {lon}"])
+    text = _fill(rng.choice(["move its waypoint {wp} to {lat}, {lon}", "and its wp {wp} to {lat} {lon}"]),
+                 wp=wp, lat=lat, lon=lon)  # fmt: skip
     return (
         history,
         [("update_waypoint", {"drone_id": d, "waypoint_index": wp, "lat": float(lat), "lon": float(lon)})],
@@ -433,7 +434,7 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
     elif kind == "follow_up":
         history, calls, text = follow_up(g)
         history = [dict(m, weight=0) if m["role"] == "assistant" else m for m in history]
-        msgs, tools = [*history, user(style(rng, [(text, True)])), _turn(calls)], EXTRACTION_TOOLS
+        msgs, tools = [*history, user(style(rng, text)), _turn(calls)], EXTRACTION_TOOLS
     elif kind == "unserved":
         msgs, tools = [user(unserved_message(g)), said(UNSERVED)], EXTRACTION_TOOLS
     elif kind == "missing_tool":
