@@ -113,6 +113,10 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         tools = None
     if grammar is not None and req.grounded is not False:  # x-grounded values: copied from this conversation
         grammar = grammar.with_sources(source_texts(chat_messages(req)))
+        if prefill and not grammar.can_call():
+            raise bad_request("tool_choice asks for a call, but no offered tool can be called: a required x-grounded "
+                              "argument has no value in the conversation to copy (send grounded: false to decode "
+                              "without grounding)", "tool_choice")  # fmt: skip
     text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 

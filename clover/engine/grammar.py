@@ -262,6 +262,10 @@ class Grammar:
             self._options[key] = nums
         return self._options[key]
 
+    def can_call(self) -> bool:
+        """Some offered tool can be called with what the sources hold (always, without grounding)."""
+        return not self.tables or self._callable(0)
+
     def _alive(self, cont: tuple) -> bool:
         return not any(f[0] == "val" and f[1] in self.dead for f in cont)
 

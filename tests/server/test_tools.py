@@ -359,3 +359,78 @@ def test_continue_final_message_prefills_the_answer(forced, tokenizer):
             client.chat.completions.create(model="clover", messages=m, extra_body=body)
         assert e.value.body["param"] == "continue_final_message"
     engine.force(None)
+
+
+FIND = [{"type": "function", "function": {"name": "find", "parameters": {"type": "object", "properties": {
+    "place": {"type": "string", "x-grounded": True}, "radius": {"type": "number", "x-grounded": "user"},
+    "note": {"type": "string"}}, "required": ["place", "radius"]}}}]  # fmt: skip
+FIND_MSG = [{"role": "system", "content": "Zone Delta is closed."},
+            {"role": "user", "content": 'Look around "Old Harbour Pier" within 2,500 m, near gate 7'}]  # fmt: skip
+
+
+def _calls(client, api: str, stream: bool, **kw) -> tuple[str | None, list[dict]]:
+    """(finish, [{"name", "arguments"}]) through the Chat Completions or the Responses API."""
+    if api == "responses":
+        r = client.responses.create(model="clover", input=kw["messages"], tools=[
+            {"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+            for t in kw["tools"]], tool_choice="required", max_output_tokens=kw["max_tokens"],
+            extra_body=kw.get("extra_body"))  # fmt: skip
+        calls = [{"name": o.name, "arguments": o.arguments} for o in r.output if o.type == "function_call"]
+        return ("length" if r.status == "incomplete" else "tool_calls"), calls
+    if not stream:
+        r = client.chat.completions.create(**kw)
+        tcs = r.choices[0].message.tool_calls or []
+        return r.choices[0].finish_reason, [{"name": c.function.name, "arguments": c.function.arguments} for c in tcs]
+    calls: dict = {}
+    finish = None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            finish = c.finish_reason or finish
+            for d in c.delta.tool_calls or []:
+                e = calls.setdefault(d.index, {"name": "", "arguments": ""})
+                e["name"] += (d.function.name or "") if d.function else ""
+                e["arguments"] += (d.function.arguments or "") if d.function else ""
+    return finish, list(calls.values())
+
+
+@pytest.mark.parametrize("api, stream", [("chat", False), ("chat", True), ("responses", False)])
+def test_grounded_arguments_on_a_random_model_are_copied_from_the_user(client, api, stream):
+    """A model that knows nothing, under the grammar: every x-grounded argument is a span of the
+    user's message (a number one written there), whatever the weights; the others are free."""
+    from clover.engine.grounding import SpanIndex, number_written
+
+    user = FIND_MSG[1]["content"]
+    finish, got = _calls(client, api, stream, model="clover", messages=FIND_MSG, tools=FIND, tool_choice="required",
+                         parallel_tool_calls=False, max_tokens=80, seed=1, temperature=1.0)  # fmt: skip
+    if finish == "length":  # a long free "note" can run to max_tokens
+        return
+    assert len(got) == 1 and got[0]["name"] == "find", got
+    args = json.loads(got[0]["arguments"])
+    assert SpanIndex(user).contains(args["place"]) and number_written(args["radius"], user), args
+
+
+def test_grounding_can_be_turned_off_and_a_bad_keyword_is_a_400(client):
+    r = client.chat.completions.create(model="clover", messages=FIND_MSG, tools=FIND, tool_choice="required",
+                                       max_tokens=40, extra_body={"grounded": False})  # fmt: skip
+    assert r.choices[0].finish_reason in ("tool_calls", "length")
+    bad = json.loads(json.dumps(FIND))
+    bad[0]["function"]["parameters"]["properties"]["place"]["x-grounded"] = "assistant"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="clover", messages=FIND_MSG, tools=bad, max_tokens=8)
+    assert "properties/place/x-grounded" in e.value.body["message"] and e.value.body["param"].startswith("tools.0")
+
+
+def test_a_grounded_tool_with_nothing_to_copy_leaves_words(client):
+    """auto: a tool whose required grounded argument has no possible value (the message holds no
+    number) cannot be called; the model answers in words."""
+    for seed in range(3):
+        r = client.chat.completions.create(model="clover", messages=[{"role": "user", "content": "hello there"}],
+                                           tools=FIND, max_tokens=24, seed=seed, temperature=1.0)  # fmt: skip
+        assert not r.choices[0].message.tool_calls and r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_required_call_with_nothing_to_copy_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="clover", messages=[{"role": "user", "content": "hello there"}],
+                                       tools=FIND, tool_choice="required", max_tokens=8)  # fmt: skip
+    assert e.value.body["param"] == "tool_choice" and "x-grounded" in e.value.body["message"]
