@@ -199,8 +199,7 @@ class Engine:
                 sure |= rows & policy.extends(view)
                 grows |= rows & policy.extends(replace(view, conf=torch.ones_like(view.conf)))
         for r, req in constrained:
-            tau = float(batch.threshold[r]) if req.params.greedy and bool(grows[r].any()) else None
-            commit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r], logits[r], tau)
+            commit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r], bool(grows[r].any()))
             edit[r] = False
         return self._step_events(batch, batch.apply(ch, commit, edit))
 
@@ -221,31 +220,34 @@ class Engine:
 
     @staticmethod
     def _grammar_commit(
-        req: Request, cand: torch.Tensor, tok: torch.Tensor, sure: torch.Tensor, logits: torch.Tensor,
-        tau: float | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+        req: Request, cand: torch.Tensor, tok: torch.Tensor, sure: torch.Tensor, forced: bool = False
+    ) -> torch.Tensor:
         """A constrained request commits left to right: the leftmost open position (its token is
         allowed by construction), then each next one while its policy calls it sure
         (``Policy.extends``: p >= τ; never for ``ar``) and its token continues the grammar. So
         constrained output keeps the block's parallelism wherever the model is sure and grammatical.
 
-        ``tau`` (greedy rows whose policy extends runs): a next position the model is not sure of
-        on its own is scored against the tokens the grammar allows there, given the run before it
-        (``allowed_confidence``); where the best of them has p >= τ among them it is committed (so
-        a copied span, whose continuation the grammar all but forces, goes on in one pass).
+        ``forced`` (rows whose policy extends runs): inside a copy from the source whose next bytes
+        the grammar forces (every span still possible goes on the same way, none may end yet),
+        the one token allowed there (``TokenGrammar.forced_token``) is committed whether or not
+        the model is sure of it, so a copy goes on in the same pass, and commits what one position
+        per pass would. After a token that was not the model's own first choice, only forced ones
+        follow (its guesses further on assumed another token there).
         ``tok`` is updated in place with the tokens so chosen."""
         out = torch.zeros_like(cand)
         c, t, s = cand.tolist(), tok.tolist(), sure.tolist()
         if True not in c:
             return out
         state, g, first = req.gstate, req.grammar, c.index(True)
+        own = True  # every token of the run so far is the model's own choice (so its next guesses hold)
         for q in range(first, len(c)):
             if not c[q]:
                 break
-            if q > first and not (s[q] and g.step(state, t[q]) is not None):
-                best = allowed_confidence(g, state, logits[q], tau) if tau is not None else None
+            if q > first and not (own and s[q] and g.step(state, t[q]) is not None):
+                best = g.forced_token(state) if forced else None
                 if best is None:
                     break
+                own = own and best == t[q]
                 t[q] = best
                 tok[q] = best
             nxt = g.step(state, t[q])
@@ -364,15 +366,3 @@ class Engine:
             self.totals["tokens"] += out.stats["tokens"]
             self.totals["forward_passes"] += out.stats["forward_passes"]
 
-
-def allowed_confidence(grammar, state, logits: torch.Tensor, tau: float) -> int | None:
-    """The most likely token among those ``grammar`` (a ``TokenGrammar``) allows after ``state``,
-    if its probability renormalised over them (``logits [V]``) is at least ``tau``; else None."""
-    ids = grammar.allowed(state) or grammar.eos
-    if not ids:
-        return None
-    if len(ids) == 1:
-        return ids[0]
-    p = torch.softmax(logits[torch.tensor(ids, device=logits.device)].float(), dim=0)
-    best = int(p.argmax())
-    return ids[best] if float(p[best]) >= tau else None

@@ -262,6 +262,22 @@ class Grammar:
             self._options[key] = nums
         return self._options[key]
 
+    def forced(self, state, most: int = 64) -> bytes:
+        """The bytes that must come next, whatever the model chooses: inside a copy from the
+        source (a grounded string) where every span still possible goes on the same way and none
+        may end yet (where one may end, whether it does is the model's choice). Empty elsewhere."""
+        if not state[0] or state[0][-1][0] != "gstr" or state[0][-1][6] != 0:
+            return b""
+        _, _, key, lo, hi, depth, _, _, _ = state[0][-1]
+        ix, out = self.by_key[key], bytearray()
+        while len(out) < most and not ix.can_end(lo, hi, depth):
+            c = ix._byte(ix.starts[lo], depth)
+            if c != ix._byte(ix.starts[hi - 1], depth) or c < 0x20 or c in b'"\\':  # a choice, or an escape
+                break
+            out.append(c)
+            depth += 1
+        return bytes(out)
+
     def can_call(self) -> bool:
         """Some offered tool can be called with what the sources hold (always, without grounding)."""
         return not self.tables or self._callable(0)
@@ -441,23 +457,26 @@ class Grammar:
         if esc == 0:
             if b < 0x20:
                 return None
-            if b == ord("\\"):
+            if b == ord("\\"):  # only where the next character must be escaped
+                if not any(c < 0x20 or c == 0x5C for c in ix.next_chars(lo, hi, depth)):
+                    return None
                 esc = 1
             else:
                 decoded = bytes([b])
-        elif esc == 1:
+        elif esc == 1:  # only the escapes JSON requires: a quote, a backslash, a control character
             if b == ord("u"):
+                if not any(c < 0x20 for c in ix.next_chars(lo, hi, depth)):
+                    return None
                 esc, hexbuf = 2, ""
-            elif b in _ESC:
+            elif b in _ESC and b != ord("/"):
                 esc, decoded = 0, json.loads(b'"\\' + bytes([b]) + b'"').encode()
             else:
                 return None
-        else:  # \uXXXX: the digits must spell a character that continues a span (no surrogates)
+        else:  # \uXXXX: a control character that continues a span (others are written as they are)
             if b not in _HEX:
                 return None
             hexbuf += chr(b).lower()
-            chars = ix.next_chars(lo, hi, depth)
-            nexts = [format(c, "04x") for c in chars if c <= 0xFFFF and not 0xD800 <= c <= 0xDFFF]
+            nexts = [format(c, "04x") for c in ix.next_chars(lo, hi, depth) if c < 0x20]
             if not any(h.startswith(hexbuf) for h in nexts):
                 return None
             esc += 1
@@ -468,8 +487,6 @@ class Grammar:
             if r is None:
                 return None
             (lo, hi), depth = r, depth + 1
-        if esc == 1 and depth >= max(ix.limit[s] - s for s in ix.starts[lo:hi]):
-            return None  # a backslash with nothing left to copy
         if checked:
             typed += bytes([b])
             if not self._pattern_ok(nid, typed, partial=True):
@@ -709,6 +726,25 @@ class TokenGrammar:
         self.g = grammar
         self.t = table
         self.eos = sorted(set(eos_ids))
+        self._forced: dict = {}  # state -> its forced token (or None)
+
+    def forced_token(self, state) -> int | None:
+        """Where the grammar forces the next bytes (a copy under way: ``Grammar.forced``), the one
+        token that may come next: the longest that spells a beginning of them, so a copy has one
+        spelling in tokens too, whichever policy commits it and however many positions per pass.
+        None elsewhere."""
+        if not self.g.grounded:
+            return None
+        if state not in self._forced:
+            if len(self._forced) >= 65536:
+                self._forced.clear()
+            fb, best = self.g.forced(state), None
+            for i in self.t.by_first.get(fb[:1][0], ()) if fb else ():
+                bs = self.t.bytes[i]
+                if fb.startswith(bs) and i not in self.t.atomic and (best is None or len(bs) > len(self.t.bytes[best])):
+                    best = i
+            self._forced[state] = best
+        return self._forced[state]
 
     @property
     def start(self):
@@ -722,6 +758,8 @@ class TokenGrammar:
         if bs is None:
             return None
         if token in self.t.atomic and not (state[0] and state[0][-1][0] in ("lit", "alt", "more", "free")):
+            return None
+        if (f := self.forced_token(state)) is not None and token != f:
             return None
         return self.g.advance(state, bs)
 

@@ -5,7 +5,9 @@ A **string** is a span of the source: it starts where a word starts and ends whe
 (a word: letters, digits, ``_`` and combining marks; each Han, kana or Thai character is a word of
 its own, since those scripts put no spaces between words; a final ``.`` is kept after a one-letter
 abbreviation such as "p.m."), and holds no quote mark, bracket, tab or line break. So "Area 51."
-gives "Area 51", and "“Lima-5”" gives "Lima-5". Copied text is JSON-escaped as any string is.
+gives "Area 51", and "“Lima-5”" gives "Lima-5". Copied text is written as JSON requires and no
+more: a quote mark and a backslash escaped, control characters escaped, everything else (``/``,
+letters of any script) as it is, so each copy has one spelling.
 
 A **number** is one written in the source, as written: a run of digits with an optional
 decimal part, with thousands separators dropped ("2,300" is 2300) and leading zeros dropped
