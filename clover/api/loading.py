@@ -85,11 +85,14 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
     problem = available()
     if problem is not None:
         raise ValueError(problem)
-    try:
+    try:  # the file is checked whole here, before any pass: a bad one is a ValueError naming it
         model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
     except LlamaCppError as e:
         raise ValueError(f"{path}: {e}") from None
-    return model, gguf_tokenizer(model)
+    try:
+        return model, gguf_tokenizer(model)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{path}: metadata key tokenizer.huggingface.json: {e}") from None
 
 
 def gguf_tokenizer(model):
