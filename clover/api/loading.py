@@ -84,7 +84,7 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
         raise FileNotFoundError(f"{path}: {what}")
     problem = available()
     if problem is not None:
-        raise ValueError(problem)
+        raise ValueError(f"{path}: {problem}")
     try:  # the file is checked whole here, before any pass: a bad one is a ValueError naming it
         model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
     except LlamaCppError as e:

@@ -183,7 +183,10 @@ class LlamaCppModel:
     def metadata(self, key: str) -> str | None:
         """A string metadata value of the file (``clover.config``, ``tokenizer.huggingface.json`` …)."""
         v = self._lib.clover_model_meta(self._h, key.encode())
-        return None if v is None else v.decode("utf-8")
+        try:
+            return None if v is None else v.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"{self.path}: metadata key {key} is not UTF-8 text ({e})") from None
 
     def set_threads(self, threads: int) -> None:
         self._lib.clover_model_set_threads(self._h, int(threads))
