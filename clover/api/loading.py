@@ -26,6 +26,8 @@ BACKENDS = ("auto", "torch", "llama.cpp")
 # the server keeps prompts' committed blocks for prompts that start with them (an agent's next
 # turn; clover.engine.prefix_cache), up to this many megabytes
 PREFIX_CACHE_MB = 256
+
+
 def place_model(model, device: torch.device | str, dtype: torch.dtype | None = None):
     """A model built in memory (random weights, a benchmark's preset) onto ``device`` in ``dtype``
     (None: as it is), its rope frequencies kept in at least fp32 as ``load_model`` leaves them."""

@@ -234,6 +234,7 @@ def _check_fit(path: Path, config: CloverConfig, expected: dict, header: dict) -
     weights and bf16 quantization scales, the right dtype), before anything is read."""
     missing = sorted(set(expected) - set(header))
     unexpected = sorted(set(header) - set(expected))
+
     def fits(k: str, v: torch.Tensor) -> bool:
         shape, dtype, _ = header[k]
         if shape != tuple(v.shape):

@@ -118,7 +118,9 @@ def gguf_cases(d: Path) -> list[dict]:
         case(f"gguf header byte flipped: {what}", p)
 
     def variant(name: str, tensors=None, patch=None, cfg=config) -> None:
-        p = write_gguf(d / (name.replace(" ", "-").replace("/", "-") + ".gguf"), cfg, base if tensors is None else tensors, patch)
+        p = write_gguf(
+            d / (name.replace(" ", "-").replace("/", "-") + ".gguf"), cfg, base if tensors is None else tensors, patch
+        )
         case(f"gguf {name}", p)
 
     def with_tensor(name: str, array) -> dict:
@@ -138,10 +140,15 @@ def gguf_cases(d: Path) -> list[dict]:
         return lambda kv: kv.__setitem__(key, GGUFValue(value, GGUFValueType[kind]))
 
     cfg = config.to_dict()
-    variant("norm stored as f16", with_tensor("blk.0.attn_norm.weight", base["blk.0.attn_norm.weight"].astype(np.float16)))
+    variant(
+        "norm stored as f16", with_tensor("blk.0.attn_norm.weight", base["blk.0.attn_norm.weight"].astype(np.float16))
+    )
     variant("embedding stored as i32", with_tensor("token_embd.weight", base["token_embd.weight"].astype(np.int32)))
     variant("ssm_a stored as f64", with_tensor("blk.0.ssm_a", base["blk.0.ssm_a"].astype(np.float64)))
-    variant("router stored as f16", with_tensor("blk.1.ffn_gate_inp.weight", base["blk.1.ffn_gate_inp.weight"].astype(np.float16)))
+    variant(
+        "router stored as f16",
+        with_tensor("blk.1.ffn_gate_inp.weight", base["blk.1.ffn_gate_inp.weight"].astype(np.float16)),
+    )
     variant("embedding one row short", with_tensor("token_embd.weight", base["token_embd.weight"][:-1]))
     variant("norm one longer", with_tensor("output_norm.weight", np.ones(config.hidden_size + 1, np.float32)))
     variant("one expert short", with_tensor("blk.2.ffn_down_exps.weight", base["blk.2.ffn_down_exps.weight"][:-1]))
@@ -154,8 +161,12 @@ def gguf_cases(d: Path) -> list[dict]:
     variant("config field missing", patch=json_config(json.dumps({k: v for k, v in cfg.items() if k != "hidden_size"})))
     variant("config field wrong kind", patch=json_config(json.dumps({**cfg, "num_hidden_layers": "six"})))
     variant("config field unknown", patch=json_config(json.dumps({**cfg, "hiden_size": 128})))
-    variant("config vocab differs from keys", patch=json_config(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 1})))
-    variant("config layer types differ", patch=json_config(json.dumps({**cfg, "layer_types": cfg["layer_types"][::-1]})))
+    variant(
+        "config vocab differs from keys", patch=json_config(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 1}))
+    )
+    variant(
+        "config layer types differ", patch=json_config(json.dumps({**cfg, "layer_types": cfg["layer_types"][::-1]}))
+    )
     variant("config missing", patch=lambda kv: kv.pop("clover.config"))
     variant("key missing", patch=lambda kv: kv.pop("clover.block_count"))
     variant("key of wrong type", patch=set_kv("clover.vocab_size", "1767", "STRING"))
@@ -203,7 +214,9 @@ def checkpoint_cases(d: Path) -> list[dict]:
     some = "model.layers.0.input_layernorm.weight"
     checkpoint("norm stored as int32", {**state, some: state[some].to(torch.int32)})
     checkpoint("norm stored as bool", {**state, some: state[some] > 0})
-    checkpoint("embedding one row short", {**state, "model.embed_tokens.weight": state["model.embed_tokens.weight"][:-1]})
+    checkpoint(
+        "embedding one row short", {**state, "model.embed_tokens.weight": state["model.embed_tokens.weight"][:-1]}
+    )
     checkpoint("norm missing", {k: v for k, v in state.items() if k != some})
     checkpoint("extra tensor", {**state, "model.extra.weight": torch.ones(3)})
     checkpoint("config not JSON", config="{nope")
@@ -213,7 +226,10 @@ def checkpoint_cases(d: Path) -> list[dict]:
     checkpoint("config field negative", config={**cfg, "num_attention_heads": -4})
     checkpoint("config field unknown", config={**cfg, "hiden_size": 128})
     checkpoint("config wider than weights", config={**cfg, "hidden_size": 256})
-    checkpoint("config fewer layers than weights", config={**cfg, "num_hidden_layers": 5, "layer_types": cfg["layer_types"][:5]})
+    checkpoint(
+        "config fewer layers than weights",
+        config={**cfg, "num_hidden_layers": 5, "layer_types": cfg["layer_types"][:5]},
+    )
     checkpoint("config missing", config=None)
     (d / "config-missing" / "config.json").unlink()
     checkpoint("weights missing")
@@ -265,7 +281,9 @@ def check_case(path: str) -> dict:
         out["error_bases"] = [c.__name__ for c in type(e).__mro__]
         out["error"] = str(e)
     out["serve_code"], out["serve_err"] = _run_cli(["serve", path, "--port", "0", "--threads", "1"])
-    out["generate_code"], out["generate_err"] = _run_cli(["generate", "hi", "--model", path, "--threads", "1", "--max-tokens", "2"])
+    out["generate_code"], out["generate_err"] = _run_cli(
+        ["generate", "hi", "--model", path, "--threads", "1", "--max-tokens", "2"]
+    )
     return out
 
 
