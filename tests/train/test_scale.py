@@ -203,7 +203,7 @@ def test_a_tied_sharded_run_checkpoints_and_resumes_sharded_or_plain(group, tmp_
     assert c.model.lm_head.weight is c.model.model.embed_tokens.weight
     assert b.model.lm_head.weight is b.model.model.embed_tokens.weight
     next((step / "optimizer").glob("*.safetensors")).write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match="unreadable sharded checkpoint"):
+    with pytest.raises(CheckpointError, match="no intact checkpoint .*step-00000002: optimizer/shard-"):
         Trainer(CloverForBlockDiffusion(config), copy_source(), cfg, tmp_path).resume()
 
 
