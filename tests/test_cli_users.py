@@ -235,7 +235,7 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
     assert "two models given" in _fails(["chat", missing, "--model", str(BUNDLED)], capsys)[1]
     seen = {}
     monkeypatch.setattr("clover.server.app.create_app", lambda model, **kw: seen.setdefault("model", model) and None)
-    monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
+    monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: None)
     with pytest.raises(SystemExit) as e:
         main(["serve", str(BUNDLED), "--port", "0"])
     assert e.value.code == 0 and seen["model"] == str(BUNDLED)

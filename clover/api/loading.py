@@ -26,6 +26,8 @@ BACKENDS = ("auto", "torch", "llama.cpp")
 # the server keeps prompts' committed blocks for prompts that start with them (an agent's next
 # turn; clover.engine.prefix_cache), up to this many megabytes
 PREFIX_CACHE_MB = 256
+
+
 def place_model(model, device: torch.device | str, dtype: torch.dtype | None = None):
     """A model built in memory (random weights, a benchmark's preset) onto ``device`` in ``dtype``
     (None: as it is), its rope frequencies kept in at least fp32 as ``load_model`` leaves them."""
@@ -84,12 +86,15 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
         raise FileNotFoundError(f"{path}: {what}")
     problem = available()
     if problem is not None:
-        raise ValueError(problem)
-    try:
+        raise ValueError(f"{path}: {problem}")
+    try:  # the file is checked whole here, before any pass: a bad one is a ValueError naming it
         model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
     except LlamaCppError as e:
         raise ValueError(f"{path}: {e}") from None
-    return model, gguf_tokenizer(model)
+    try:
+        return model, gguf_tokenizer(model)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{path}: metadata key tokenizer.huggingface.json: {e}") from None
 
 
 def gguf_tokenizer(model):

@@ -17,7 +17,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     take_model_positional(args)
     device_setup(args, "clover serve")
-    problem = _bind_problem(args.host, args.port)
+    sock, problem = _listen(args.host, args.port)
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
         return 2
@@ -29,40 +29,58 @@ def cmd_serve(args: argparse.Namespace) -> int:
             device=args.device, dtype=args.dtype, compile=args.compile, backend=args.backend,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
+        sock.close()
         print(f"clover serve: {e}", file=sys.stderr)
         if args.model is None:
             print("Pass --model DIR (a Clover checkpoint: config.json, safetensors, tokenizer.json).", file=sys.stderr)
         return 2
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"clover serve: warning: listening on {args.host} without --api-key", file=sys.stderr)
-    print(f"clover serve: http://{args.host}:{args.port}  (playground at /, OpenAI API at /v1)", file=sys.stderr)
+    # the socket bound above is the one served (no gap in which another process could take the
+    # port); with --port 0 the banner names the port the system chose
+    port = sock.getsockname()[1]
+    print(f"clover serve: http://{args.host}:{port}  (playground at /, OpenAI API at /v1)", file=sys.stderr, flush=True)
     if args.compile:
         print(COMPILE_NOTE.replace("clover:", "clover serve:"), file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=args.host, port=port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
-def _bind_problem(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be listened on (None: it can), tried as uvicorn binds it."""
+def _listen(host: str, port: int):
+    """(a socket listening on ``host:port``, None), or (None, why it cannot be listened on), bound
+    as uvicorn binds."""
     import errno
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except socket.gaierror as e:
-            return f"--host {host!r}: not a known host name or address ({e.strerror})"
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return f"port {port} on {host} is already in use; stop what listens there or choose another --port"
-            if e.errno == errno.EACCES:
-                return f"no permission to listen on port {port} (ports below 1024 need root); try --port 8000"
-            if e.errno == errno.EADDRNOTAVAIL:
-                return f"--host {host}: not an address of this machine"
-            return f"cannot listen on {host}:{port} ({e.strerror})"
-    return None
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+        s.listen(2048)
+        s.set_inheritable(True)
+        return s, None
+    except socket.gaierror as e:
+        problem = f"--host {host!r}: not a known host name or address ({e.strerror})"
+    except OSError as e:
+        problem = f"cannot listen on {host}:{port} ({e.strerror})"
+        if e.errno == errno.EADDRINUSE:
+            problem = f"port {port} on {host} is already in use; stop what listens there or choose another --port"
+        elif e.errno == errno.EACCES:
+            problem = f"no permission to listen on port {port} (ports below 1024 need root); try --port 8000"
+        elif e.errno == errno.EADDRNOTAVAIL:
+            problem = f"--host {host}: not an address of this machine"
+    s.close()
+    return None, problem
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (None: it can)."""
+    s, problem = _listen(host, port)
+    if s is not None:
+        s.close()
+    return problem
 
 
 def _port(text: str) -> int:

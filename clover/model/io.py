@@ -234,12 +234,20 @@ def _check_fit(path: Path, config: CloverConfig, expected: dict, header: dict) -
     weights and bf16 quantization scales, the right dtype), before anything is read."""
     missing = sorted(set(expected) - set(header))
     unexpected = sorted(set(header) - set(expected))
+
+    def fits(k: str, v: torch.Tensor) -> bool:
+        shape, dtype, _ = header[k]
+        if shape != tuple(v.shape):
+            return False
+        if not v.is_floating_point() or v.dtype == torch.bfloat16:  # integer weights, bf16 scales: as stored
+            return dtype == v.dtype
+        return dtype.is_floating_point  # a float weight may be stored in any float dtype, never an integer one
+
     shapes = [
         f"{k}: checkpoint {header[k][0]} {str(header[k][1])[6:]} vs config {tuple(v.shape)} {str(v.dtype)[6:]}"
         for k, v in expected.items()
-        if k in header and (header[k][0] != tuple(v.shape) or (not v.is_floating_point() or v.dtype == torch.bfloat16)
-                            and header[k][1] != v.dtype)
-    ]  # fmt: skip
+        if k in header and not fits(k, v)
+    ]
     if not (missing or unexpected or shapes):
         return
     parts = []
@@ -248,7 +256,7 @@ def _check_fit(path: Path, config: CloverConfig, expected: dict, header: dict) -
     if unexpected:
         parts.append(f"unexpected {len(unexpected)} tensors (e.g. {unexpected[:3]})")
     if shapes:
-        parts.append(f"{len(shapes)} shape mismatches (e.g. {shapes[:3]})")
+        parts.append(f"{len(shapes)} shape or dtype mismatches (e.g. {shapes[:3]})")
     what = "checkpoint does not fit its config"
     if config.quantization is not None:
         q = config.quantization

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from clover.model.cache import prefill_blocks
-from clover.model.config import CloverConfig
+from clover.model.config import ATTN, CloverConfig
 
 # the pinned llama.cpp source: the sdist of llama-cpp-python that carries it (native/llamacpp/build.sh)
 PIN_VERSION = "0.3.36"
@@ -37,6 +37,11 @@ BUILD_HINT = "build it with `make llama-cpp` (needs g++ and cmake)"
 
 class LlamaCppError(RuntimeError):
     """The library is missing, or it refused a call (the message says why)."""
+
+
+class GGUFError(ValueError):
+    """A file that is not a Clover GGUF model this back end can run; the message names the file
+    and the key or tensor at fault."""
 
 
 def library_path() -> Path:
@@ -58,6 +63,7 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clover_model_free": (None, [P]),
         "clover_model_set_threads": (None, [P, ctypes.c_int]),
         "clover_model_get": (I64, [P, ctypes.c_char_p]),
+        "clover_model_get_float": (ctypes.c_double, [P, ctypes.c_char_p]),
         "clover_model_meta": (ctypes.c_char_p, [P, ctypes.c_char_p]),
         "clover_cache_new": (P, [P]),
         "clover_cache_free": (None, [P]),
@@ -131,7 +137,10 @@ class LlamaCppCache:
         return int(self._lib.clover_cache_nbytes(self._h))
 
     def copy(self) -> LlamaCppCache:
-        return LlamaCppCache(self._lib, self._lib.clover_cache_copy(self._h))
+        h = self._lib.clover_cache_copy(self._h)
+        if not h:
+            raise LlamaCppError(f"cannot copy a cache: {_error(self._lib)}")
+        return LlamaCppCache(self._lib, h)
 
     def close(self) -> None:
         if self._h:
@@ -149,28 +158,44 @@ class LlamaCppModel:
         self._lib = load_library()
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such GGUF file")
+        # the library checks the whole file (keys, every tensor's name, shape, type and extent)
+        # before it keeps it: a file it refuses is a GGUFError naming what is wrong
         h = self._lib.clover_model_load(str(path).encode(), int(threads))
         if not h:
-            raise LlamaCppError(_error(self._lib))
+            raise GGUFError(_error(self._lib))
         self._h = h
         self.path = Path(path)
-        get = lambda name: int(self._lib.clover_model_get(h, name.encode()))  # noqa: E731
-        self.vocab_size = get("n_vocab")
-        self.block_size = get("block_size")
-        self.max_block_size = get("max_block_size")
-        self.shift_logits = bool(get("shift_logits"))
-        self.mask_token_id = get("mask_token_id")
+        self.vocab_size = self.get("n_vocab")
+        self.block_size = self.get("block_size")
+        self.max_block_size = self.get("max_block_size")
+        self.shift_logits = bool(self.get("shift_logits"))
+        self.mask_token_id = self.get("mask_token_id")
+
+    def get(self, name: str) -> int:
+        """An integer hyper-parameter as the library read it from the file's keys (clover.h
+        names them: ``n_vocab``, ``n_head``, ``is_attention.3`` …); -1 for an unknown name."""
+        return int(self._lib.clover_model_get(self._h, name.encode()))
+
+    def get_float(self, name: str) -> float:
+        """A float hyper-parameter as the library read it (``eps``, ``rope_base``)."""
+        return float(self._lib.clover_model_get_float(self._h, name.encode()))
 
     def metadata(self, key: str) -> str | None:
         """A string metadata value of the file (``clover.config``, ``tokenizer.huggingface.json`` …)."""
         v = self._lib.clover_model_meta(self._h, key.encode())
-        return None if v is None else v.decode("utf-8")
+        try:
+            return None if v is None else v.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError(f"{self.path}: metadata key {key} is not UTF-8 text ({e})") from None
 
     def set_threads(self, threads: int) -> None:
         self._lib.clover_model_set_threads(self._h, int(threads))
 
     def new_cache(self) -> LlamaCppCache:
-        return LlamaCppCache(self._lib, self._lib.clover_cache_new(self._h))
+        h = self._lib.clover_cache_new(self._h)
+        if not h:
+            raise LlamaCppError(f"cannot make a cache: {_error(self._lib)}")
+        return LlamaCppCache(self._lib, h)
 
     def step(self, cache: LlamaCppCache, commit=None, denoise=None, block_size: int | None = None) -> np.ndarray | None:
         """One pass: ``commit`` (clean whole blocks, written to ``cache``) then ``denoise`` (one
@@ -276,10 +301,7 @@ class LlamaCppClover:
 
     def __init__(self, path: str | Path, threads: int = 1):
         self.native = LlamaCppModel(path, threads)
-        raw = self.native.metadata("clover.config")
-        if raw is None:
-            raise LlamaCppError(f"{path}: no clover.config metadata (re-export it with `clover export gguf`)")
-        self.config = CloverConfig.from_dict(json.loads(raw))
+        self.config = read_config(self.native)
         self.path = self.native.path
 
     def tokenizer_files(self) -> dict[str, str]:
@@ -315,3 +337,59 @@ class LlamaCppClover:
     def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
         """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""
         return prefill_blocks(self, prompt, block_size, cache)
+
+
+def read_config(native: LlamaCppModel) -> CloverConfig:
+    """The file's ``clover.config`` JSON as a CloverConfig, checked against the hyper-parameters
+    the library read from the GGUF keys (the graph runs on those, the engine on the config: they
+    must agree). Anything wrong is a GGUFError naming the file and the key."""
+    path = native.path
+    raw = native.metadata("clover.config")
+    if raw is None:
+        raise GGUFError(f"{path}: no clover.config metadata (re-export it with `clover export gguf`)")
+    try:
+        d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+        config = CloverConfig.from_dict(d)
+    except (ValueError, TypeError) as e:  # bad JSON, a ConfigError, a field of the wrong kind
+        raise GGUFError(f"{path}: metadata key clover.config: {e}") from None
+    wrong = config_mismatches(config, native)
+    if wrong:
+        raise GGUFError(f"{path}: clover.config disagrees with the GGUF keys: {'; '.join(wrong)}")
+    return config
+
+
+def config_mismatches(c: CloverConfig, native: LlamaCppModel) -> list[str]:
+    """Where the config and the library's hyper-parameters (from the GGUF keys) differ, one
+    ``name: config X, file Y`` each."""
+    attn = [t == ATTN for t in c.layer_types]
+    want = {
+        "n_vocab": c.vocab_size, "n_layer": c.num_hidden_layers, "n_embd": c.hidden_size,
+        "block_size": c.block_size, "max_block_size": c.max_block_size, "shift_logits": int(c.shift_logits),
+        "mask_token_id": c.mask_token_id, "n_expert": c.num_experts,
+        "n_expert_used": c.num_experts_per_tok if c.num_experts else 0, "n_attention": sum(attn),
+    }  # fmt: skip
+    if any(attn):
+        want.update(n_head=c.num_attention_heads, n_head_kv=c.num_key_value_heads, head_dim=c.head_dim,
+                    rope_dims=int(c.head_dim * c.partial_rotary_factor))  # fmt: skip
+    if not all(attn):
+        want.update(conv_k=c.linear_conv_kernel_dim, hk=c.linear_num_key_heads, hv=c.linear_num_value_heads,
+                    dk=c.linear_key_head_dim, dv=c.linear_value_head_dim, right_conv=int(c.gdn_right_conv),
+                    calibration=int(c.gdn_block_calibration))  # fmt: skip
+    if c.num_experts:
+        want.update(n_ff_exp=c.moe_intermediate_size, n_ff_shexp=c.shared_expert_intermediate_size)
+    else:
+        want.update(n_ff=c.intermediate_size)
+    wrong = [f"{k}: config {v}, file {native.get(k)}" for k, v in want.items() if native.get(k) != v]
+    if sum(attn) == want["n_attention"] and native.get("n_layer") == len(attn):
+        wrong += [f"layer {i}: config {'attention' if a else 'gdn'}, file the other"
+                  for i, a in enumerate(attn) if native.get(f"is_attention.{i}") != int(a)]  # fmt: skip
+    if c.gdn_block_mixing != "bidirectional":
+        wrong.append(f"gdn_block_mixing: config {c.gdn_block_mixing!r}, file 'bidirectional'")
+    if c.quantization is not None:
+        wrong.append("quantization: config has a header, file holds GGUF types")
+    floats = {"eps": c.rms_norm_eps} | ({"rope_base": c.rope_theta} if any(attn) else {})
+    wrong += [f"{k}: config {v}, file {native.get_float(k)}" for k, v in floats.items()
+              if np.float32(v) != np.float32(native.get_float(k))]  # fmt: skip
+    return wrong

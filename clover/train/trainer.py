@@ -148,8 +148,13 @@ class Trainer:
         write_checkpoint(self.run_dir, self.step, self.model, self.opt, {"config": asdict(self.cfg)}, self.tokenizer)
 
     def resume(self) -> bool:
-        if self.run_dir is None or (ck := latest_checkpoint(self.run_dir)) is None:
+        """Load the run's newest intact checkpoint (False: there is none). A newer one that is
+        damaged (cut short, half written) is passed over, saying so in one line."""
+        skipped: list[str] = []
+        if self.run_dir is None or (ck := latest_checkpoint(self.run_dir, skipped)) is None:
             return False
+        if skipped and self.rank == 0:
+            print(f"clover train: passed over {'; '.join(skipped)}; resuming from {ck.name}", flush=True)
         state = load_checkpoint(ck, self.model, self.opt)
         self.step = state["step"]
         return True

@@ -1,6 +1,9 @@
 // Clover's block-diffusion model on ggml: the C API that clover/model/llamacpp.py calls with ctypes.
 //
-// A model is loaded from a GGUF file written by `clover export gguf`. A cache holds one
+// A model is loaded from a GGUF file written by `clover export gguf`: the file is checked whole
+// (keys, every tensor's name, shape, type and extent) before anything runs, and its tensor data
+// is mapped, not read. No C++ exception leaves these functions: each returns its error value
+// (NULL, -1, 0) and clover_last_error says why. A cache holds one
 // sequence's committed history (docs/architecture.md, Caches): per attention layer the keys and
 // values of the committed tokens, per GDN layer the recurrent state S (fp32) and the conv tail.
 // clover_step runs one pass exactly as CloverForBlockDiffusion.step does: `commit` clean tokens
@@ -27,9 +30,14 @@ CLOVER_API const char * clover_last_error(void);
 CLOVER_API clover_model * clover_model_load(const char * path, int n_threads);
 CLOVER_API void clover_model_free(clover_model * model);
 CLOVER_API void clover_model_set_threads(clover_model * model, int n_threads);
-// hyper-parameters by name: "n_vocab", "block_size", "max_block_size", "shift_logits",
-// "mask_token_id", "n_layer", "n_embd"; -1 for an unknown name
+// integer hyper-parameters as the file's GGUF keys give them, by name: "n_vocab", "block_size",
+// "max_block_size", "shift_logits", "mask_token_id", "n_layer", "n_embd", "n_head", "n_head_kv",
+// "head_dim", "rope_dims", "conv_k", "hk", "hv", "dk", "dv", "n_expert", "n_expert_used", "n_ff",
+// "n_ff_exp", "n_ff_shexp", "right_conv", "calibration", "n_attention", "is_attention.<layer>";
+// -1 for an unknown name
 CLOVER_API int64_t clover_model_get(const clover_model * model, const char * name);
+// float hyper-parameters by name: "eps", "rope_base"; NaN for an unknown name
+CLOVER_API double clover_model_get_float(const clover_model * model, const char * name);
 
 // a string metadata value of the GGUF file ("clover.config", "tokenizer.huggingface.json", ...);
 // NULL when the key is absent or not a string

@@ -8,6 +8,7 @@
 #include "ggml-backend.h"
 #include "gguf.h"
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct clover_hparams {
     bool right_conv = true, calibration = true;
     // feed-forward
     int64_t n_expert = 0, n_expert_used = 0;
+    int64_t n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0;  // dense, routed-expert and shared-expert widths
     // blocks and tokens
     int64_t block_size = 32, max_block_size = 128, mask_token_id = 0;
     bool shift_logits = false;
@@ -51,6 +53,8 @@ struct clover_model {
     ggml_context * weights = nullptr;
     ggml_backend_t backend = nullptr;
     ggml_gallocr_t galloc = nullptr;
+    void * map = nullptr;  // the file, mapped read-only: the weights' data points into it
+    size_t map_size = 0;
     int n_threads = 1;
 };
 
@@ -89,3 +93,11 @@ inline size_t clover_graph_size(int64_t n_layer, int64_t n_blocks) {
 }
 
 void clover_set_error(const std::string & msg);
+
+// a file that cannot be loaded; the message names the key or tensor at fault
+struct load_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// reads and checks the GGUF file at path into m (clover_load.cpp); throws load_error
+void clover_load(clover_model & m, const char * path);

@@ -4,9 +4,10 @@ the same calls, replies and world as in process, for the bundled model with the 
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -20,30 +21,35 @@ pytest.importorskip("openai")
 API_KEY = "agent-test-key"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served():
-    port = _free_port()
-    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
+    # --port 0: the server binds a port the system chooses and names it in its banner, so no
+    # other process can take it between a test finding it free and the server binding it
+    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
            "--log-level", "warning", "--api-key", API_KEY]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
+        port = None
+        for line in proc.stderr:  # the banner comes once the model is loaded and the port bound
+            m = re.match(r"clover serve: http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        if port is None:
+            pytest.fail(f"clover serve exited with {proc.wait()} before listening")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its log from filling the pipe
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"clover serve exited with {proc.returncode}")
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=60).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            if time.monotonic() - t0 > 180:
-                pytest.fail("clover serve did not come up")
+            if time.monotonic() - t0 > 600:  # a guard against a hang, not a bound on speed
+                pytest.fail("clover serve never answered /health")
             time.sleep(0.2)
         yield f"http://127.0.0.1:{port}/v1"
     finally:

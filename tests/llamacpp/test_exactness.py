@@ -148,11 +148,11 @@ def test_cache_copy_is_independent(bundled):
 
 
 def test_not_a_gguf_file(libclover, tmp_path):
-    from clover.model.llamacpp import LlamaCppError, LlamaCppModel
+    from clover.model.llamacpp import GGUFError, LlamaCppModel
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
-    with pytest.raises(LlamaCppError, match="bad.gguf"):
+    with pytest.raises(GGUFError, match="bad.gguf: not a readable GGUF file"):
         LlamaCppModel(bad)
     with pytest.raises(FileNotFoundError):
         LlamaCppModel(tmp_path / "missing.gguf")

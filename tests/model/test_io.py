@@ -40,7 +40,7 @@ def test_config_that_does_not_fit_is_refused(tmp_path):
     cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
     cfg["hidden_size"] = 48
     (tmp_path / "ck" / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match="shape mismatches"):
+    with pytest.raises(CheckpointError, match="shape or dtype mismatches"):
         load_model(tmp_path / "ck")
     cfg["hidden_size"] = -1
     (tmp_path / "ck" / "config.json").write_text(json.dumps(cfg))

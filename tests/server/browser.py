@@ -8,8 +8,10 @@ import json
 import os
 import select
 import shutil
+import struct
 import subprocess
 import time
+import zlib
 
 _CANDIDATES = ("/usr/bin/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
 CHROMIUM = next((p for p in _CANDIDATES if p and os.path.exists(p)), None)
@@ -87,3 +89,49 @@ class Chromium:
             self.proc.kill()
         os.close(self._w)
         os.close(self._r)
+
+
+def png_pixels(data: bytes) -> tuple[int, int, int, list[bytes]]:
+    """An 8-bit RGB or RGBA PNG (what Chromium's screenshots are) → (width, height, bytes per
+    pixel, rows of raw pixel bytes), its scanline filters undone as the PNG specification says."""
+    assert data.startswith(b"\x89PNG\r\n\x1a\n"), "not a PNG"
+    at, idat, head = 8, b"", None
+    while at < len(data):
+        n, kind = struct.unpack(">I4s", data[at : at + 8])
+        chunk = data[at + 8 : at + 8 + n]
+        if kind == b"IHDR":
+            head = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        at += 12 + n
+    width, height, depth, color, _, _, interlace = head
+    assert depth == 8 and color in (2, 6) and interlace == 0, head
+    bpp = 3 if color == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytes(width * bpp)
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+
+def colours_in(data: bytes, box: tuple[float, float, float, float] | None = None) -> int:
+    """How many distinct colours a PNG has, inside ``box`` (x, y, width, height in pixels) if given."""
+    width, height, bpp, rows = png_pixels(data)
+    x0, y0, w, h = box if box is not None else (0, 0, width, height)
+    x0, y0 = max(0, int(x0)), max(0, int(y0))
+    x1, y1 = min(width, int(x0 + w)), min(height, int(y0 + h))
+    return len({row[x * bpp : (x + 1) * bpp] for row in rows[y0:y1] for x in range(x0, x1)})

@@ -1,6 +1,8 @@
 """Many concurrent streams; a full queue answers 429; a cancelled stream frees its slot."""
 
 import asyncio
+import json
+import socket
 import time
 
 import httpx
@@ -38,7 +40,7 @@ def test_32_concurrent_streams(server):
         assert len(reasons) == 1 and usage is not None and usage.completion_tokens > 0
 
 
-def _wait_idle(url: str, timeout: float = 20) -> dict:
+def _wait_idle(url: str, timeout: float = 600) -> dict:  # a guard against a hang, not a bound on speed
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         h = httpx.get(url + "/health").json()
@@ -73,11 +75,43 @@ def test_queue_full_then_cancelled_stream_frees_its_slot(live):
         assert 'status="429"' in metrics
 
 
+def _send_raw(url: str, path: str, body: dict) -> socket.socket:
+    """An HTTP POST written on a socket of its own, its answer never read: closing the socket is
+    the client going away, at a moment the test chooses."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+    return s
+
+
+def _until(check, what: str, guard_s: float = 600):
+    """Poll ``check`` until it is true; ``guard_s`` only keeps a broken server from hanging the test."""
+    t0 = time.monotonic()
+    while not check():
+        if time.monotonic() - t0 > guard_s:
+            raise AssertionError(f"never: {what}")
+        time.sleep(0.02)
+
+
+def _finished(url: str) -> list[str]:
+    return [
+        ln for ln in httpx.get(url + "/metrics").text.splitlines() if ln.startswith("clover_engine_requests_total{")
+    ]
+
+
 def test_non_streaming_client_that_disconnects_is_aborted(live):
+    """The client closes its connection while its request is in the engine (not before it got
+    there, not after it finished: 1500 tokens past any end of text): the request is aborted, its
+    slot freed, and it is never counted as finished."""
     with live(max_batch_size=1, max_queue=0) as srv:
-        body = {"model": "clover", "messages": MSG, "max_tokens": 1500}
-        try:
-            httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=1.0)
-        except httpx.TimeoutException:
-            pass
+        body = {"model": "clover", "messages": MSG, "max_tokens": 1500, "ignore_eos": True}
+        s = _send_raw(srv.url, "/v1/chat/completions", body)
+        _until(lambda: httpx.get(srv.url + "/health").json()["active"] == 1, "the request in the engine")
+        s.close()
         _wait_idle(srv.url)
+        assert _finished(srv.url) == []  # aborted, not finished by its length
+        ok = httpx.post(srv.url + "/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=600)
+        assert ok.status_code == 200  # the slot is free again
+        assert _finished(srv.url) == ['clover_engine_requests_total{reason="length"} 1.0']

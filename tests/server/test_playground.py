@@ -11,7 +11,7 @@ import pytest
 from clover.engine import POLICIES as ENGINE_POLICIES
 from clover.engine import Engine
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
-from tests.server.browser import CHROMIUM, Chromium
+from tests.server.browser import CHROMIUM, Chromium, colours_in, png_pixels
 
 POLICIES = ["ar", "threshold", "prefix", "fixed", "edit"]
 
@@ -59,6 +59,10 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
             tpf = browser.evaluate("document.getElementById('s-tpf').textContent")
             system = browser.evaluate("document.getElementById('system').value")
             keybox = browser.evaluate("getComputedStyle(document.getElementById('keybox')).display")
+            viewport = browser.evaluate("[innerWidth, innerHeight].map(v => Math.round(v * devicePixelRatio))")
+            reply = "document.querySelector('.msg.assistant .body')"
+            box = browser.evaluate("(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))"
+                                   f"({reply}.getBoundingClientRect())")  # fmt: skip
         finally:
             browser.close()
     assert done and status.startswith("done"), status
@@ -66,7 +70,10 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
     assert filled > 0 and float(tpf) > 0
     assert system == "Be brief"  # the system prompt field, sent as a system message before the chat
     assert keybox != "none"  # this server takes a key: the box is shown
-    assert shot.stat().st_size > 10_000
+    # the screenshot is the page as shown: the viewport's size, and text drawn where the reply is
+    png = shot.read_bytes()
+    assert list(png_pixels(png)[:2]) == viewport
+    assert colours_in(png, box) > 3, "the reply's box is blank in the screenshot"
 
 
 @pytest.mark.timeout(180)
@@ -153,6 +160,8 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
                                        "g.dataset.drone || g.dataset.zone).sort().join(',')")  # fmt: skip
             shot = tmp_path / "agent.png"
             browser.screenshot(shot)
+            map_box = browser.evaluate("(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))"
+                                       "(document.getElementById('map').getBoundingClientRect())")  # fmt: skip
             # a wrong key: the world route answers 401 like the other /v1 routes, and the page says so
             browser.evaluate("localStorage.clear()")
             state_is_error = "document.getElementById('status').dataset.state === 'error'"
@@ -186,4 +195,40 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
     assert changed == "D-18,Lower Arena"  # highlighted as what this message changed
     assert refused and "401" in refusal and "incorrect API key" in refusal, refusal
     png = shot.read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert colours_in(png, map_box) > 3, "the map is blank in the screenshot"
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4])
+def test_png_reader_undoes_each_filter(kind):
+    """The screenshots' PNG reader (tests/server/browser.py) against an image written here with
+    each scanline filter of the PNG specification."""
+    import struct
+    import zlib
+
+    w, h, bpp = 7, 5, 4
+    rows = [bytes((x * 37 + y * 91 + c * 53) % 256 for x in range(w) for c in range(bpp)) for y in range(h)]
+
+    def paeth(a, b, c):
+        p = a + b - c
+        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+        return a if pa <= pb and pa <= pc else b if pb <= pc else c
+
+    raw, prev = b"", bytes(w * bpp)
+    for row in rows:
+        out = bytearray()
+        for i, x in enumerate(row):
+            a, b, c = row[i - bpp] if i >= bpp else 0, prev[i], prev[i - bpp] if i >= bpp else 0
+            pred = (0, a, b, (a + b) // 2, paeth(a, b, c))[kind]
+            out.append((x - pred) & 255)
+        raw += bytes([kind]) + bytes(out)
+        prev = row
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))  # fmt: skip
+    assert png_pixels(png) == (w, h, bpp, rows)
+    assert colours_in(png, (0, 0, 1, 1)) == 1 and colours_in(png) == len(
+        {r[i : i + 4] for r in rows for i in range(0, 28, 4)}
+    )

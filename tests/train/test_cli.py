@@ -31,6 +31,13 @@ def test_init_from_the_bundled_model_trains_checkpoints_and_exports(tmp_path):
     # resumed without --init-from: the run keeps the checkpoint's shape (not the recipe's default)
     r = _train("--out", tmp_path / "run", "--steps", 3, "--resume")
     assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stderr[-2000:]
+    # the newest checkpoint cut short (a crash mid-save): --resume passes over it, in one line
+    weights = tmp_path / "run" / "step-00000003" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    r = _train("--out", tmp_path / "run", "--steps", 4, "--resume")
+    assert r.returncode == 0 and "resumed from step 2" in r.stdout, r.stderr[-2000:]
+    said = [line for line in r.stdout.splitlines() if "passed over" in line]
+    assert len(said) == 1 and "step-00000003" in said[0] and said[0].endswith("resuming from step-00000002")
 
 
 def test_steps_zero_evaluates_and_exports_the_starting_model(tmp_path):

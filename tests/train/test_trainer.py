@@ -138,6 +138,56 @@ def test_resume_is_bit_exact(tmp_path, ablation):
     assert [h["loss"] for h in full[6:]] == [h["loss"] for h in rest]
 
 
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+# how a crash, or a disk that lost what was not flushed, leaves the newest checkpoint
+DAMAGE = {
+    "weights cut mid-save": lambda ck: _cut(ck / "model.safetensors"),
+    "optimizer cut mid-save": lambda ck: _cut(ck / "optimizer.safetensors"),
+    "state.json never written": lambda ck: (ck / "state.json").unlink(),
+    "weights header garbled": lambda ck: (ck / "model.safetensors").write_bytes(b"\xff" * 64),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_resume_falls_back_past_a_damaged_checkpoint(tmp_path, capsys, damage):
+    """A run stopped at step 8 whose newest checkpoint (step 8) was then damaged resumes from the
+    one before it (step 4), says so in one line, and ends with the weights of a run never
+    stopped, bit for bit; a half-written step directory of a later save is ignored."""
+
+    def model(seed=0):
+        torch.manual_seed(seed)
+        return CloverForBlockDiffusion(preset("tiny", block_size=4, shift_logits=False))
+
+    cfg = TrainConfig(steps=12, lr=3e-3, warmup=2, block_size=4, ckpt_every=4, log_every=1000, eval_every=10**9)
+    full = Trainer(model(), copy_source(), cfg, tmp_path / "a")
+    full.fit(progress=False)
+    Trainer(model(), copy_source(), cfg, tmp_path / "b").fit(progress=False, until=8)
+    run = tmp_path / "b"
+    assert (run / "latest").read_text() == "step-00000008"
+    DAMAGE[damage](run / "step-00000008")
+    (run / ".step-00000012.tmp").mkdir()  # a later save killed before its rename
+    capsys.readouterr()
+    tr = Trainer(model(seed=123), copy_source(), cfg, run)
+    assert tr.resume() and tr.step == 4
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "step-00000008" in said[0] and said[0].endswith("resuming from step-00000004")
+    tr.fit(progress=False)
+    got, want = tr.model.state_dict(), full.model.state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_resume_with_every_checkpoint_damaged_is_an_error(tmp_path):
+    cfg = TrainConfig(steps=4, lr=3e-3, warmup=2, block_size=4, ckpt_every=2, log_every=1000, eval_every=10**9)
+    Trainer(_model(), copy_source(), cfg, tmp_path).fit(progress=False)
+    for ck in tmp_path.glob("step-*"):
+        _cut(ck / "model.safetensors")
+    with pytest.raises(CheckpointError, match="no intact checkpoint"):
+        Trainer(_model(), copy_source(), cfg, tmp_path).resume()
+
+
 def test_prefetch_workers_give_the_same_losses():
     """Batches built ahead by worker processes are the source's own: the same losses, bit for bit."""
     cfg = TrainConfig(steps=6, lr=3e-3, warmup=2, block_size=4, log_every=1000, eval_every=10**9)
@@ -170,7 +220,7 @@ def test_corrupt_or_mismatched_checkpoint_is_refused(tmp_path):
         Trainer(other, copy_source(), cfg, tmp_path).resume()
     ck = tmp_path / (tmp_path / "latest").read_text()
     (ck / "model.safetensors").write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match="corrupt"):
+    with pytest.raises(CheckpointError, match="no intact checkpoint .*step-00000002: model.safetensors"):
         Trainer(_model(), copy_source(), cfg, tmp_path).resume()
 
 
