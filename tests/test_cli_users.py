@@ -255,6 +255,34 @@ def test_generate_with_a_regex_or_a_choice(capsys):
     assert "not allowed with" in _fails(["generate", "hi", "--regex", "a", "--choice", "b"], capsys)[1]
 
 
+def test_choice_takes_the_readmes_form_and_the_repeated_one():
+    """``--choice A B`` (the README's) and ``--choice A --choice B`` give the same choices."""
+    import re
+
+    from clover.cli import build_parser
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    usage = re.search(r"`clover generate PROMPT [^`]*--choice A B[^`]*`", readme)
+    assert usage is not None, "the README's generate line lost its --choice A B"
+    parse = lambda *argv: build_parser().parse_args(["generate", "Is it?", *argv]).choice
+    assert parse("--choice", "A", "B") == parse("--choice", "A", "--choice", "B") == ["A", "B"]
+    assert parse("--choice", "yes", "no", "--choice", "maybe") == ["yes", "no", "maybe"]
+
+
+def test_a_reader_gone_early_is_no_traceback():
+    """``clover tools airspace2 --json | head -c 0``: the pipe is closed before the command writes;
+    it stops quietly with the shell's SIGPIPE status, as ``yes | head`` does."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "clover", "tools", "airspace2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # the reader is gone before the first write (start-up takes longer than this)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+
+
 def test_a_bad_max_tokens_is_one_clear_message(capsys):
     err = _fails(["generate", "hi", "--max-tokens", "-3", "--threads", "1"], capsys)[1]
     assert "max_tokens must be an integer >= 0, got -3" in err and "min_tokens" not in err
