@@ -4,7 +4,7 @@ behind the default ``--threads`` of the commands (``clover.commands.threads``).
 Each case runs in a fresh process (OpenMP reads its wait policy once, at start): the bundled
 model and the ``medium`` preset (random weights; speed only) decode the same prompts at batch 1
 with 1, 2 and every core's threads, with OpenMP's default (spinning) and passive waiting, while
-``--spinners`` extra processes spin on the CPU (bounded by the run). ``--json`` writes the figures.
+``--spinners`` other programs spin on the CPU (bounded by the run). ``--json`` writes the figures.
 
     python benchmarks/bench_threads.py --spinners 0,2 --json threads.json
 """
@@ -78,22 +78,26 @@ def main() -> None:
     p.add_argument("--max-tokens", default="bundled=64,medium=16", help="new tokens per prompt, per model")
     p.add_argument("--prompts", type=int, default=2)
     p.add_argument("--case-timeout", type=int, default=240)
+    p.add_argument("--repeat", type=int, default=1, help="runs of every case")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",")})
     results = []
     for spinners in [int(s) for s in args.spinners.split(",")]:
-        spin = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=args.case_timeout * 8)])
+        # each spinner a program of its own (its own session): the scheduler shares the CPU between
+        # sessions first, so spinners in the case's own session would favour more threads
+        spin = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=args.case_timeout * 8)], start_new_session=True)
                 for _ in range(spinners)]  # fmt: skip
         try:
-            for model in args.models.split(","):
-                for t in threads:
-                    for wait in args.waits.split(",") if t > 1 else ["default"]:
-                        load = os.getloadavg()[0]
-                        r = run_case(model, t, wait, args)
-                        r.update(model=model, threads=t, wait=wait, spinners=spinners, loadavg_1m=load)
-                        results.append(r)
-                        print(json.dumps(r), flush=True)
+            for rep in range(args.repeat):  # repeats interleaved, so a change of load touches every case
+                for model in args.models.split(","):
+                    for t in threads:
+                        for wait in args.waits.split(",") if t > 1 else ["default"]:
+                            load = os.getloadavg()[0]
+                            r = run_case(model, t, wait, args)
+                            r.update(model=model, threads=t, wait=wait, spinners=spinners, loadavg_1m=load, rep=rep)
+                            results.append(r)
+                            print(json.dumps(r), flush=True)
         finally:
             for s in spin:
                 s.kill()

@@ -43,9 +43,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from clover.commands.threads import mark_start
+    from clover.commands.threads import passive_waits
 
-    mark_start()  # before torch loads: OpenMP's wait policy, and the start of the CPU-use window
+    passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)

@@ -234,7 +234,11 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
     assert "two models given" in _fails(["serve", missing, "--model", str(BUNDLED)], capsys)[1]
     assert "two models given" in _fails(["chat", missing, "--model", str(BUNDLED)], capsys)[1]
     seen = {}
-    monkeypatch.setattr("clover.server.app.create_app", lambda model, **kw: seen.setdefault("model", model) and None)
+    import clover.api.loading
+
+    load = clover.api.loading.load_engine
+    monkeypatch.setattr("clover.api.loading.load_engine", lambda model, *a: seen.setdefault("model", model) and load())
+    monkeypatch.setattr("clover.server.app.create_app", lambda engine, **kw: None)
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: None)
     with pytest.raises(SystemExit) as e:
         main(["serve", str(BUNDLED), "--port", "0"])

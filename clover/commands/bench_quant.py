@@ -41,9 +41,12 @@ def run_quant(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover bench quant: --dtype {args.dtype}: it compares int8/int4 with float32 weights "
                          "(the bf16 row is computed from sizes); use --dtype float32 or auto")  # fmt: skip
     set_threads(args.threads)
+    from clover.data import default_model_dir
     from clover.model import preset
+    from clover.model.io import load_config
 
-    use_threads(args.threads, preset("medium"))  # the model its speed figures are of
+    # one count for every row: the rule's for the largest model measured
+    use_threads(args.threads, load_config(default_model_dir()) if args.no_medium else preset("medium"))
     figures, rows = measure_quant(args)
     targets = figures["targets"]
     notes = [
