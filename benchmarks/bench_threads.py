@@ -102,9 +102,13 @@ def main() -> None:
             for s in spin:
                 s.kill()
                 s.wait()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"cpu_count": os.cpu_count(), "results": results}, f, indent=1)
+    from clover.bench import print_table, write_json
+
+    speed = lambda r: f"{r['tokens_per_s']:.3g}" if "tokens_per_s" in r else f"timed out ({r['timed_out_s']} s)"
+    rows = [[r["model"], r["spinners"], r["threads"], r["wait"], f"{r['loadavg_1m']:.1f}", speed(r)] for r in results]
+    print_table(f"decode tokens/s at batch 1 by torch threads ({os.cpu_count()} CPUs)",
+                ["model", "spinners", "threads", "OMP wait", "load (1 min)", "tokens/s"], rows)  # fmt: skip
+    write_json(args.json, {"cpu_count": os.cpu_count(), "results": results})
 
 
 if __name__ == "__main__":

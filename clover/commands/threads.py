@@ -13,8 +13,8 @@ docs/benchmarks.md ("CPU threads"):
 - and OpenMP waits passively (``OMP_WAIT_POLICY=PASSIVE``, set before torch loads): a thread
   with no work sleeps and leaves its core to the rest of the machine.
 
-``--threads N``, else ``CLOVER_THREADS=N``, else ``OMP_NUM_THREADS=N`` overrides the rule. The
-choice is printed once per process, on stderr.
+``--threads N``, else ``CLOVER_THREADS=N``, else ``OMP_NUM_THREADS=N`` overrides the rule. A
+count the rule chose is said once per process, on stderr.
 """
 
 from __future__ import annotations
@@ -76,13 +76,14 @@ def choose_threads(given: int | None, active_params: int) -> tuple[int, str]:
 
 
 def say_once(n: int, why: str) -> None:
-    """One stderr line per process: the count, why, and how to change it."""
+    """One stderr line per process when the rule chose (a count the user set goes unsaid): the
+    count, why, and how to change it."""
     global _said
-    if _said:
+    if _said or why in ("--threads", THREADS_ENV, "OMP_NUM_THREADS"):
         return
     _said = True
-    how = "" if why in ("--threads", THREADS_ENV, "OMP_NUM_THREADS") else f"; --threads N or {THREADS_ENV}=N to change"
-    print(f"clover: {n} CPU thread{'s' if n > 1 else ''} ({why}{how})", file=sys.stderr)
+    print(f"clover: {n} CPU thread{'s' if n > 1 else ''} ({why}; --threads N or {THREADS_ENV}=N to change)",
+          file=sys.stderr)  # fmt: skip
 
 
 def use_threads(given: int | None, config) -> int:
