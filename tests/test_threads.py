@@ -26,10 +26,18 @@ def fresh(monkeypatch):
 
 def test_the_rule():
     small, large = T.MANY_THREADS_FROM - 1, T.MANY_THREADS_FROM
-    assert T.default_threads(small, cores=8) == (1, f"{small / 1e6:.3g} M active parameters: a small model "
-                                                    "decodes fastest on one")  # fmt: skip
-    assert T.default_threads(large, cores=8) == (8, "20 M active parameters: one per physical core")
-    assert T.default_threads(large, cores=1)[0] == 1
+    # a small model: one thread, idle machine or not
+    for load in (0.0, 3.0, 40.0):
+        assert T.default_threads(small, cores=8, load=load) == (
+            1, f"{small / 1e6:.3g} M active parameters: a small model decodes fastest on one")
+    # a large one: the physical cores other programs leave idle, at least one
+    assert T.default_threads(large, cores=8, load=0.4) == (8, "20 M active parameters: one per physical core")
+    assert T.default_threads(large, cores=8, load=0.6) == (
+        7, "20 M active parameters: one per physical core left idle (8 cores, load 0.6)")
+    assert T.default_threads(large, cores=8, load=2.5)[0] == 5
+    assert T.default_threads(large, cores=2, load=1.2)[0] == 1
+    assert T.default_threads(large, cores=2, load=9.0)[0] == 1
+    assert T.default_threads(large, cores=1, load=0.0)[0] == 1
 
 
 def test_the_bundled_model_is_small_and_medium_is_not():
@@ -43,7 +51,10 @@ def test_the_bundled_model_is_small_and_medium_is_not():
 def test_flag_then_environment_then_rule(monkeypatch):
     big = 10 * T.MANY_THREADS_FROM
     monkeypatch.setattr(T, "physical_cores", lambda: 4)
+    monkeypatch.setattr(T, "machine_load", lambda: 0.0)
     assert T.choose_threads(None, big) == (4, "200 M active parameters: one per physical core")
+    monkeypatch.setattr(T, "machine_load", lambda: 1.0)
+    assert T.choose_threads(None, big)[0] == 3
     assert T.choose_threads(None, 1000) == (1, "0.001 M active parameters: a small model decodes fastest on one")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert T.choose_threads(None, big) == (2, "OMP_NUM_THREADS")
@@ -55,8 +66,9 @@ def test_flag_then_environment_then_rule(monkeypatch):
         T.choose_threads(None, big)
 
 
-def test_physical_cores_are_counted():
+def test_cores_and_load_are_read():
     assert 1 <= T.physical_cores() <= (os.cpu_count() or 1)
+    assert T.machine_load() >= 0.0
 
 
 def test_openmp_waits_passively_in_every_clover_process():

@@ -146,8 +146,8 @@ def take_model_positional(args: argparse.Namespace) -> None:
     args.model = args.model or given
 
 
-THREADS_HELP = ("CPU threads (default: one for a small model, else the physical cores other processes leave idle; "
-                "CLOVER_THREADS=N sets it too; docs/benchmarks.md, 'CPU threads')")
+THREADS_HELP = ("CPU threads (default: one for a model under 20 M active parameters, else the physical cores other "
+                "programs leave idle; CLOVER_THREADS=N sets it too; docs/benchmarks.md, 'CPU threads')")
 
 
 def add_threads_arg(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:

@@ -7,9 +7,10 @@ its own sibling, taken off its core by the scheduler) needed. So, as measured in
 docs/benchmarks.md ("CPU threads"):
 
 - a model below ``MANY_THREADS_FROM`` active parameters per token runs on one thread: its
-  operations are too short to split, and a second thread only adds barriers (beside other
-  programs busy on every core too: the scheduler shares the CPU between programs first);
-- a larger model runs on one thread per physical core;
+  operations are too short to split, and a second thread only adds barriers;
+- a larger model runs on the physical cores that other programs leave idle (the cores less the
+  machine's 1-minute load average, at least one): beside programs busy on every core, a second
+  thread waits on a core it does not get;
 - and OpenMP waits passively (``OMP_WAIT_POLICY=PASSIVE``, set before torch loads): a thread
   with no work sleeps and leaves its core to the rest of the machine.
 
@@ -42,12 +43,23 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def default_threads(active_params: int, cores: int) -> tuple[int, str]:
-    """The rule: (threads, why) for a model of ``active_params`` on ``cores`` physical cores."""
+def machine_load() -> float:
+    """The 1-minute load average: tasks running or waiting to run, averaged."""
+    import psutil
+
+    return psutil.getloadavg()[0]
+
+
+def default_threads(active_params: int, cores: int, load: float) -> tuple[int, str]:
+    """The rule: (threads, why) for a model of ``active_params`` on ``cores`` physical cores with
+    a 1-minute load average of ``load`` from other programs."""
     size = f"{active_params / 1e6:.3g} M active parameters"
     if active_params < MANY_THREADS_FROM or cores == 1:
         return 1, f"{size}: a small model decodes fastest on one"
-    return cores, f"{size}: one per physical core"
+    busy = min(cores, int(load + 0.5))  # a core counts as taken from half a task's load
+    if busy == 0:
+        return cores, f"{size}: one per physical core"
+    return max(1, cores - busy), f"{size}: one per physical core left idle ({cores} cores, load {load:.1f})"
 
 
 def env_threads() -> tuple[int, str] | None:
@@ -72,7 +84,7 @@ def choose_threads(given: int | None, active_params: int) -> tuple[int, str]:
     if given:
         return given, "--threads"
     found = env_threads()
-    return found if found is not None else default_threads(active_params, physical_cores())
+    return found if found is not None else default_threads(active_params, physical_cores(), machine_load())
 
 
 def say_once(n: int, why: str) -> None:
