@@ -34,8 +34,8 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/clover serve --host $(HOST) --port $(PORT)
 
-test: setup  # quiet already (pyproject's addopts -q): a second -q would drop pytest's closing 'N passed' line
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: setup  # -rs: every skip's reason in the summary; quiet already (pyproject's addopts -q): a second -q would drop pytest's closing 'N passed' line
+	$(BIN)/python -m pytest -rs $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/python -m ruff check clover tests benchmarks

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # in the order ``clover --help`` lists them
@@ -42,11 +43,17 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from clover.commands.threads import passive_waits
+
+    passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so a reader gone early (`| head`) is caught below
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        code = _reader_gone()
     except RuntimeError as e:  # a missing or corrupt checkpoint: the message says which and why
         from clover.model.io import CheckpointError
 
@@ -55,3 +62,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"clover: {e}", file=sys.stderr)
         code = 2
     sys.exit(code or 0)
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed it (``clover tools airspace2 --json | head``): stop quietly as
+    a command killed by SIGPIPE does, with no traceback. stdout is pointed at /dev/null so
+    Python's final flush of what is still buffered has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + 13  # the shell's status for a process ended by SIGPIPE (signal 13)

@@ -234,7 +234,11 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
     assert "two models given" in _fails(["serve", missing, "--model", str(BUNDLED)], capsys)[1]
     assert "two models given" in _fails(["chat", missing, "--model", str(BUNDLED)], capsys)[1]
     seen = {}
-    monkeypatch.setattr("clover.server.app.create_app", lambda model, **kw: seen.setdefault("model", model) and None)
+    import clover.api.loading
+
+    load = clover.api.loading.load_engine
+    monkeypatch.setattr("clover.api.loading.load_engine", lambda model, *a: seen.setdefault("model", model) and load())
+    monkeypatch.setattr("clover.server.app.create_app", lambda engine, **kw: None)
     monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: None)
     with pytest.raises(SystemExit) as e:
         main(["serve", str(BUNDLED), "--port", "0"])
@@ -253,6 +257,34 @@ def test_generate_with_a_regex_or_a_choice(capsys):
         assert out["finish_reason"] == "stop" and ok(out["text"]), out
     assert "invalid regular expression" in _fails(["generate", "hi", "--regex", "(", "--threads", "1"], capsys)[1]
     assert "not allowed with" in _fails(["generate", "hi", "--regex", "a", "--choice", "b"], capsys)[1]
+
+
+def test_choice_takes_the_readmes_form_and_the_repeated_one():
+    """``--choice A B`` (the README's) and ``--choice A --choice B`` give the same choices."""
+    import re
+
+    from clover.cli import build_parser
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    usage = re.search(r"`clover generate PROMPT [^`]*--choice A B[^`]*`", readme)
+    assert usage is not None, "the README's generate line lost its --choice A B"
+    parse = lambda *argv: build_parser().parse_args(["generate", "Is it?", *argv]).choice
+    assert parse("--choice", "A", "B") == parse("--choice", "A", "--choice", "B") == ["A", "B"]
+    assert parse("--choice", "yes", "no", "--choice", "maybe") == ["yes", "no", "maybe"]
+
+
+def test_a_reader_gone_early_is_no_traceback():
+    """``clover tools airspace2 --json | head -c 0``: the pipe is closed before the command writes;
+    it stops quietly with the shell's SIGPIPE status, as ``yes | head`` does."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "clover", "tools", "airspace2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # the reader is gone before the first write (start-up takes longer than this)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
 
 
 def test_a_bad_max_tokens_is_one_clear_message(capsys):

@@ -23,3 +23,13 @@ def test_the_makefile_never_installs_the_cuda_torch_without_a_gpu():
     assert "TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu" in make
     assert "grep -q '+cpu\"'" in make and "--index-url $(TORCH_CPU_INDEX)" in make
     assert "never pulls" not in make  # what it does is said, not promised
+
+
+def test_make_test_shows_why_each_test_was_skipped():
+    """`make test` runs pytest with -rs, so its summary names each skip's reason (the llama.cpp
+    library not built, no Chromium), and the README says which skips wait for what."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^test: .*\n\t(.*)$", make, re.M).group(1)
+    assert re.search(r"pytest (.* )?-r[a-zA-Z]*s", recipe), recipe
+    readme = (ROOT / "README.md").read_text()
+    assert "make llama-cpp" in readme and "Chromium" in readme

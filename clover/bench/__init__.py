@@ -19,16 +19,35 @@ BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Call
 
 
 # -- helpers shared by the benchmarks ----------------------------------------------------------
-def set_threads(n: int) -> None:
-    """Benchmarks default to one thread: on a small shared CPU more threads often run slower."""
+def set_threads(n: int | None) -> None:
+    """``--threads`` given: torch's CPU threads (None: left to the command's default, set once the
+    model is known); and denormals flushed (fast-decaying GDN heads otherwise hit slow ones)."""
     import torch  # deferred: listing the benchmarks (clover --help) needs no torch
 
-    torch.set_num_threads(n)
+    if n:
+        torch.set_num_threads(n)
     torch.set_flush_denormal(True)
 
 
-def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
+# the width a table may take when stdout is a pipe or a file: no terminal to fit, so it prints whole
+# (rich would otherwise fit it to 80 columns and cut its cells: "defau…")
+UNBOUNDED_WIDTH = 1000
+
+
+def table_console():
+    """A rich Console for tables: the terminal's width on a terminal; a pipe or a file gets each
+    table whole (``COLUMNS``, when set, still wins)."""
+    import os
+
     from rich.console import Console  # deferred: rich only when a table is printed
+
+    console = Console()
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(width=UNBOUNDED_WIDTH)
+
+
+def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
     from rich.table import Table
 
     t = Table(title=title)
@@ -36,7 +55,7 @@ def print_table(title: str, columns: list[str], rows: list[list], notes: list[st
         t.add_column(c, justify="left" if i == 0 else "right")
     for r in rows:
         t.add_row(*[f"{v:.3g}" if isinstance(v, float) else str(v) for v in r])
-    console = Console()
+    console = table_console()
     console.print(t)
     for n in notes:
         console.print(f"[dim]{n}[/]")

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from clover.commands.common import count
+from clover.commands.common import THREADS_HELP, add_threads_arg, count
 
 
 def print_world(world, console) -> None:
@@ -100,10 +100,9 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from clover.airspace.loop import LocalModel, OpenAIModel
     from clover.airspace.world import World
+    from clover.bench import table_console  # a pipe or a file gets the world's tables whole
 
     if args.model_dir is not None:
         if args.model is not None and args.model != args.model_dir:
@@ -125,6 +124,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     else:
         from clover.api.llm import LLM
         from clover.commands.common import device_setup
+        from clover.commands.threads import apply_threads
         from clover.engine import POLICIES
 
         policy = args.policy
@@ -133,11 +133,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
         device_setup(args, "clover agent")
         try:
             llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
+            apply_threads(llm.engine.model, args.threads)
             model = LocalModel(llm, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens)
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)
             return 2
-    return run_session(model, World.seeded(args.world), Console(), args.max_steps, args.system, errors)
+    return run_session(model, World.seeded(args.world), table_console(), args.max_steps, args.system, errors)
 
 
 def _at_least_one(text: str) -> int:
@@ -167,6 +168,6 @@ def register(sub) -> None:
     p.add_argument("--max-steps", type=_at_least_one, default=4, help="model calls per message at most (default 4)")
     p.add_argument("--max-tokens", type=_at_least_one, default=320, help="new tokens per model call at most")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--threads", type=_at_least_one, help="torch CPU threads (in process)")
+    add_threads_arg(p, THREADS_HELP + " (in process)")
     add_device_args(p)  # in process only
     p.set_defaults(func=cmd_agent)

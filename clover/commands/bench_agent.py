@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.commands.common import add_device_args, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.threads import apply_threads
 
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at --threshold
 
@@ -22,7 +23,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         default=20,
         help="messages that each ask for one no-fly zone, run one after another and timed whole (default 20; 0: none)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     device_setup(args, "clover bench agent")
     set_threads(args.threads)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
+    args.threads = apply_threads(llm.engine.model, args.threads)
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
     tasks = operator_tasks(args.n, load=load)
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": args.threshold or DEFAULT_THRESHOLD,

@@ -9,7 +9,8 @@ import argparse
 import time
 
 from clover.bench import print_table, set_threads, write_json
-from clover.commands.common import add_device_args, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.threads import use_threads
 
 
 def _ints(s: str) -> list[int]:
@@ -23,7 +24,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--steps-per-block", type=int, default=4, help="passes per block ('fixed' policy, same for both)")
     p.add_argument("--real-prefill", action="store_true", help="prefill for real (minutes at 16K on a CPU)")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -73,6 +74,7 @@ def run_context(args: argparse.Namespace) -> int:
     lengths = _ints(args.lengths)
     torch.manual_seed(0)
     cfg = preset(args.preset, max_position_embeddings=2 * max(lengths) + 4096)  # RoPE has no hard limit
+    use_threads(args.threads, cfg)
     models = {}
     for name, c in (("clover", cfg), ("attention", cfg.all_attention())):
         torch.manual_seed(0)

@@ -28,7 +28,8 @@ from clover.bench.decode import (
     run_hf,
 )
 from clover.commands.bench_context import add_context_args, run_context
-from clover.commands.common import add_device_args, device_setup, load_model_and_tokenizer
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer
+from clover.commands.threads import use_threads
 
 # torch and the engine are imported inside the functions: registering the benchmarks with the
 # CLI must stay cheap
@@ -64,7 +65,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-sizes", default="1,4,16")
     p.add_argument("--speed-prompts", type=int, default=4, help="prompts for speed at batch sizes below --n")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -156,8 +157,9 @@ def run_decode(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     if args.random:
         model, tokenizer = random_model_and_tokenizer(device, dtype)
+        use_threads(args.threads, model.config)
     else:
-        model, tokenizer = load_model_and_tokenizer(args.model, None, args.device, args.dtype)
+        model, tokenizer = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype)
     if args.prompts:
         cases = file_cases(args.prompts, tokenizer, args.n)
     else:  # the test split of the model's own task

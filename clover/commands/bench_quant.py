@@ -13,7 +13,8 @@ import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.quant import measure_quant
-from clover.commands.common import add_device_args, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.threads import use_threads
 
 
 def add_quant_args(p: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def add_quant_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=16, help="the larger batch size (as many prompts)")
     p.add_argument("--int4-group-size", type=int, default=128, help="int4 group size (int8: one scale per row)")
     p.add_argument("--no-medium", action="store_true", help="skip the medium preset")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_arg(p)
     add_device_args(p, default="cpu", compile=False)  # the int8/int4 kernels measured here are CPU ones
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -40,6 +41,12 @@ def run_quant(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover bench quant: --dtype {args.dtype}: it compares int8/int4 with float32 weights "
                          "(the bf16 row is computed from sizes); use --dtype float32 or auto")  # fmt: skip
     set_threads(args.threads)
+    from clover.data import default_model_dir
+    from clover.model import preset
+    from clover.model.io import load_config
+
+    # one count for every row: the rule's for the largest model measured
+    use_threads(args.threads, load_config(default_model_dir()) if args.no_medium else preset("medium"))
     figures, rows = measure_quant(args)
     targets = figures["targets"]
     notes = [

@@ -23,7 +23,8 @@ import sys
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.commands.common import add_device_args, device_setup
+from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, device_setup
+from clover.commands.threads import apply_threads
 
 
 # -- decisions -----------------------------------------------------------------------------------
@@ -40,7 +41,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
         help="answer slots' commit threshold (default: /v1/decisions' own, clover.api.decisions.DEFAULT_THRESHOLD)",
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -116,6 +117,7 @@ def run_decisions(args: argparse.Namespace) -> int:
         )
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
+    args.threads = apply_threads(engine.model, args.threads)
     tok = engine.tokenizer
     asked = load_groups(args.split, args.n)
     groups = _expressible(engine, tok, asked)
@@ -164,7 +166,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests-per-client", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1, help="torch threads of the server")
+    add_threads_arg(p, THREADS_HELP + " (the server's)")
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -180,12 +182,15 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
-           "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512", "--threads",
-           str(args.threads), "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype,
+           "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512",
+           "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype,
            "--compile" if args.compile else "--no-compile"]  # fmt: skip
     if args.model:
         cmd += ["--model", args.model]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env = dict(os.environ)
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+        env["OMP_NUM_THREADS"] = str(args.threads)
     proc = subprocess.Popen(cmd, env=env)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 120:
@@ -283,7 +288,8 @@ def run_serve(args: argparse.Namespace) -> int:
              r["p95_latency_s"], r["p50_ttft_s"], r["errors"]] for r in results]  # fmt: skip
     print_table(
         f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
-        f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, {args.threads} server thread(s))",
+        f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, "
+        f"{args.threads or 'default'} server thread(s))",
         ["clients", "requests", "req/s", "tok/s", "p50 s", "p95 s", "p50 TTFT s", "errors"],
         rows,
         [

@@ -18,7 +18,7 @@ def run_twin(args: argparse.Namespace) -> int:
     threshold = engine_default("threshold") if args.threshold is None else args.threshold
     device_setup(args, "clover bench twin")
     set_threads(args.threads)
-    model, tok = load_model_and_tokenizer(args.model, None, args.device, args.dtype, args.compile)
+    model, tok = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile)
     try:
         twin, twin_tok = load_twin(args.twin)
     except FileNotFoundError as e:
@@ -78,7 +78,7 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
-    from clover.commands.common import add_device_args
+    from clover.commands.common import add_device_args, add_threads_arg
 
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--twin", help="the AR twin, a Hugging Face directory (default: the bundled twin)")
@@ -90,7 +90,7 @@ def add_twin_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=16, help="the larger batch size (default 16)")
     p.add_argument("--speed-prompts", type=int, default=16, help="chats run one at a time for batch 1 (default 16)")
     p.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"per answer (default {MAX_TOKENS})")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_arg(p)
     add_device_args(p)  # the twin runs on the same device, in the same dtype
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 

@@ -54,14 +54,19 @@ def load_model_and_tokenizer(
 ):  # fmt: skip
     """A checkpoint directory (default: the bundled model) or a GGUF file → (model, tokenizer or
     None), on ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``,
-    ``--compile``), on ``backend`` (``--backend``); a problem is a one-line ``clover: ...`` exit."""
+    ``--compile``), on ``backend`` (``--backend``), on ``threads`` CPU threads or the default
+    (``clover.commands.threads``); a problem is a one-line ``clover: ...`` exit."""
+    from clover.commands.threads import apply_threads
+
     if compile:
         print(COMPILE_NOTE, file=sys.stderr)
     try:
-        return load_model_dir(model_dir, threads, device, dtype, compile, backend)
+        model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile, backend)
     except (FileNotFoundError, ValueError) as e:
         print(f"clover: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    apply_threads(model, threads)  # --threads, else CLOVER_THREADS, else the rule of clover.commands.threads
+    return model, tokenizer
 
 
 def add_device_args(p: argparse.ArgumentParser, default: str = "auto", compile: bool = True) -> None:
@@ -141,6 +146,15 @@ def take_model_positional(args: argparse.Namespace) -> None:
     args.model = args.model or given
 
 
+THREADS_HELP = ("CPU threads (default: one for a model under 20 M active parameters, else the physical cores other "
+                "programs leave idle; CLOVER_THREADS=N sets it too; docs/benchmarks.md, 'CPU threads')")
+
+
+def add_threads_arg(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:
+    """``--threads``: unset means the rule of ``clover.commands.threads``."""
+    p.add_argument("--threads", type=positive_int, help=help)
+
+
 def add_backend_arg(p: argparse.ArgumentParser) -> None:
     """``--backend``: Clover's PyTorch engine, or its graph in llama.cpp for a GGUF file."""
     p.add_argument(
@@ -163,7 +177,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="a task's tools offered in chat (auto: those of the task the model was trained for, if any)",
     )
-    p.add_argument("--threads", type=positive_int, help="CPU threads (default: torch's choice; llama.cpp: every core)")
+    add_threads_arg(p)
     add_device_args(p)
 
 

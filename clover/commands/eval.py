@@ -8,7 +8,13 @@ import argparse
 import json
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
-from clover.commands.common import add_device_args, device_setup, int_at_least, load_model_and_tokenizer, positive_int
+from clover.commands.common import (
+    add_device_args,
+    add_threads_arg,
+    device_setup,
+    int_at_least,
+    load_model_and_tokenizer,
+)
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
@@ -136,9 +142,11 @@ def _add_aup(results: list[dict]) -> None:
 
 def print_results(results: list[dict], title: str) -> None:
     """The headline figures, one column per run, then where the tool-call misses come from."""
-    from rich.console import Console
     from rich.table import Table
 
+    from clover.bench import table_console
+
+    console = table_console()
     t = Table(title=title)
     t.add_column("metric")
     for r in results:
@@ -146,7 +154,7 @@ def print_results(results: list[dict], title: str) -> None:
     for k in results[0]:
         if k != "policy" and k not in BREAKDOWNS:
             t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
-    Console().print(t)
+    console.print(t)
     w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
     w.add_column("")
     for r in results:
@@ -154,7 +162,7 @@ def print_results(results: list[dict], title: str) -> None:
     for group, label in BREAKDOWNS.items():
         for k in results[0][group]:
             w.add_row(f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
-    Console().print(w)
+    console.print(w)
 
 
 def _column(r: dict) -> str:
@@ -195,7 +203,7 @@ def register(sub) -> None:
     )
     p.add_argument("--plain", type=_count, default=20,
                    help="airspace2: plain-text prompts continued without the chat template")  # fmt: skip
-    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument(
         "--grammar",

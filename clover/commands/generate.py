@@ -119,8 +119,9 @@ def register(sub) -> None:
     structured.add_argument(
         "--choice",
         metavar="TEXT",
-        action="append",
-        help="the output is one of these (repeat: --choice yes --choice no)",
+        nargs="+",
+        action="extend",
+        help="the output is one of these (--choice yes no, or --choice yes --choice no)",
     )
     add_decoding_args(g)
     g.set_defaults(func=cmd_generate)

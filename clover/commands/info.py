@@ -64,8 +64,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from clover.bench import table_console
 
     what = f"preset {args.preset}" if args.preset else args.model or "the bundled model"
     t = Table(title=f"Clover model: {what}")
@@ -85,7 +86,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         t.add_row("feed-forward", "dense (no experts)")
     for k in ("hidden_size", "vocab_size", *ffn, "block_size", "shift_logits"):
         t.add_row(k, str(info[k]))
-    Console().print(t)
+    table_console().print(t)
     if "memory" in info:
         print_memory(info["memory"])
     return 0
@@ -144,8 +145,9 @@ def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
 
 
 def print_memory(m: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from clover.bench import table_console
 
     gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
     prec = "bf16" if m["bits"] == 16 else f"int{m['bits']}"
@@ -163,7 +165,7 @@ def print_memory(m: dict) -> None:
     t.add_row("weights + cache", gib(m["total_bytes"]))
     for name, g in m["gpus"].items():
         t.add_row(f"fits a {name[:-3]} GiB GPU", "yes" if g["fits"] else "no")
-    console = Console()
+    console = table_console()
     console.print(t)
     for name, g in m["gpus"].items():
         if not g["fits"]:

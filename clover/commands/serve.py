@@ -12,7 +12,9 @@ from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model loa
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from clover.api.loading import load_engine
     from clover.commands.common import COMPILE_NOTE, device_setup, take_model_positional
+    from clover.commands.threads import apply_threads
     from clover.server.app import create_app
 
     take_model_positional(args)
@@ -22,11 +24,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"clover serve: {problem}", file=sys.stderr)
         return 2
     try:
+        engine = load_engine(args.model, args.max_batch_size, args.threads, args.prefix_cache_mb, args.device,
+                             args.dtype, args.compile, args.backend)  # fmt: skip
+        apply_threads(engine.model, args.threads)  # before the engine's thread starts, which takes the count
         app = create_app(
-            args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
-            max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
-            default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
-            device=args.device, dtype=args.dtype, compile=args.compile, backend=args.backend,
+            engine, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
+            max_prompt_tokens=args.max_prompt_tokens, default_max_tokens=args.default_max_tokens,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         sock.close()
@@ -98,8 +101,8 @@ def register(sub) -> None:
         add_backend_arg,
         add_device_args,
         add_model_positional,
+        add_threads_arg,
         int_at_least,
-        positive_int,
     )
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
@@ -118,7 +121,7 @@ def register(sub) -> None:
     p.add_argument("--max-prompt-tokens", type=int, help="longer prompts get 413 (default: the model's context)")
     p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
-    p.add_argument("--threads", type=positive_int, help="CPU threads (torch's; llama.cpp: default every core)")
+    add_threads_arg(p)
     add_device_args(p)
     p.add_argument(
         "--prefix-cache-mb",

@@ -5,6 +5,7 @@ writes. Nothing is cast or renamed, so a copy is bit-exact."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -71,6 +72,7 @@ def copy_weights(src: Path, out: Path, config: CloverConfig, max_shard_bytes: in
                 tensors.update({k: h.get_tensor(k) for k in keys if header[k][2] == f})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         save_file({k: tensors[k] for k in keys}, str(out / name), metadata={"format": "pt"})
+        os.chmod(out / name, 0o644)  # safetensors writes 0600: readable like the folder's other files
     if not single:
         weight_map = {k: name for name, keys in zip(names, groups) for k in keys}
         (out / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))

@@ -90,13 +90,23 @@ class GGUFReport:
     total_bytes: int
     seconds: float
     types: dict[str, int] = field(default_factory=dict)  # GGML type name → tensor count
+    # weight matrices written coarser than --type: fallback type → {row length: count}
+    fallbacks: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         kinds = ", ".join(f"{n} {t}" for t, n in sorted(self.types.items()))
-        return (
-            f"exported {self.tensors} tensors ({self.total_bytes / 2**20:.1f} MiB; {kinds}) → {self.out}\n"
-            f"  {self.seconds:.1f} s"
-        )
+        lines = [f"exported {self.tensors} tensors ({self.total_bytes / 2**20:.1f} MiB; {kinds}) → {self.out}"]
+        if self.type != "f32" and self.types.get("f32"):
+            lines.append(f"  {self.types['f32']} f32: norms, router, GDN gates and convolutions, per-head parameters "
+                         "(always f32)")  # fmt: skip
+        for kind, widths in sorted(self.fallbacks.items()):
+            rows = " and ".join(f"{w}" for w in sorted(widths))
+            n = sum(widths.values())
+            lines.append(
+                f"  {n} weight {'matrix' if n == 1 else 'matrices'} in {kind}, not {self.type}: their rows of {rows} "
+                f"values are not whole {self.type} blocks of {BLOCK[self.type]}"
+            )
+        return "\n".join([*lines, f"  {self.seconds:.1f} s"])
 
 
 def gguf_problems(config: CloverConfig) -> list[str]:
@@ -311,14 +321,18 @@ def export_gguf(model_dir: str | Path, out: str | Path, type: str = "f32") -> GG
     _metadata(w, config, src, type)
     _tokenizer(w, config, src)
     counts: dict[str, int] = {}
+    fallbacks: dict[str, dict[int, int]] = {}
     for name, array in tensors.items():
         kind = tensor_type(name, array.shape, type)
         data, raw = _encode(array, kind)
         w.add_tensor(name, data, raw_dtype=raw)
         counts[kind] = counts.get(kind, 0) + 1
+        if kind not in (type, "f32"):
+            by_width = fallbacks.setdefault(kind, {})
+            by_width[array.shape[-1]] = by_width.get(array.shape[-1], 0) + 1
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     tmp.replace(out)
-    return GGUFReport(out, type, len(tensors), out.stat().st_size, time.time() - t0, counts)
+    return GGUFReport(out, type, len(tensors), out.stat().st_size, time.time() - t0, counts, fallbacks)

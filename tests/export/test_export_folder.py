@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ def test_cli_shards_and_json(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     shards = [f for f in report["files"] if f.startswith("model-")]
     assert len(shards) > 1 and all((tmp_path / "hf" / f).exists() for f in shards)
+    # readable by others like every other file written there (safetensors itself writes 0600)
+    modes = {f: stat.S_IMODE((tmp_path / "hf" / f).stat().st_mode) for f in report["files"]}
+    assert all(modes[f] == 0o644 for f in shards), modes
 
 
 def test_modeling_files_import_only_torch_and_transformers():

@@ -5,6 +5,7 @@ types; checkpoints the llama.cpp graph cannot run are refused with the reason.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,6 +185,34 @@ def test_q4_k_falls_back_by_row_length(tmp_path):
     assert tensor_type("blk.3.ssm_alpha.weight", (4, 512), "q4_k") == "f32"
     report = export_gguf(default_model_dir(), tmp_path / "m.gguf", "q4_k")
     assert "q4_k" not in report.types and report.types["q8_0"] > 0
+    assert sum(report.fallbacks["q8_0"].values()) == report.types["q8_0"]
+
+
+def test_q4_k_fallback_is_counted_and_explained_by_the_command(tmp_path, capsys):
+    """The command's own output says how many matrices fell back, to what, and why (the bundled
+    model's rows are shorter than q4_k's 256-value blocks), and which tensors are f32 by design."""
+    from clover.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["export", "gguf", "--out", str(tmp_path / "m.gguf"), "--type", "q4_k"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    report = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    q8 = sum(t.tensor_type.name == "Q8_0" for t in report.tensors)
+    f32 = sum(t.tensor_type.name == "F32" for t in report.tensors)
+    assert q8 > 0 and f"{q8} weight matrices in q8_0, not q4_k" in out, out
+    assert "are not whole q4_k blocks of 256" in out and f"{f32} f32: norms" in out, out
+
+
+def test_fallback_lines_name_each_row_length():
+    from clover.export.gguf import GGUFReport
+
+    r = GGUFReport(Path("m.gguf"), "q4_k", 10, 1 << 20, 0.5, {"f32": 4, "q4_k": 3, "q8_0": 2, "f16": 1},
+                   {"q8_0": {128: 1, 96: 1}, "f16": {48: 1}})  # fmt: skip
+    lines = r.summary().splitlines()
+    assert "  2 weight matrices in q8_0, not q4_k: their rows of 96 and 128 values are not whole q4_k blocks of 256" \
+        in lines and any(line.startswith("  1 weight matrix in f16, not q4_k: their rows of 48") for line in lines)
+    assert "weight matri" not in GGUFReport(Path("m.gguf"), "q8_0", 1, 1, 0.1, {"q8_0": 1}).summary()
 
 
 def test_q4_k_without_the_library_says_so(tmp_path, monkeypatch):
