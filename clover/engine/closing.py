@@ -177,8 +177,8 @@ def _object_pieces(g, f) -> list[bytes]:
     if missing:
         keys = sorted(missing)
     else:
-        keys = sorted((k for k in node.get("props", {}) if k not in seen),
-                      key=lambda k: len(str_body(k)) + len(smallest_value(g, node["props"][k]) or b"x" * 9999))  # fmt: skip
+        size = lambda k: len(str_body(k)) + len(smallest_value(g, node["props"][k]) or b"x" * 9999)
+        keys = sorted((k for k in node.get("props", {}) if k not in seen), key=size)
     out = [b'"' + str_body(k) + b'"' for k in keys]
     if node.get("extra") is not None:
         out += [b'""', b'"_"']
@@ -332,8 +332,8 @@ def path_tokens(tg, state) -> list[int]:
         return list(tg.eos)
     left = _fewest_tokens(tg.t, text)
     by_bytes, _ = _spelling(tg.t)
-    return [by_bytes[text[:j]] for j in range(1, len(text) + 1)
-            if text[:j] in by_bytes and left[j] + 1 == left[0] and tg.step(state, by_bytes[text[:j]]) is not None]  # fmt: skip
+    firsts = [by_bytes[text[:j]] for j in range(1, len(text) + 1) if text[:j] in by_bytes and left[j] + 1 == left[0]]
+    return [t for t in firsts if tg.step(state, t) is not None]
 
 
 def tokens_left(req, pos: int) -> int:
