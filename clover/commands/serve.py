@@ -7,6 +7,7 @@ import os
 import sys
 
 from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
+from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -21,12 +22,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
         return 2
+    env_key = os.environ.get("CLOVER_API_KEY")
+    args.api_key = args.api_key or ([env_key] if env_key else None)
     try:
         app = create_app(
             args.model, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, max_batch_size=args.max_batch_size, threads=args.threads,
             default_max_tokens=args.default_max_tokens, prefix_cache_mb=args.prefix_cache_mb,
             device=args.device, dtype=args.dtype, compile=args.compile, backend=args.backend,
+            responses_db=args.responses_db, responses_max=args.responses_max, responses_max_mb=args.responses_max_mb,
+            responses_ttl_s=args.responses_ttl,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         print(f"clover serve: {e}", file=sys.stderr)
@@ -38,7 +43,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"clover serve: http://{args.host}:{args.port}  (playground at /, OpenAI API at /v1)", file=sys.stderr)
     if args.compile:
         print(COMPILE_NOTE.replace("clover:", "clover serve:"), file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    # the app writes the access log itself, once the response is over (a client gone mid-answer: 499)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
+                access_log=False)  # fmt: skip
     return 0
 
 
@@ -92,8 +99,9 @@ def register(sub) -> None:
     p.add_argument("--port", type=_port, default=8000, help="port to listen on")
     p.add_argument(
         "--api-key",
-        default=os.environ.get("CLOVER_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on /v1/* (default: $CLOVER_API_KEY, else none)",
+        action="append",
+        help="require 'Authorization: Bearer KEY' on /v1/*; repeat for several keys (a stored response is "
+        "visible to the key that created it only); default: $CLOVER_API_KEY, else none",
     )
     p.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond the running batch; then 429")
     p.add_argument("--max-batch-size", type=int, default=16, help="requests decoded together")
@@ -109,5 +117,17 @@ def register(sub) -> None:
         help="keep prompts' committed blocks, up to this many megabytes of cache, for prompts that start "
         "with them (an agent's next turn, a shared system prompt); 0: off",
     )
+    p.add_argument(
+        "--responses-db",
+        metavar="PATH",
+        help="keep stored Responses (store=true, the default) in this SQLite file, so they survive a restart "
+        "(default: in memory)",
+    )
+    p.add_argument("--responses-max", type=positive_int, default=MAX_ENTRIES,
+                   help="stored Responses kept at most; past it the least recently used goes")  # fmt: skip
+    p.add_argument("--responses-max-mb", type=float, default=MAX_MB,
+                   help="megabytes of stored Responses (their JSON) kept at most")  # fmt: skip
+    p.add_argument("--responses-ttl", type=float, default=TTL_S, metavar="SECONDS",
+                   help="a stored response is dropped this long after it was created (default: 7 days)")  # fmt: skip
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)
