@@ -34,7 +34,7 @@ class ServerState:
         self.limits = limits
         self.metrics = metrics
         self.api_key = api_key
-        self.responses = responses or ResponseStore()  # stored Responses (``store``), bounded
+        self.responses = ResponseStore() if responses is None else responses  # stored Responses, bounded
         self.started = int(time.time())
         self.chat_stop_ids = chat_stop_ids(tokenizer)
         # the task the model was trained for (the bundled model's when it names none): the
