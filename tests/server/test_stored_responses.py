@@ -57,8 +57,9 @@ def test_previous_response_id_carries_the_conversation_with_tool_calls(scripted,
     r1 = client.responses.create(model="clover", input="Recall drone 17", tools=TOOLS, instructions="Be brief.")
     call = next(o for o in r1.output if o.type == "function_call")
     out = json.dumps({"status": "returning"})
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": out}
     r2 = client.responses.create(model="clover", previous_response_id=r1.id, tools=TOOLS, instructions="Be brief.",
-                                 input=[{"type": "function_call_output", "call_id": call.call_id, "output": out}])  # fmt: skip
+                                 input=[result])  # fmt: skip
     assert r2.previous_response_id == r1.id and r2.output_text == "Drone D-17 is returning."
     seen = engine.prompts[-1]
     client.chat.completions.create(model="clover", tools=[{"type": "function", "function": {
@@ -128,7 +129,8 @@ def test_stored_responses_survive_a_restart_with_a_database(live, tiny_model, to
 def test_a_response_is_visible_to_its_own_api_key_only(live, tiny_model, tokenizer):
     engine = ScriptedEngine(tiny_model, tokenizer)
     with live(engine, api_key=["key-a", "key-b"]) as srv:
-        a, b = (openai.OpenAI(base_url=srv.url + "/v1", api_key=k, max_retries=0, timeout=60) for k in ("key-a", "key-b"))
+        a, b = (openai.OpenAI(base_url=srv.url + "/v1", api_key=k, max_retries=0, timeout=60) 
+                for k in ("key-a", "key-b"))
         engine.script = ["For a."]
         r = a.responses.create(model="clover", input="hi")
         assert a.responses.retrieve(r.id).id == r.id
