@@ -97,7 +97,7 @@ class ResponseStore:
     def _evict(self, keep: str | None = None) -> None:
         """Expired responses out; then the least recently used while over a bound."""
         cutoff = self.clock() - self.ttl_s
-        for (rid, owner) in self.db.execute("SELECT id, owner FROM responses WHERE created < ?", (cutoff,)).fetchall():
+        for rid, owner in self.db.execute("SELECT id, owner FROM responses WHERE created < ?", (cutoff,)).fetchall():
             self._forget(rid, owner, f"it expired ({self.ttl_s:g} s after it was created)")
         while True:
             n, total = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM responses").fetchone()

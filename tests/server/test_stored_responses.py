@@ -129,8 +129,9 @@ def test_stored_responses_survive_a_restart_with_a_database(live, tiny_model, to
 def test_a_response_is_visible_to_its_own_api_key_only(live, tiny_model, tokenizer):
     engine = ScriptedEngine(tiny_model, tokenizer)
     with live(engine, api_key=["key-a", "key-b"]) as srv:
-        a, b = (openai.OpenAI(base_url=srv.url + "/v1", api_key=k, max_retries=0, timeout=60) 
-                for k in ("key-a", "key-b"))
+        a, b = (
+            openai.OpenAI(base_url=srv.url + "/v1", api_key=k, max_retries=0, timeout=60) for k in ("key-a", "key-b")
+        )
         engine.script = ["For a."]
         r = a.responses.create(model="clover", input="hi")
         assert a.responses.retrieve(r.id).id == r.id
