@@ -43,9 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"clover serve: http://{args.host}:{args.port}  (playground at /, OpenAI API at /v1)", file=sys.stderr)
     if args.compile:
         print(COMPILE_NOTE.replace("clover:", "clover serve:"), file=sys.stderr)
-    # the app writes the access log itself, once the response is over (a client gone mid-answer: 499)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
-                access_log=False)  # fmt: skip
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 
 

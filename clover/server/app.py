@@ -30,6 +30,8 @@ from clover.server.routes import router
 from clover.server.state import ServerState
 
 log = logging.getLogger("clover.server")
+access_log = logging.getLogger("uvicorn.access")  # uvicorn's access logger, its handlers and format
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer was over
 MAX_BODY_BYTES = 4 << 20
 
 
@@ -79,9 +81,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         aengine.start()
+        access_log.addFilter(_ours)  # uvicorn's own lines go: they are written as a response starts
         try:
             yield
         finally:
+            access_log.removeFilter(_ours)
             aengine.stop()
             store.close()
 
@@ -121,7 +125,10 @@ def _error_handlers(app: FastAPI) -> None:
 
 
 class Guard:
-    """ASGI middleware: Bearer API key on ``/v1/*``, request body size limit, request metrics."""
+    """ASGI middleware: Bearer API key on ``/v1/*``, request body size limit, request metrics and
+    the access log, both written once the response is over: a client that went away before the
+    end of its answer (a stream cut mid-way, a request left waiting) is a 499 there, whatever
+    status the response had begun with."""
 
     def __init__(self, app, api_key: str | list[str] | None, max_body_bytes: int, metrics: Metrics):
         self.app, self.max_body, self.metrics = app, max_body_bytes, metrics
@@ -133,20 +140,31 @@ class Guard:
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         status = [500]
+        done, gone = [False], [False]
 
         async def send_status(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                done[0] = True
             await send(message)
+
+        async def watched():
+            message = await receive()
+            if message["type"] == "http.disconnect" and not done[0]:
+                gone[0] = True
+            return message
 
         try:
             err = self._refuse(scope)
             if err is not None:
                 await error_response(err)(scope, receive, send_status)
                 return
-            await self.app(scope, self._limited(receive), send_status)
+            await self.app(scope, self._limited(watched), send_status)
         finally:
-            self.metrics.observe_http(scope["path"], status[0], time.perf_counter() - t0)
+            code = CLIENT_GONE if gone[0] else status[0]
+            self.metrics.observe_http(scope["path"], code, time.perf_counter() - t0)
+            _log_access(scope, code)
 
     def _refuse(self, scope) -> APIError | None:
         headers = dict(scope.get("headers") or [])
@@ -175,3 +193,18 @@ class Guard:
             return message
 
         return wrapped
+
+
+def _ours(record: logging.LogRecord) -> bool:
+    return getattr(record, "clover", False)
+
+
+def _log_access(scope, status: int) -> None:
+    """One line per request, in uvicorn's access format, with the status as it ended."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    client = scope.get("client")
+    where = f"{client[0]}:{client[1]}" if client else "-"
+    path = scope.get("path", "") + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
+    access_log.info('%s - "%s %s HTTP/%s" %d', where, scope.get("method"), path, scope.get("http_version"), status,
+                    extra={"clover": True})  # fmt: skip
