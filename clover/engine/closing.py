@@ -22,7 +22,9 @@ ending with a brute-force breadth-first search over every byte.
 from __future__ import annotations
 
 import json
+import time
 import weakref
+from bisect import bisect_right
 from collections import deque
 from fractions import Fraction
 
@@ -33,12 +35,15 @@ MAX_PIECES = 4096  # pieces in one ending (a deep schema's required structure), 
 SEARCH_STATES = 2000  # states one byte search may visit (pattern strings, bounded numbers, regexes)
 BREADTH_STATES = 500  # of them breadth-first (the shortest ending), before a depth-first walk
 SEARCH_DEPTH = 256  # bytes deep a depth-first search goes
+SEARCH_BUDGET_S = 0.25  # and the time one search may take (a pattern that backtracks cannot stall the engine)
+NEW_STATES = 64  # states whose ending one ``restrict`` may work out; tokens leading elsewhere are left out
 _DEFAULT_ALPHABET = b"0aA_-. x1"  # besides a pattern's own bytes: what character classes usually admit
 
 _texts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {state: ending bytes | None}
 _values: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {node id: smallest value}
 _costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {(table, eos, state): tokens}
 _spell: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # TokenTable -> (bytes -> id, longest)
+_ranks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {(table, eos, state): ranking}
 
 
 # -- bytes ---------------------------------------------------------------------------------------
@@ -108,10 +113,10 @@ def _pieces(g, state) -> list[bytes | None]:  # noqa: C901 - one branch per fram
         if kind == "lits":
             return ends + [o[len(f[2]) :] for o in sorted(f[1], key=len) if o.startswith(f[2]) and o != f[2]]
         return ends + [_search(g, ((f,), 0), b"0123456789.-+eE")]
-    if kind in ("pstr", "re"):
-        source = g.regexes[f[1]] if kind == "re" else g.nodes[f[1]].get("pattern")
-        alphabet = (source.pattern.encode() if source is not None else b"") + _DEFAULT_ALPHABET
-        return [_search(g, ((f,), 0), alphabet + (b'"' if kind == "pstr" else b""))]
+    if kind == "pstr":
+        return [_search(g, ((f,), 0), _string_alphabet(g.nodes[f[1]]))]
+    if kind == "re":
+        return [_search(g, ((f,), 0), g.regexes[f[1]].pattern.encode() + _DEFAULT_ALPHABET)]
     if kind == "alt":
         table = g.tables[f[1]]
         options = []
@@ -254,7 +259,8 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
     small, else the first ending a depth-first walk finds (a valid ending, perhaps not the shortest)."""
     alphabet = bytes(sorted(set(alphabet) - set(range(0x20))))
     seen, queue = {state}, deque([(state, b"")])
-    while queue and len(seen) < BREADTH_STATES:
+    deadline = time.monotonic() + SEARCH_BUDGET_S
+    while queue and len(seen) < BREADTH_STATES and time.monotonic() < deadline:
         st, text = queue.popleft()
         for b in alphabet:
             nxt = g.advance(st, bytes([b]))
@@ -264,13 +270,13 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
                 return text + bytes([b])
             seen.add(nxt)
             queue.append((nxt, text + bytes([b])))
-    return _walk(g, state, alphabet)
+    return _walk(g, state, alphabet, deadline)
 
 
-def _walk(g, state, alphabet: bytes) -> bytes | None:
+def _walk(g, state, alphabet: bytes, deadline: float) -> bytes | None:
     """Depth first, lowest byte first, at most ``SEARCH_DEPTH`` bytes deep and ``SEARCH_STATES`` tried."""
     stack, tried = [(state, b"", iter(alphabet))], 0
-    while stack and tried < SEARCH_STATES:
+    while stack and tried < SEARCH_STATES and time.monotonic() < deadline:
         st, text, todo = stack[-1]
         b = next(todo, None)
         if b is None:
@@ -310,6 +316,11 @@ def _fewest_tokens(table, text: bytes) -> list[int] | None:
     return None if left[0] >= inf else left
 
 
+def known(tg, state) -> bool:
+    """``cost(tg, state)`` is already worked out."""
+    return (id(tg.t), tuple(tg.eos), state) in _costs.get(tg.g, ())
+
+
 def cost(tg, state) -> int | None:
     """Tokens the shortest ending of ``state`` takes, the stop token included (None: not known)."""
     memo = _costs.setdefault(tg.g, {})
@@ -347,17 +358,39 @@ def restrict(tg, state, left: int, ids: list[int]) -> list[int]:
     c = cost(tg, state)
     if c is None or left - c >= HORIZON:
         return ids
-    eos = set(tg.eos)
-    keep = []
+    costs, tokens = _ranking(tg, state, ids)
+    return sorted(tokens[: bisect_right(costs, left - 1)]) or path_tokens(tg, state) or ids
+
+
+def _ranking(tg, state, ids: list[int]) -> tuple[list[int], list[int]]:
+    """The tokens of ``ids`` by the cost of the ending after each (EOS: 0), cheapest first; worked
+    out once per state (a free string's state repeats token after token). Only ``NEW_STATES``
+    states not met before are worked out: tokens leading past them are left out (inside a pattern
+    each token leads to a state of its own; the shortest path is always kept or given)."""
+    memo = _ranks.setdefault(tg.g, {})
+    key = (id(tg.t), tuple(tg.eos), state)
+    if key in memo:
+        return memo[key]
+    if len(memo) > 4096:
+        memo.clear()
+    eos, pairs, new = set(tg.eos), [], 0
     for t in ids:
         if t in eos:
-            keep.append(t)
+            pairs.append((0, t))
             continue
         nxt = tg.step(state, t)
-        cn = None if nxt is None else cost(tg, nxt)
-        if cn is not None and cn <= left - 1:
-            keep.append(t)
-    return keep or path_tokens(tg, state) or ids
+        if nxt is None:
+            continue
+        if not known(tg, nxt):
+            if new >= NEW_STATES:
+                continue
+            new += 1
+        cn = cost(tg, nxt)
+        if cn is not None:
+            pairs.append((cn, t))
+    pairs.sort()
+    memo[key] = ([c for c, _ in pairs], [t for _, t in pairs])
+    return memo[key]
 
 
 def fits(tg, state, left: int) -> bool:

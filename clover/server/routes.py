@@ -239,6 +239,8 @@ async def responses(request: Request):
             (out,) = await s.wait([handle], request)
         except ClientGone:
             return Response(status_code=499)
+        except APIError as e:  # refused by the engine (a max_output_tokens too small for the schema)
+            raise responses_error(e) from None
         body = response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out, s.tokenizer), out)
         keep(body)
         return body

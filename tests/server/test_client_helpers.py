@@ -193,3 +193,13 @@ def test_langchain_use_previous_response_id_over_five_tool_turns(scripted, token
     assert messages[-1].text == "All five drones are holding."
     assert sum(len(m.tool_calls) for m in messages if hasattr(m, "tool_calls")) == TURNS
     _check_every_turn_seen(engine, tokenizer)
+
+
+def test_max_tokens_below_the_shortest_valid_answer_is_a_400_that_says_so(client):
+    with pytest.raises(openai.BadRequestError, match=r"max_tokens 4 is too small .* takes \d+ tokens") as e:
+        client.chat.completions.parse(model="clover", messages=[{"role": "user", "content": PROMPT}],
+                                      response_format=Nested, max_tokens=4)  # fmt: skip
+    assert e.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError, match=r"max_output_tokens 4 is too small") as e:
+        client.responses.parse(model="clover", input=PROMPT, text_format=Nested, max_output_tokens=4)
+    assert e.value.body["param"] == "max_output_tokens"
