@@ -3,9 +3,11 @@
 A request's ``input`` items, ``instructions``, flat function ``tools``, ``tool_choice`` and
 ``text.format`` become a ``ChatRequest`` (so ``prepare_chat`` does every check and renders the
 same prompt a chat request would); the answer is phrased as a ``response`` object, or streamed as
-the ``response.*`` events the openai client parses. Clover keeps no conversation state:
-``previous_response_id`` / ``conversation`` / a stored ``prompt`` are refused (send the whole input
-each turn); only function tools and text input are supported. ``include``
+the ``response.*`` events the openai client parses. A response is stored (``store``, the default;
+``clover.api.store``) with the input items it read, so ``previous_response_id`` continues from it:
+its input and output come before the new input, tool calls and their outputs included (its
+``instructions`` do not carry over, as OpenAI's). ``conversation`` and a stored ``prompt`` are
+refused; only function tools and text input are supported. ``include``
 ``message.output_text.logprobs`` (with ``top_logprobs``) gives the text's token logprobs.
 """
 
@@ -38,13 +40,13 @@ PARAMS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_outpu
           "response_format": "text.format", "messages": "input"}  # fmt: skip
 LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the text's logprobs
 # fields Clover cannot honour and must not silently drop (the answer would differ from what was asked)
-STATEFUL = ("previous_response_id", "conversation", "prompt")
+STATEFUL = ("conversation", "prompt")
 
 
 class ResponsesRequest(Decoding):
-    """The fields Clover reads (the decoding settings among them); the rest (``store``, ``metadata``,
-    ``user``, ``reasoning``, ``truncation``, ``service_tier``, other ``include`` entries …) are
-    accepted and ignored."""
+    """The fields Clover reads (the decoding settings among them); the rest (``user``,
+    ``reasoning``, ``truncation``, ``service_tier``, other ``include`` entries …) are accepted and
+    ignored."""
 
     model: str | None = None
     input: str | list[dict]
@@ -55,6 +57,7 @@ class ResponsesRequest(Decoding):
     max_output_tokens: int | None = Field(None, ge=1)
     text: dict | None = None
     stream: bool | None = False
+    store: bool | None = None  # None: stored, as OpenAI's default
     previous_response_id: str | None = None
     conversation: str | dict | None = None
     prompt: str | dict | None = None  # a stored prompt template (OpenAI-side state): refused
@@ -88,9 +91,24 @@ def _text(content, param: str) -> str | list[dict]:
     return parts
 
 
-def _messages(req: ResponsesRequest) -> list[dict]:
+_ITEM_IDS = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def input_items(req: ResponsesRequest) -> list[dict]:
+    """The request's ``input`` as items, each with an id (what ``/input_items`` lists)."""
+    if isinstance(req.input, str):
+        items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": req.input}]}]
+    else:
+        items = [dict(it) if isinstance(it, dict) else it for it in req.input]
+    for it in items:
+        if isinstance(it, dict):
+            it.setdefault("type", "message")
+            it.setdefault("id", _id(_ITEM_IDS.get(it["type"], "item")))
+    return items
+
+
+def _messages(req: ResponsesRequest, items: list[dict]) -> list[dict]:
     msgs: list[dict] = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     for i, item in enumerate(items):
         kind = item.get("type", "message")
         if kind == "message":
@@ -163,8 +181,13 @@ def _response_format(text: dict | None) -> dict | None:
                       "text.format.type")  # fmt: skip
 
 
-def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
-    """The equivalent chat request; every problem an APIError in the Responses' parameter names."""
+def to_chat(req: ResponsesRequest, model: str, items: list[dict] | None = None) -> ChatRequest:
+    """The equivalent chat request; every problem an APIError in the Responses' parameter names.
+    ``items``: the conversation (default ``input_items(req)``); after ``previous_response_id``, that
+    response's input and output, then this request's input."""
+    if req.previous_response_id is not None and items is None:
+        raise bad_request("previous_response_id needs a server that stores responses", "previous_response_id",
+                          "unsupported_parameter")  # fmt: skip
     for param in STATEFUL:
         if getattr(req, param) is None:
             continue
@@ -173,11 +196,12 @@ def to_chat(req: ResponsesRequest, model: str) -> ChatRequest:
             raise bad_request(
                 f"prompt (a stored prompt template) is not supported: {why}", param, "unsupported_parameter"
             )
-        raise bad_request(f"{param} is not supported: this server keeps no conversation state, so send the whole "
-                          "conversation as input each turn", param, "unsupported_parameter")  # fmt: skip
+        why = "continue from a stored response with previous_response_id, or send the whole conversation as input"
+        raise bad_request(f"{param} is not supported: {why}", param, "unsupported_parameter")
     want_lp = LOGPROBS in (req.include or [])
     body = {
-        "model": req.model or model, "messages": _messages(req), "tools": _tools(req.tools),
+        "model": req.model or model, "messages": _messages(req, input_items(req) if items is None else items),
+        "tools": _tools(req.tools),
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
         "max_completion_tokens": req.max_output_tokens, "response_format": _response_format(req.text),
         "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None, **decoding_values(req),
@@ -263,7 +287,7 @@ def response_body(rid: str, model: str, req: ResponsesRequest, prep: Prepared, c
         "output": output, "parallel_tool_calls": req.parallel_tool_calls is not False,
         "temperature": prep.params.temperature, "top_p": prep.params.top_p, "tool_choice": req.tool_choice or "auto",
         "tools": req.tools or [], "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
-        "store": False, "usage": None,
+        "store": req.store is not False, "previous_response_id": req.previous_response_id, "usage": None,
     }  # fmt: skip
     if out is not None:
         u = usage(out)
@@ -291,6 +315,7 @@ class EventStream:
         self.msg: dict | None = None  # the open message item
         self.text = ""
         self.chat = AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names)
+        self.body: dict | None = None  # the final response object, once finished
 
     def on(self, ev: Event) -> list[dict]:
         """The Responses events for one engine event of the request (its text, its end)."""
@@ -361,7 +386,7 @@ class EventStream:
                     self.event("response.content_part.done", **at, content_index=0, part=part),
                     self.event("response.output_item.done", output_index=at["output_index"],
                                item=self.msg)]  # fmt: skip
-        body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)
+        body = self.body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return evs + [self.event(kind, response=body)]
 

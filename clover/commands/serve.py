@@ -7,6 +7,7 @@ import os
 import sys
 
 from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
+from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -23,6 +24,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
         return 2
+    env_key = os.environ.get("CLOVER_API_KEY")
+    args.api_key = args.api_key or ([env_key] if env_key else None)
     try:
         engine = load_engine(args.model, args.max_batch_size, args.threads, args.prefix_cache_mb, args.device,
                              args.dtype, args.compile, args.backend)  # fmt: skip
@@ -30,6 +33,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(
             engine, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
             max_prompt_tokens=args.max_prompt_tokens, default_max_tokens=args.default_max_tokens,
+            responses_db=args.responses_db, responses_max=args.responses_max, responses_max_mb=args.responses_max_mb,
+            responses_ttl_s=args.responses_ttl,
         )  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         sock.close()
@@ -103,6 +108,7 @@ def register(sub) -> None:
         add_model_positional,
         add_threads_arg,
         int_at_least,
+        positive_int,
     )
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
@@ -113,8 +119,9 @@ def register(sub) -> None:
     p.add_argument("--port", type=_port, default=8000, help="port to listen on")
     p.add_argument(
         "--api-key",
-        default=os.environ.get("CLOVER_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on /v1/* (default: $CLOVER_API_KEY, else none)",
+        action="append",
+        help="require 'Authorization: Bearer KEY' on /v1/*; repeat for several keys (a stored response is "
+        "visible to the key that created it only); default: $CLOVER_API_KEY, else none",
     )
     p.add_argument("--max-queue", type=int, default=64, help="requests waiting beyond the running batch; then 429")
     p.add_argument("--max-batch-size", type=int, default=16, help="requests decoded together")
@@ -130,5 +137,17 @@ def register(sub) -> None:
         help="keep prompts' committed blocks, up to this many megabytes of cache, for prompts that start "
         "with them (an agent's next turn, a shared system prompt); 0: off",
     )
+    p.add_argument(
+        "--responses-db",
+        metavar="PATH",
+        help="keep stored Responses (store=true, the default) in this SQLite file, so they survive a restart "
+        "(default: in memory)",
+    )
+    p.add_argument("--responses-max", type=positive_int, default=MAX_ENTRIES,
+                   help="stored Responses kept at most; past it the least recently used goes")  # fmt: skip
+    p.add_argument("--responses-max-mb", type=float, default=MAX_MB,
+                   help="megabytes of stored Responses (their JSON) kept at most")  # fmt: skip
+    p.add_argument("--responses-ttl", type=float, default=TTL_S, metavar="SECONDS",
+                   help="a stored response is dropped this long after it was created (default: 7 days)")  # fmt: skip
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from clover.engine import closing
 from clover.engine.batch import Batch
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
@@ -181,7 +182,9 @@ class Engine:
         for r, req in constrained:
             open_ = cand[r].nonzero()
             if len(open_):
-                ids = torch.tensor(req.grammar.allowed(req.gstate) or req.grammar.eos, device=logits.device)
+                ids = req.grammar.allowed(req.gstate) or req.grammar.eos
+                ids = closing.restrict(req.grammar, req.gstate, closing.tokens_left(req, int(open_[0])), ids)
+                ids = torch.tensor(ids, device=logits.device)
                 allowed[r] = {**allowed[r], int(open_[0]): ids}
         ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
         view = PassView(
@@ -251,6 +254,8 @@ class Engine:
                 t[q] = best
                 tok[q] = best
             nxt = g.step(state, t[q])
+            if nxt is not None and q > first and not closing.fits(g, nxt, closing.tokens_left(req, q) - 1):
+                break  # an ending would no longer fit in max_tokens: the next pass's slot chooses (closing)
             if nxt is None:
                 if q == first and t[q] in g.eos:  # a dead end (no token continues the text): it ends here
                     out[q] = True
@@ -340,6 +345,8 @@ class Engine:
                 self._token_table = TokenTable(self.tokenizer)
             req.grammar = TokenGrammar(params.grammar, self._token_table, sorted(stop_ids))
             req.gstate = req.grammar.start
+            if (why := closing.check(req.grammar, params.max_tokens)) is not None:
+                raise ParamError(why, "max_tokens")  # no complete text fits (clover.engine.closing)
         if params.adjusts_logits:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
             if params.logit_bias:

@@ -619,7 +619,7 @@ def json_grammar(schema: dict | bool | None = None, prefix: str = "", suffix: st
     frames.append(("val", sc.start))
     if prefix:
         frames.append(("lit", prefix.encode(), 0))
-    return Grammar(tuple(frames), [sc])
+    return Grammar(tuple(frames), [sc], ws=CALL_WS, max_ws=CALL_MAX_WS)  # compact, as tool calls
 
 
 NO_PARAMETERS = {"type": "object", "properties": {}}

@@ -217,7 +217,7 @@ class AsyncEngine:
             if isinstance(ev, Finished):
                 if self._sinks.pop(ev.request_id, None) is not None:
                     self._release()
-                if self.on_finished is not None and ev.output.finish_reason != "abort":
+                if self.on_finished is not None:
                     try:
                         self.on_finished(ev.output)
                     except Exception:

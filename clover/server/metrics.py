@@ -8,9 +8,11 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
 ENDPOINTS = {
-    "/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/models", "/health", "/metrics", "/",
-    "/v1/agent/world", "/v1/agent/execute",
+    "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/decisions", "/v1/models", "/health", "/metrics",
+    "/", "/v1/agent/world", "/v1/agent/execute",
 }  # fmt: skip
+# paths with an id in them, by their prefix: one label each, not one per id
+TEMPLATES = {"/v1/responses/": "/v1/responses/{id}", "/v1/models/": "/v1/models/{id}"}
 
 
 class Metrics:
@@ -23,7 +25,8 @@ class Metrics:
         self.prompt_tokens = Counter("clover_prompt_tokens", "prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter("clover_generation_tokens", "generated tokens", registry=r)
         self.forward_passes = Counter("clover_forward_passes", "denoise passes of finished requests", registry=r)
-        self.finished = Counter("clover_engine_requests", "engine requests finished, by reason", ["reason"],
+        self.finished = Counter("clover_engine_requests", "engine requests finished, by reason (stop, length, "
+                                "aborted: the client went away or the request was cancelled)", ["reason"],
                                 registry=r)  # fmt: skip
         self.tpf = Histogram("clover_tokens_per_forward", "tokens per forward pass (TPF) per request",
                              buckets=TPF_BUCKETS, registry=r)  # fmt: skip
@@ -50,12 +53,20 @@ class Metrics:
 
     def observe_http(self, path: str, status: int, seconds: float) -> None:
         endpoint = path if path in ENDPOINTS else "other"
+        for prefix, label in TEMPLATES.items():
+            if path.startswith(prefix):
+                endpoint = label + "/input_items" if path.endswith("/input_items") else label
         self.requests.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
 
     def observe_output(self, out) -> None:
         """A finished engine request (called in the engine thread; prometheus_client is thread-safe)."""
         s = out.stats
+        if out.finish_reason == "abort":  # counted, and its tokens; its timings would skew the histograms
+            self.finished.labels("aborted").inc()
+            self.prompt_tokens.inc(len(out.prompt_ids))
+            self.generation_tokens.inc(s.get("tokens", len(out.token_ids)))
+            return
         self.finished.labels(out.finish_reason).inc()
         self.prompt_tokens.inc(len(out.prompt_ids))
         self.generation_tokens.inc(s.get("tokens", len(out.token_ids)))

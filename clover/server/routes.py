@@ -23,7 +23,15 @@ from clover.api.protocol import (
     prepare_completions,
     tokenize_request,
 )
-from clover.api.responses import EventStream, ResponsesRequest, output_items, response_body, responses_error, to_chat
+from clover.api.responses import (
+    EventStream,
+    ResponsesRequest,
+    input_items,
+    output_items,
+    response_body,
+    responses_error,
+    to_chat,
+)
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
@@ -214,24 +222,33 @@ async def responses(request: Request):
     s = _state(request)
     req: ResponsesRequest = await s.read(request, ResponsesRequest)
     s.check_model(req.model)
+    owner = s.owner(request)
+    items = input_items(req)
+    if req.previous_response_id is not None:  # its input and output come first (its instructions do not)
+        prev = s.responses.get(req.previous_response_id, owner)
+        items = [*prev.input, *prev.body.get("output", []), *items]
     try:
-        prep = prepare_chat(to_chat(req, s.model_name), s.tokenizer, s.limits, s.chat_stop_ids)
+        prep = prepare_chat(to_chat(req, s.model_name, items), s.tokenizer, s.limits, s.chat_stop_ids)
     except APIError as e:
         raise responses_error(e) from None
     (handle,) = s.submit([(prep.prompt_ids, prep.params)], "resp")
     rid = handle.request_id.replace("-", "_", 1)
+    keep = (lambda body: s.responses.put(rid, body, items, owner)) if req.store is not False else (lambda body: None)
     if not req.stream:
         try:
             (out,) = await s.wait([handle], request)
         except ClientGone:
             return Response(status_code=499)
-        return response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out, s.tokenizer),
-                             out)  # fmt: skip
-    gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep, s.tokenizer))
+        except APIError as e:  # refused by the engine (a max_output_tokens too small for the schema)
+            raise responses_error(e) from None
+        body = response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out, s.tokenizer), out)
+        keep(body)
+        return body
+    gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep, s.tokenizer), keep)
     return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _responses_stream(handle, es: EventStream):
+async def _responses_stream(handle, es: EventStream, keep):
     def sse(ev: dict) -> str:
         return f"event: {ev['type']}\n{_sse(ev)}"
 
@@ -241,10 +258,46 @@ async def _responses_stream(handle, es: EventStream):
         async for ev in handle.events():
             for e in es.on(ev):
                 yield sse(e)
+        if es.body is not None:
+            keep(es.body)
     except (ValueError, EngineFailure) as e:
         yield sse(es.error(as_api_error(e)))
     finally:
         handle.abort()
+
+
+@router.get("/v1/responses/{rid}")
+async def get_response(rid: str, request: Request):
+    s = _state(request)
+    return s.responses.get(rid, s.owner(request)).body
+
+
+@router.delete("/v1/responses/{rid}")
+async def delete_response(rid: str, request: Request):
+    s = _state(request)
+    s.responses.delete(rid, s.owner(request))
+    return {"id": rid, "object": "response", "deleted": True}
+
+
+@router.get("/v1/responses/{rid}/input_items")
+async def response_input_items(rid: str, request: Request, limit: int = 20, order: str = "desc",
+                               after: str | None = None):  # fmt: skip
+    """The items the response's model read (earlier turns' included), OpenAI's cursor page."""
+    s = _state(request)
+    if not 1 <= limit <= 100:
+        raise bad_request("limit must be between 1 and 100", "limit")
+    if order not in ("asc", "desc"):
+        raise bad_request("order must be asc or desc", "order")
+    items = s.responses.get(rid, s.owner(request)).input
+    items = items[::-1] if order == "desc" else items
+    if after is not None:
+        at = next((i for i, it in enumerate(items) if it.get("id") == after), None)
+        if at is None:
+            raise bad_request(f"after: no input item {after!r} in response {rid!r}", "after")
+        items = items[at + 1 :]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}  # fmt: skip
 
 
 @router.post("/v1/completions")

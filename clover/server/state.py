@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation, queue_full, too_large
 from clover.api.protocol import Limits, as_api_error, chat_stop_ids
+from clover.api.store import ResponseStore, owner_of
 from clover.data.task import model_task
 from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
@@ -23,7 +24,7 @@ class ClientGone(Exception):
 
 class ServerState:
     def __init__(self, aengine: AsyncEngine, tokenizer, model_name: str, limits: Limits, metrics: Metrics,
-                 api_key: str | None = None):  # fmt: skip
+                 api_key: str | list[str] | None = None, responses: ResponseStore | None = None):  # fmt: skip
         self.aengine = aengine
         self.engine = aengine.engine
         self.model = aengine.engine.model
@@ -33,11 +34,18 @@ class ServerState:
         self.limits = limits
         self.metrics = metrics
         self.api_key = api_key
+        self.responses = ResponseStore() if responses is None else responses  # stored Responses, bounded
         self.started = int(time.time())
         self.chat_stop_ids = chat_stop_ids(tokenizer)
         # the task the model was trained for (the bundled model's when it names none): the
         # playground's tools and its agent mode's world
         self.task = model_task(self.config, default=True)
+
+    def owner(self, request: Request) -> str | None:
+        """Whose a stored response is: the API key's (already checked by the guard), or nobody's."""
+        if self.api_key is None:
+            return None
+        return owner_of(request.headers.get("authorization", "").partition(" ")[2].strip())
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:

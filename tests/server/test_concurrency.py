@@ -1,7 +1,9 @@
 """Many concurrent streams; a full queue answers 429; a cancelled stream frees its slot."""
 
 import asyncio
+import contextlib
 import json
+import logging
 import socket
 import time
 
@@ -50,8 +52,8 @@ def _wait_idle(url: str, timeout: float = 600) -> dict:  # a guard against a han
     raise AssertionError(f"not idle: {h}")
 
 
-def test_queue_full_then_cancelled_stream_frees_its_slot(live):
-    with live(max_batch_size=1, max_queue=0) as srv:
+def test_queue_full_then_cancelled_stream_frees_its_slot(live, caplog):
+    with live(max_batch_size=1, max_queue=0) as srv, _access_log(caplog):
         # ignore_eos: the stream can end only by its length (1500 tokens, far past the test) or an abort
         body = {"model": "clover", "messages": MSG, "max_tokens": 1500, "stream": True, "ignore_eos": True}
         with httpx.Client(timeout=60) as http:
@@ -68,11 +70,31 @@ def test_queue_full_then_cancelled_stream_frees_its_slot(live):
         ok = httpx.post(srv.url + "/v1/chat/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60)
         assert ok.status_code == 200
         metrics = httpx.get(srv.url + "/metrics").text
-        assert 'clover_engine_requests_total{reason="abort"}' not in metrics  # aborts are not counted as served
-        finished = [ln for ln in metrics.splitlines() if ln.startswith("clover_engine_requests_total{")]
-        # the one request served is the last: the stream was aborted, never finished by its length
-        assert finished == ['clover_engine_requests_total{reason="length"} 1.0'], finished
+        finished = sorted(ln for ln in metrics.splitlines() if ln.startswith("clover_engine_requests_total{"))
+        # the stream was aborted, never finished by its length; the one request served is the last
+        assert finished == ['clover_engine_requests_total{reason="aborted"} 1.0',
+                            'clover_engine_requests_total{reason="length"} 1.0'], finished  # fmt: skip
         assert 'status="429"' in metrics
+        # the stream began with 200, but its client went away before the end: 499, as in the access log
+        assert 'clover_requests_total{endpoint="/v1/chat/completions",status="499"} 1.0' in metrics
+        assert 'clover_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in metrics
+    lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
+    posts = [ln for ln in lines if '"POST /v1/chat/completions HTTP/1.1"' in ln]
+    assert [ln.rsplit(" ", 1)[1] for ln in posts] == ["429", "499", "200"], lines  # one line each, as it ended
+
+
+@contextlib.contextmanager
+def _access_log(caplog):
+    """The server's access lines (uvicorn's access logger, set up by uvicorn not to propagate)."""
+    logger = logging.getLogger("uvicorn.access")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(caplog.handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.setLevel(level)
 
 
 def _send_raw(url: str, path: str, body: dict) -> socket.socket:
@@ -111,7 +133,23 @@ def test_non_streaming_client_that_disconnects_is_aborted(live):
         _until(lambda: httpx.get(srv.url + "/health").json()["active"] == 1, "the request in the engine")
         s.close()
         _wait_idle(srv.url)
-        assert _finished(srv.url) == []  # aborted, not finished by its length
+        aborted = 'clover_engine_requests_total{reason="aborted"} 1.0'
+        assert _finished(srv.url) == [aborted]  # aborted, not finished by its length
+        # the route answers 499 at its next look at the connection
+        label = 'clover_requests_total{endpoint="/v1/chat/completions",status="499"} 1.0'
+        _until(lambda: label in httpx.get(srv.url + "/metrics").text, "the 499 counted")
         ok = httpx.post(srv.url + "/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=600)
         assert ok.status_code == 200  # the slot is free again
-        assert _finished(srv.url) == ['clover_engine_requests_total{reason="length"} 1.0']
+        assert sorted(_finished(srv.url)) == [aborted, 'clover_engine_requests_total{reason="length"} 1.0']
+
+
+def test_responses_have_their_own_endpoint_labels(server):
+    from tests.server.conftest import API_KEY
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+    r = client.responses.create(model="clover", input="hi", max_output_tokens=4)
+    client.responses.retrieve(r.id)
+    client.responses.input_items.list(r.id)
+    metrics = httpx.get(server.url + "/metrics").text
+    for label in ("/v1/responses", "/v1/responses/{id}", "/v1/responses/{id}/input_items"):
+        assert f'clover_requests_total{{endpoint="{label}",status="200"}}' in metrics, label

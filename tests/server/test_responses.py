@@ -175,7 +175,7 @@ def test_streaming_a_call(forced):
 def test_errors_in_the_openai_shape(forced):
     _, client = forced
     cases = [
-        (dict(input="hi", previous_response_id="resp_123"), "previous_response_id"),
+        (dict(input="hi", conversation="conv_123"), "conversation"),
         (dict(input="hi", tools=[{"type": "web_search"}]), "tools.0.type"),
         (dict(input="hi", temperature=3.5), "temperature"),
         (dict(input="hi", max_output_tokens=10**6), "max_output_tokens"),
@@ -191,7 +191,7 @@ def test_errors_in_the_openai_shape(forced):
         assert e.value.status_code == 400 and e.value.body["param"] == param, (kw, e.value.body)
         assert e.value.body["type"] == "invalid_request_error" and e.value.body["message"]
         assert "max_tokens" not in e.value.body["message"]
-    with pytest.raises(openai.BadRequestError, match="no conversation state"):
+    with pytest.raises(openai.NotFoundError, match="no response with id 'resp_123' is stored"):
         client.responses.create(model="clover", input="hi", previous_response_id="resp_123")
     with pytest.raises(openai.BadRequestError, match="function tools only"):
         client.responses.create(model="clover", input="hi", tools=[{"type": "web_search"}])
