@@ -10,9 +10,16 @@ Configured with ``--dllm-algorithm-config FILE.yaml``: ``threshold`` (τ, defaul
 ``steps`` (passes per block for CloverFixed), ``block_size``, ``stop_token_ids`` (default: the
 model's EOS ids, filled in by ``clover_sglang.plugin``). Sampling (temperature, top-p) is not
 applied by these algorithms: every pass is greedy, as Clover's default.
+
+``CLOVER_SGLANG_LOGITS_DIR`` (an environment variable of the server): while that folder exists,
+every pass writes its rows' blocks, start positions and logits to a file there (``pass-*.pt``),
+which the logit test and ``clover bench sglang`` compare with Clover's own model. Off when unset.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import torch
 from sglang.srt.dllm.algorithm.base import DllmAlgorithm
@@ -68,6 +75,8 @@ class CloverPolicyAlgorithm(DllmAlgorithm):
         eos = gen & ~masked & is_stop(ids, stop_ids)
         cand = masked & ((eos.long().cumsum(1) - eos.long()) == 0)  # open, and before any committed stop
         done = ~cand.any(1)
+        if LOGITS_DIR and os.path.isdir(LOGITS_DIR):
+            dump_pass(forward_batch, full_logits, B, bs)
         lg = full_logits.view(B, bs, -1).to(torch.promote_types(full_logits.dtype, torch.float32)).clone()
         lg[..., self.mask_id] = -float("inf")
         best, tok = lg.max(-1)
@@ -90,6 +99,22 @@ class CloverPolicyAlgorithm(DllmAlgorithm):
         for s in states:
             s["passes"] += 1
         return done.tolist()
+
+
+LOGITS_DIR = os.environ.get("CLOVER_SGLANG_LOGITS_DIR")
+_passes = [0]
+
+
+def dump_pass(forward_batch, full_logits: torch.Tensor, B: int, bs: int) -> None:
+    """One pass's blocks ``[B, bs]``, start positions ``[B]`` and logits ``[B, bs, V]`` to LOGITS_DIR."""
+    out = Path(LOGITS_DIR)
+    rec = {
+        "ids": forward_batch.input_ids.view(B, bs).cpu().clone(),
+        "start": forward_batch.positions.view(B, bs)[:, 0].cpu().clone(),
+        "logits": full_logits.view(B, bs, -1).float().cpu().clone(),
+    }
+    torch.save(rec, out / f"pass-{os.getpid()}-{_passes[0]:06d}.pt")
+    _passes[0] += 1
 
 
 def _algorithm(policy: str, name: str) -> type[CloverPolicyAlgorithm]:
