@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = {"prefix": "CloverPrefix", "threshold": "CloverThreshold", "ar": "CloverAR", "fixed": "CloverFixed"}
-TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of <tool_call>{"name": …, "arguments": …}</tool_call>, Clover's markup
+TOOL_CALL_PARSER = "hermes"  # SGLang's parser of <tool_call>{"name": …, "arguments": …}</tool_call>, Clover's markup
 
 
 def sglang_python() -> str:

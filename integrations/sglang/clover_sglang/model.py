@@ -25,7 +25,9 @@ the logits are the engine's up to the attention kernel's rounding.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -40,9 +42,13 @@ from clover_sglang.state import GDNStatePool
 
 
 def clover_config(hf_config) -> CloverConfig:
-    """Clover's typed config from the exported folder's ``config.json`` as transformers read it."""
+    """Clover's typed config: the folder's own ``config.json`` (SGLang's copy of the config object
+    is not the file: its model setup rewrites fields such as ``moe_intermediate_size``), or the
+    config object when it names no folder."""
     fields = {f.name for f in dataclasses.fields(CloverConfig)}
-    d = {k: v for k, v in hf_config.to_dict().items() if k in fields}
+    path = Path(getattr(hf_config, "_name_or_path", "") or ".") / "config.json"
+    src = json.loads(path.read_text()) if path.is_file() else hf_config.to_dict()
+    d = {k: v for k, v in src.items() if k in fields}
     d["model_type"] = "clover"
     return CloverConfig.from_dict(d)
 
