@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = {"prefix": "CloverPrefix", "threshold": "CloverThreshold", "ar": "CloverAR", "fixed": "CloverFixed"}
-TOOL_CALL_PARSER = "hermes"  # SGLang's parser of <tool_call>{"name": …, "arguments": …}</tool_call>, Clover's markup
+TOOL_CALL_PARSER = "clover"  # clover_sglang.tool_calls: <tool_call>{"name": …, "arguments": …}</tool_call>
 
 
 def sglang_python() -> str:
@@ -162,7 +162,8 @@ def pass_logit_error(model, sequence: list[int], rec: dict, row: int = 0) -> flo
 
 def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[list[int]], max_tokens: int) -> dict:
     """Each prompt alone through the server with its passes recorded, every pass checked
-    against Clover's model → {"max_rel_logit_err", "passes", "tokens"}."""
+    against Clover's model → {"max_rel_logit_err", "passes" (those over blocks with generated
+    positions: prompt-only blocks left out, as Clover's engine counts), "tokens"}."""
     worst, passes, tokens = 0.0, 0, 0
     for ids in prompts:
         read_passes(logits_dir) if logits_dir.exists() else logits_dir.mkdir(parents=True)
@@ -170,7 +171,7 @@ def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[lis
         recs = read_passes(logits_dir)
         seq = ids + out
         worst = max([worst] + [pass_logit_error(model, seq, r) for r in recs])
-        passes += len(recs)
+        passes += sum(int(r["start"][0]) + r["ids"].shape[1] > len(ids) for r in recs)
         tokens += len(out)
     shutil.rmtree(logits_dir, ignore_errors=True)
     return {"max_rel_logit_err": worst, "passes": passes, "tokens": tokens}

@@ -27,7 +27,7 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
-def run_sglang(args) -> int:
+def run_sglang(args) -> dict:
     import torch
 
     from clover.bench.decode import airspace_cases, run_engine

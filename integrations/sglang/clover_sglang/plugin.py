@@ -5,6 +5,8 @@ it reads the model. It:
 
 * registers ``CloverForCausalLM`` (``clover_sglang.model``) in SGLang's model registry, and
   transformers' config class for ``model_type: clover``, so no ``--trust-remote-code`` is needed;
+* registers the tool-call parser ``clover`` (``clover_sglang.tool_calls``: Clover's markup,
+  streamed as whole calls);
 * adds the Clover algorithms (``clover_sglang.algorithms``) to SGLang's dLLM algorithm table;
 * teaches SGLang's dLLM config that ``CloverForCausalLM`` is a diffusion model. SGLang keeps the
   block size and mask id of the architectures it knows in a table inside
@@ -84,12 +86,14 @@ def register() -> None:
     from clover.export.hf_model.configuration_clover import CloverConfig
     from clover_sglang.algorithms import ALGORITHMS
     from clover_sglang.model import CloverForCausalLM
+    from clover_sglang.tool_calls import register as register_tool_call_parser
 
     try:
         AutoConfig.register("clover", CloverConfig)
     except ValueError:  # registered already (a second call in the same process)
         pass
     ModelRegistry.models[ARCHITECTURE] = CloverForCausalLM
+    register_tool_call_parser()
     for cls in ALGORITHMS:
         dllm_algorithms.algo_name_to_cls[cls.__name__] = cls
     if not getattr(DllmConfig.from_server_args, "clover", False):
