@@ -15,7 +15,7 @@ LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench llama-cpp llama-cpp-stock
+.PHONY: setup run test lint bench llama-cpp llama-cpp-stock sglang test-sglang
 
 setup: $(STAMP)
 
@@ -54,3 +54,31 @@ llama-cpp:
 llama-cpp-stock:
 	@CLOVER_LLAMACPP_JOBS=$(LLAMACPP_JOBS) PYTHON="$$(test -x $(BIN)/python && echo $(BIN)/python || echo $(PY))" \
 		native/llamacpp/build.sh stock
+
+# SGLang serving Clover (docs/sglang.md): its own environment .venv-sglang, since SGLang pins another torch
+# than the project. With nvidia-smi, SGLang from the package index with every dependency; without it, the
+# CPU path: the torch and torchvision builds SGLang pins (their CUDA wheels run on a CPU), SGLang with
+# --no-deps, the dependencies its imports need (integrations/sglang/requirements-cpu.txt) and the
+# sgl_kernel stand-in (integrations/sglang/cpu/sgl_kernel.py). Then clover (no deps) and the plugin.
+SGLANG_VENV ?= .venv-sglang
+SGLANG_VERSION ?= 0.5.23
+SGLANG_TORCH ?= torch==2.14.1 torchvision==0.29.1
+SGLANG_DIR := integrations/sglang
+SGLANG_BIN := $(SGLANG_VENV)/bin
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+
+sglang: $(SGLANG_STAMP)
+
+$(SGLANG_STAMP): pyproject.toml $(SGLANG_DIR)/pyproject.toml $(SGLANG_DIR)/requirements-cpu.txt $(SGLANG_DIR)/cpu/sgl_kernel.py
+	@test -x $(SGLANG_BIN)/python || $(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_BIN)/python -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1; then $(SGLANG_BIN)/python -m pip install -q sglang==$(SGLANG_VERSION) pytest pytest-timeout; \
+	else $(SGLANG_BIN)/python -m pip install -q $(SGLANG_TORCH) \
+		&& $(SGLANG_BIN)/python -m pip install -q --no-deps sglang==$(SGLANG_VERSION) \
+		&& $(SGLANG_BIN)/python -m pip install -q -r $(SGLANG_DIR)/requirements-cpu.txt \
+		&& cp $(SGLANG_DIR)/cpu/sgl_kernel.py "$$($(SGLANG_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"/; fi
+	$(SGLANG_BIN)/python -m pip install -q --no-deps -e . -e $(SGLANG_DIR)
+	@touch $@
+
+test-sglang: sglang
+	$(SGLANG_BIN)/python -m pytest -p no:cacheprovider $(SGLANG_DIR)/tests $(PYTEST_ARGS)

@@ -18,6 +18,7 @@ MODULES = (
     "clover.commands.bench_quant",  # quant
     "clover.commands.bench_train",  # train-memory
     "clover.commands.bench_llamacpp",  # llama.cpp
+    "clover.commands.bench_sglang",  # sglang
 )
 
 
