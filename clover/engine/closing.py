@@ -127,9 +127,30 @@ def _pieces(g, state) -> list[bytes | None]:  # noqa: C901 - one branch per fram
                 if tail is not None:
                     options.append((len(lit) + len(tail), lit[len(f[2]) :]))
         return [p for _, p in sorted(options)]
+    if kind == "gstr":
+        return _grounded_ending(g, f)
     if kind == "free":  # a trigger begun: any byte that breaks it
         return [bytes([b]) for b in b" x\n" if b != f[1][f[2]] and b != f[1][0]][:1]
     return []  # a frame kind this module does not know: no ending claimed
+
+
+def _grounded_ending(g, f: tuple) -> list[bytes]:
+    """A grounded string's shortest way to end: the rest of the shortest span still possible
+    (escaped as the grammar writes it), then the closing quote."""
+    _, _, key, lo, hi, depth, esc, _, _ = f
+    if esc:
+        return []  # inside an escape: no ending claimed
+    ix, best = g.by_key[key], None
+    for s in ix.starts[lo:hi]:
+        for e in range(s + max(depth, 1), ix.limit[s] + 1):
+            if ix.ends[e]:
+                if best is None or e - s - depth < len(best):
+                    best = ix.data[s + depth : e]
+                break
+    if best is None:
+        return []
+    body = b"".join(b"\\\\" if c == 0x5C else b"\\u%04x" % c if c < 0x20 else bytes([c]) for c in best)
+    return [body + b'"']
 
 
 def _escape_end(esc: int) -> bytes:
