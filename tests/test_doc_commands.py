@@ -139,10 +139,14 @@ def _settings_check(args) -> None:
             raise SystemExit(f"the bundled model was trained for {DEFAULT_TASK!r}, not {args.task!r}: evaluate "
                              f"{DEFAULT_TASK}, or name the model this command is for with --model")  # fmt: skip
     elif args.command == "train":
-        from clover.data.task import all_recipes
+        from clover.data.task import DEFAULT_TASK, TASKS, all_recipes
 
         if args.recipe not in all_recipes():
             raise SystemExit(f"unknown recipe {args.recipe!r}; choose from {sorted(all_recipes())}")
+        task = next(t for t in sorted(TASKS, key=len, reverse=True) if args.recipe.split("-")[0] == t)
+        if args.init_from and (ROOT / args.init_from).resolve() == BUNDLED.resolve() and task != DEFAULT_TASK:
+            raise SystemExit(f"--init-from the bundled model (task {DEFAULT_TASK!r}) with a recipe of task {task!r}: "
+                             f"continue it with --recipe {DEFAULT_TASK}")  # fmt: skip
     elif hasattr(args, "max_tokens") and hasattr(args, "policy"):  # generate, chat
         sampling_params(args)
 
@@ -185,6 +189,7 @@ def test_the_collector_finds_the_commands_in_every_form():
         ("clover eval airspace2 --policy ar,bogus", "unknown policy"),
         ("clover generate hi --policy bogus", "bogus"),
         ("clover train --recipe nope --out RUN", "unknown recipe 'nope'"),
+        ("clover train --recipe airspace --init-from clover/assets/default", "continue it with --recipe airspace2"),
         ("clover export gguf --out F --type q5", "invalid choice: 'q5'"),
         ("clover bench decode --json", "expected one argument"),
         ("clover serve --nope", "unrecognized arguments: --nope"),
