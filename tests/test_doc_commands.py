@@ -93,11 +93,7 @@ def clover_argv(line: str) -> list[list[str]]:
 def collect(page: Path, text: str | None = None) -> list[DocCommand]:
     text = page.read_text(encoding="utf-8") if text is None else text
     name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
-    return [
-        DocCommand(f"{name}:{n}", line, tuple(argv))
-        for n, line in shell_lines(text)
-        for argv in clover_argv(line)
-    ]
+    return [DocCommand(f"{name}:{n}", line, tuple(argv)) for n, line in shell_lines(text) for argv in clover_argv(line)]
 
 
 @cache
@@ -136,8 +132,10 @@ def _settings_check(args) -> None:
 
         _checked_settings(args)
         if args.model is None and args.task != DEFAULT_TASK:  # what `clover eval` notes, as a doc error
-            raise SystemExit(f"the bundled model was trained for {DEFAULT_TASK!r}, not {args.task!r}: evaluate "
-                             f"{DEFAULT_TASK}, or name the model this command is for with --model")  # fmt: skip
+            raise SystemExit(
+                f"the bundled model was trained for {DEFAULT_TASK!r}, not {args.task!r}: evaluate "
+                f"{DEFAULT_TASK}, or name the model this command is for with --model"
+            )
     elif args.command == "train":
         from clover.data.task import DEFAULT_TASK, TASKS, all_recipes
 
@@ -145,8 +143,10 @@ def _settings_check(args) -> None:
             raise SystemExit(f"unknown recipe {args.recipe!r}; choose from {sorted(all_recipes())}")
         task = next(t for t in sorted(TASKS, key=len, reverse=True) if args.recipe.split("-")[0] == t)
         if args.init_from and (ROOT / args.init_from).resolve() == BUNDLED.resolve() and task != DEFAULT_TASK:
-            raise SystemExit(f"--init-from the bundled model (task {DEFAULT_TASK!r}) with a recipe of task {task!r}: "
-                             f"continue it with --recipe {DEFAULT_TASK}")  # fmt: skip
+            raise SystemExit(
+                f"--init-from the bundled model (task {DEFAULT_TASK!r}) with a recipe of task {task!r}: "
+                f"continue it with --recipe {DEFAULT_TASK}"
+            )
     elif hasattr(args, "max_tokens") and hasattr(args, "policy"):  # generate, chat
         sampling_params(args)
 
@@ -157,19 +157,21 @@ def rejected(commands: list[DocCommand]) -> list[str]:
 
 def test_the_collector_finds_the_commands_in_every_form():
     page = ROOT / "docs" / "example.md"
-    text = "\n".join([
-        "```bash",
-        "OMP_NUM_THREADS=1 clover eval airspace2 --n 5 \\",
-        "    --json > out.json   # a comment",
-        "curl -d \"{\\\"tools\\\": $(clover tools airspace2 --json)}\" http://x",
-        "torchrun --nproc_per_node=2 -m clover train --recipe airspace",
-        "# clover serve: a comment, not a command",
-        "```",
-        "```python",
-        "from clover import LLM  # clover serve",
-        "```",
-        "clover info  (prose, not a block)",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "```bash",
+            "OMP_NUM_THREADS=1 clover eval airspace2 --n 5 \\",
+            "    --json > out.json   # a comment",
+            'curl -d "{\\"tools\\": $(clover tools airspace2 --json)}" http://x',
+            "torchrun --nproc_per_node=2 -m clover train --recipe airspace",
+            "# clover serve: a comment, not a command",
+            "```",
+            "```python",
+            "from clover import LLM  # clover serve",
+            "```",
+            "clover info  (prose, not a block)",
+        ]
+    )
     got = [(c.where, c.argv) for c in collect(page, text)]
     assert got == [
         ("docs/example.md:2", ("eval", "airspace2", "--n", "5", "--json")),
@@ -246,15 +248,17 @@ def _runnable(argv: tuple[str, ...], cwd: Path) -> list[str] | None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_the_cheap_commands_run(page, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     seen = set()
     for c in collect(page):
         argv = _runnable(c.argv, tmp_path)
         if argv is None or c.argv in seen:
             continue
         seen.add(c.argv)
-        r = subprocess.run([sys.executable, "-m", "clover", *argv], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "clover", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         said = f"{c.where}: clover {shlex.join(c.argv)} exited {r.returncode}:\n{r.stderr[-2000:]}"
         assert r.returncode == 0 and "Traceback" not in r.stderr, said
         if "--json" in argv:
