@@ -11,6 +11,7 @@ them, in a temporary directory per page; ``DIR`` given to ``--model`` stands for
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -218,6 +219,7 @@ def test_the_pages_document_commands():
     assert {c.argv[0] for c in commands} >= {"eval", "bench", "export", "convert", "train", "quantize", "tools"}
     runs = {c.argv[0] for c in commands if _runnable(c.argv, ROOT / "nowhere")}
     assert runs >= {"tools", "info", "export", "quantize"}
+    assert sum(len(prose_spans(p)) for p in PAGES) >= 80  # and the synopses in running text
 
 
 def test_every_command_has_help():
@@ -263,3 +265,78 @@ def test_the_cheap_commands_run(page, tmp_path):
         assert r.returncode == 0 and "Traceback" not in r.stderr, said
         if "--json" in argv:
             json.loads(r.stdout)  # what --json promises
+
+
+# a span of prose naming what clover does not have, on purpose
+NOT_THERE = {"clover convert --bits": "docs/quantization.md, 'Not done'"}
+
+
+def _subcommands(parser) -> dict | None:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def prose_problems(span: str) -> list[str]:
+    """What is wrong with a ``clover …`` synopsis in running text (``--bits 8\\|4``, ``[--json]``):
+    a command that does not exist, a flag its parser lacks, a value outside a flag's choices.
+    Placeholders (``DIR``, ``...``) and the number of values are not checked."""
+    words = span.replace("\\|", "|").split()[1:]
+    parsers, i = [_parser()], 0
+    while i < len(words) and all(_subcommands(p) for p in parsers) and re.fullmatch(r"[a-z][\w.|-]*", words[i]):
+        names = words[i].split("|")
+        unknown = [n for p in parsers for n in names if n not in _subcommands(p)]
+        if unknown:
+            return [f"no command {unknown[0]!r}"]
+        parsers, i = [_subcommands(p)[n] for p in parsers for n in names], i + 1
+    out = []
+    for p in parsers:
+        flags = {o: a for a in p._actions for o in a.option_strings}
+        for j, w in enumerate(words):
+            if not (m := re.match(r"[\[(]*(--?[a-z][\w-]*)", w)):
+                continue
+            action = flags.get(m.group(1))
+            if action is None:
+                out.append(f"{p.prog}: no flag {m.group(1)}")
+            elif action.choices and "=" not in w and j + 1 < len(words):
+                values = words[j + 1].strip("[](),").split("|")
+                if all(v and not v.startswith("-") and not v.isupper() and "." * 3 not in v for v in values):
+                    bad = [v for v in values if _typed(action, v) not in action.choices]
+                    out += [f"{p.prog} {m.group(1)}: {v!r} is not one of {list(action.choices)}" for v in bad]
+    return out
+
+
+def _typed(action, value: str):
+    try:
+        return (action.type or str)(value)
+    except (ValueError, TypeError, argparse.ArgumentTypeError):
+        return value
+
+
+def prose_spans(page: Path) -> list[tuple[str, str]]:
+    """("page:line", span) of each ``clover …`` code span outside the fenced blocks."""
+    out, fenced = [], False
+    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            out += [(f"{page.relative_to(ROOT)}:{n}", s) for s in re.findall(r"`(clover [^`]+)`", line)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "span, says",
+    [
+        ("clover bench decode\\|nope [--json PATH]", "no command 'nope'"),
+        ("clover serve [--port 8000] [--hots H]", "no flag --hots"),
+        ("clover info [--bits 16\\|8\\|3]", "'3' is not one of [16, 8, 4]"),
+        ("clover info --bits eight", "'eight' is not one of [16, 8, 4]"),
+        ("clover generate\\|chat --policy P --device auto\\|gpu", "'gpu' is not one of"),
+    ],
+)
+def test_a_wrong_synopsis_in_prose_is_reported(span, says):
+    assert any(says in p for p in prose_problems(span)), prose_problems(span)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_command_named_in_prose_exists(page):
+    bad = [f"{where}: `{s}`: {p}" for where, s in prose_spans(page) if s not in NOT_THERE for p in prose_problems(s)]
+    assert not bad, "\n".join(bad)

@@ -25,7 +25,8 @@ def register(sub) -> None:
         "--recipe",
         default="airspace",
         help="airspace: the block-diffusion model; airspace-ar: its autoregressive base (a Hugging Face "
-        "Qwen3.5-MoE causal LM, next-token loss; checkpoints in Hugging Face format)",
+        "Qwen3.5-MoE causal LM, next-token loss; checkpoints in Hugging Face format); airspace2: the second "
+        "corpus, the bundled model's",
     )
     p.add_argument(
         "--device",
