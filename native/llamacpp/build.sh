@@ -95,8 +95,18 @@ else
     simd=(-DGGML_NATIVE=ON)
 fi
 
+# a build folder configured from another checkout (a clone elsewhere, a worktree) cannot be
+# reconfigured from this one: start it afresh
+fresh_build() {
+    local build="$1" src="$2"
+    if [[ -f "$build/CMakeCache.txt" ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$build/CMakeCache.txt"; then
+        rm -rf "$build"
+    fi
+}
+
 if [[ "$MODE" == stock ]]; then
     BUILD="$DIR/build-stock"
+    fresh_build "$BUILD" "$HERE/stock"
     echo "llama-cpp: building stock libllama and clover-stock-bench in $BUILD (${JOBS} job(s))" >&2
     cmake -S "$HERE/stock" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMACPP_SRC="$SRC" "${simd[@]}" \
         >"$DIR/cmake-stock.log" 2>&1 \
@@ -111,6 +121,7 @@ if [[ "$MODE" == stock ]]; then
 fi
 
 echo "llama-cpp: building ggml and libclover in $BUILD (${JOBS} job(s))" >&2
+fresh_build "$BUILD" "$HERE"
 cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMACPP_SRC="$SRC" "${simd[@]}" >"$DIR/cmake.log" 2>&1 \
     || { cat "$DIR/cmake.log" >&2; echo "llama-cpp: cmake configure failed (log: $DIR/cmake.log)" >&2; exit 1; }
 cmake --build "$BUILD" --target clover -j "$JOBS" >"$DIR/build.log" 2>&1 \
