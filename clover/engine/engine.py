@@ -183,7 +183,9 @@ class Engine:
             open_ = cand[r].nonzero()
             if len(open_):
                 ids = req.grammar.allowed(req.gstate) or req.grammar.eos
-                ids = closing.restrict(req.grammar, req.gstate, closing.tokens_left(req, int(open_[0])), ids)
+                near = closing.restrict(req.grammar, req.gstate, closing.tokens_left(req, int(open_[0])), ids)
+                ok = set(ids)  # closing only narrows what the grammar allows (or the slot could take nothing)
+                ids = [i for i in near if i in ok] or ids
                 ids = torch.tensor(ids, device=logits.device)
                 allowed[r] = {**allowed[r], int(open_[0]): ids}
         ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)

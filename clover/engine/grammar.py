@@ -184,13 +184,16 @@ class Grammar:
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.timed = bool(self.regexes) or any("pattern" in n or "format" in n for n in self.nodes)  # budgeted
         self.advance = lru_cache(maxsize=65536)(self._advance)
-        self.allowed_cache: dict = {}  # (token table, eos ids, dead nodes, state) -> allowed ids, shared by requests
+        self.allowed_cache: dict = {}  # (token table, eos ids, sources, state) -> allowed ids, shared by requests
         # grounding (``with_sources``): the request's span indexes and written numbers by source
         self.grounded = [i for i, n in enumerate(self.nodes) if "grounded" in n]
         self.spans: dict[str, SpanIndex] | None = None
         self.by_key: dict[int, SpanIndex] = {}
         self.numbers: dict[str, tuple[bytes, ...]] = {}
         self.dead: frozenset[int] = frozenset()  # nodes no value can satisfy under these sources
+        # what a state's allowed tokens depend on besides the state: a grounded grammar's sources (a
+        # value's first token may already reach into a copy), so requests never share those sets
+        self.cache_key: tuple = ()
         self._options: dict[int, tuple] = {}
 
     def with_sources(self, texts: dict[str, str]) -> Grammar:
@@ -209,6 +212,7 @@ class Grammar:
         g.numbers = {k: written_numbers(texts.get(k, "")) for k in wanted}
         g._options = {}
         g.dead = g._dead_nodes()
+        g.cache_key = tuple(ix.key for ix in g.spans.values())
         return g
 
     def _dead_nodes(self) -> frozenset[int]:
@@ -766,7 +770,7 @@ class TokenGrammar:
     def allowed(self, state) -> list[int]:
         """Token ids that may come next (EOS ids where the text may end)."""
         cache = self.g.allowed_cache
-        key = (id(self.t), tuple(self.eos), self.g.dead, state)
+        key = (id(self.t), tuple(self.eos), self.g.cache_key, state)
         if key not in cache:
             if len(cache) >= 16384:
                 cache.clear()

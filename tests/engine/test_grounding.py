@@ -222,3 +222,21 @@ def test_grounded_answers_are_the_same_one_per_pass_or_in_runs(bundled_engine, b
             for pol in ("ar", "prefix")}  # fmt: skip
     assert [o.text for o in outs["prefix"]] == [o.text for o in outs["ar"]]
     assert sum(len(o.token_ids) for o in outs["prefix"]) > sum(o.stats["forward_passes"] for o in outs["prefix"])
+
+
+def test_requests_with_other_sources_never_share_allowed_sets(bundled_tokenizer):
+    """The same grammar state (a grounded number about to start) allows different tokens under
+    different sources: the shared allowed-token cache must keep them apart."""
+    tok = bundled_tokenizer
+    base = json_grammar({"type": "object", "properties": {"n": {"type": "integer", "x-grounded": True}},
+                         "required": ["n"]})  # fmt: skip
+    table = TokenTable(tok)
+    seen = []
+    for text in ("take 1", "take 7", "take 1"):
+        g = base.with_sources({"user": text})
+        tg = TokenGrammar(g, table, tok.eos_token_ids)
+        state = g.advance(g.start_state, b'{"n": ')
+        allowed = tg.allowed(state)
+        assert allowed and all(tg.step(state, i) is not None for i in allowed)
+        seen.append({tok.token_bytes(i)[:1] for i in allowed})
+    assert seen[0] != seen[1] and b"7" in seen[1] and b"1" not in seen[1]
