@@ -269,6 +269,9 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         "by_system_prompt": calls["by_system_prompt"],  # a client system message or not
         "by_unit_arithmetic": calls["by_unit_arithmetic"],  # the turn's lengths (scoring.unit)
         "fields": calls["fields"],
+        # predicted x-grounded arguments, and those whose value is not in their source (0 under grounding)
+        "grounded_args": calls["grounded_args"],
+        "ungrounded_args": calls["ungrounded_args"],
     }
     if scoring.reply_right is not reply_right:  # a reply's words scored apart from its exact text
         out["text_exact"] = sum(reply_right(o.text, e) for o, e in zip(part(1), texts)) / max(1, len(texts))

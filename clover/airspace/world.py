@@ -251,6 +251,7 @@ class World:
             args = call.get("arguments") or {}
             did, zname = args.get("drone_id"), args.get("zone_name")
             if isinstance(did, str):
+                did = drone_key(did)  # as written ("drone 17"): the world's D-17
                 d = world.drones.get(did)
                 if d is None:
                     d = world.drones[did] = _random_drone(rng, did, airborne=True)

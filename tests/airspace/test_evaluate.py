@@ -16,7 +16,7 @@ def test_eval_reports_each_policy_on_the_bundled_model():
     r = _eval("--policy", "ar,threshold")
     assert r.returncode == 0, r.stderr[-2000:]
     ar, th = json.loads(r.stdout)
-    assert (ar["policy"], th["policy"]) == ("ar", "threshold")
+    assert (ar["policy"], th["policy"]) == ("ar+grammar", "threshold+grammar")  # as the server decodes
     for res in (ar, th):
         assert {"exact_match", "n", "decision_group_acc", "tpf", "tokens_per_s"} <= set(res)
         assert res["n"] == 3 and 0 <= res["exact_match"] <= 1 and res["tpf"] > 0
@@ -55,14 +55,15 @@ def test_eval_default_policy_and_a_threshold_sweep_with_its_aup():
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout)
     # the default policy at each threshold, ar once (it reads none)
-    assert [(x["policy"], x["threshold"]) for x in res] == [(DEFAULT_POLICY, 0.5), (DEFAULT_POLICY, 0.99), ("ar", 0.5)]
+    g = DEFAULT_POLICY + "+grammar"  # the server's decoding, the default
+    assert [(x["policy"], x["threshold"]) for x in res] == [(g, 0.5), (g, 0.99), ("ar+grammar", 0.5)]
     y_max = max(100 * x["overall_acc"] for x in res)
     sweep = [(x["tpf"], 100 * x["overall_acc"]) for x in res[:2]]
     assert res[0]["aup"] == res[1]["aup"] == aup(sweep, y_max)
     assert res[2]["aup"] == aup([(res[2]["tpf"], 100 * res[2]["overall_acc"])], y_max)
     assert all(0 <= x["text_stutter"] <= 1 for x in res)
     one = json.loads(_eval("--n", "1", "--groups", "0").stdout)  # no --policy, no --threshold: the default's own
-    assert (one["policy"], one["threshold"]) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
+    assert (one["policy"], one["threshold"]) == (g, DEFAULT_THRESHOLD)
 
 
 def test_a_stutter_is_a_word_said_twice_that_the_gold_text_does_not_repeat():

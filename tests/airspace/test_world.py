@@ -23,7 +23,7 @@ def world() -> World:
 
 BAD_CALLS = [
     ("recall_drone", {"drone_id": "D-123456"}, "unknown drone D-123456"),
-    ("get_drone_status", {"drone_id": "d5"}, "unknown drone d5"),
+    ("get_drone_status", {"drone_id": "the drone"}, "unknown drone the drone"),  # "d5" is D-5: ids as written
     ("assign_mission", {"drone_id": "D-404", "mission_type": "survey", "target": "x"}, "unknown drone"),
     ("lift_no_fly_zone", {"zone_name": "Nowhere"}, "no such zone"),
     ("lift_no_fly_zone", {"zone_name": "harbor east"}, "no such zone"),  # names match exactly
