@@ -14,8 +14,8 @@ Held out of train, as in the first corpus: drone numbers 800-999, the last templ
 list and a hashed share of (template, form) pairs; and whole name families
 (``names.HELDOUT_FAMILIES``). ``example["names"]`` lists the (family, name) pairs a chat uses.
 Gold arguments: lengths as a number and its unit (``tools.EXTRACTION_TOOLS``), times ``HH:MM``,
-coordinates with their digits, names, targets and drone ids exactly as written ("drone 17",
-"UAV-17"; without the quotes or brackets around a name, without the ``#`` of "#17"). Greetings and
+ids ``D-<n>``, coordinates with their digits, names and targets exactly as written (without the
+quotes or brackets around them). Greetings and
 thanks with operations words in them ("morning, quiet shift so far?") are answered in words
 (:func:`greeting`, drawn by the recipe outside MIX).
 """
@@ -86,10 +86,9 @@ class Gen(Ctx):
 
 
 def drone_surface(g: Gen, tid: str) -> tuple[str, str]:
-    """A drone as the message writes it, and its gold: the same text (the world reads it)."""
+    """A drone as the message writes it, and its gold ``D-<n>``."""
     n = drone_number(g.rng, g.split)
-    text = g.form(tid, drone_forms(n))[1]
-    return text, text
+    return g.form(tid, drone_forms(n))[1], f"D-{n}"
 
 
 def world_args(args: dict) -> dict:
@@ -184,7 +183,7 @@ def act_many(g: Gen, n: int) -> Action:
     ds = ("drones " if not items[0].startswith(("D", "d")) else "") + ds
     t = {"recall_drone": ["recall {ds}", "everyone back: {ds}", "RTB {ds}", "bring {ds} home"],
          "get_drone_status": ["status of {ds}?", "quick check on {ds}", "how are {ds} doing?"]}[tool]  # fmt: skip
-    return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": item.lstrip("#")}) for item in items]
+    return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": f"D-{x}"}) for x in nums]
 
 
 ACTIONS = [act_create, act_lift, act_waypoint, act_mission, act_recall, act_status]
@@ -306,7 +305,7 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
         n2 = drone_number(rng, g.split)
         d2 = rng.choice(drone_forms(n2))[1]
         text = _fill(rng.choice(["same for {d}", "now do {d} too", "and {d} as well"]), d=d2)
-        return history, [(name, {**args, "drone_id": d2})], text
+        return history, [(name, {**args, "drone_id": f"D-{n2}"})], text
     if k < 0.85:
         mt, noun, verb = _mission_words(g)
         target = g.name(target=True)

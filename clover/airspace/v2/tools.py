@@ -54,14 +54,10 @@ def length_m(value: float | int | str, unit: str) -> int:
 
 _DIGITS = re.compile(r"\d+")
 # the arguments copied from the conversation, and from where (``x-grounded``)
-GROUNDED = {"zone_name": "conversation", "drone_id": "conversation", "target": "user", "lat": "user", "lon": "user",
-            "radius": "user", "altitude": "user", "waypoint_index": "user"}  # fmt: skip
-_DRONE_AS_WRITTEN = {
-    "type": "string",
-    "description": "The drone as the operator wrote it, e.g. 'drone 17', 'UAV-17', 'd17' or 'D-17'.",
-}
-
-
+# (drone ids are not: the bundled model writes the world's D-<n>, which a message rarely holds as
+# written, and copying them as written needs a model trained to; the world reads both forms)
+GROUNDED = {"zone_name": "conversation", "target": "user", "lat": "user", "lon": "user", "radius": "user",
+            "altitude": "user", "waypoint_index": "user"}  # fmt: skip
 def drone_key(text):
     """A drone as written ("drone 948", "UAV-948", "#948", "d948") as the world's id ``D-948``: the
     last number in it. Text without digits (or not a string) is returned as it is."""
@@ -72,10 +68,8 @@ def drone_key(text):
 
 
 def _grounded(tool: dict) -> dict:
-    """Drone ids as written, and ``x-grounded`` on every argument copied from the conversation."""
+    """``x-grounded`` on every argument copied from the conversation."""
     props = tool["function"]["parameters"]["properties"]
-    if "drone_id" in props:
-        props["drone_id"] = dict(_DRONE_AS_WRITTEN)
     for k, v in props.items():
         if k in GROUNDED:
             v["x-grounded"] = GROUNDED[k]
