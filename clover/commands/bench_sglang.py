@@ -16,8 +16,9 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 
 def add_sglang_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
-    p.add_argument("--policy", default="prefix", choices=["prefix", "threshold", "ar", "fixed"],
-                   help="Clover's policy in both engines (SGLang: the matching Clover dLLM algorithm)")  # fmt: skip
+    p.add_argument("--policy", choices=["prefix", "threshold", "ar", "fixed"],
+                   help="Clover's policy in both engines (SGLang: the matching Clover dLLM algorithm; "
+                   "default: Clover's default)")  # fmt: skip
     p.add_argument("--prompts", type=int, default=32, help="airspace test prompts")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per prompt")
     p.add_argument("--logit-prompts", type=int, default=4,
@@ -35,9 +36,11 @@ def run_sglang(args) -> dict:
     from clover.bench.sglang import SGLangServer, logit_error
     from clover.data.tokenizer import CloverTokenizer
     from clover.engine import SamplingParams
+    from clover.engine.policies import DEFAULT_POLICY
     from clover.export.hf import export_hf
     from clover.model.io import load_model, resolve_dir
 
+    args.policy = args.policy or DEFAULT_POLICY
     set_threads(args.threads)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     src = resolve_dir(args.model or Path(__file__).resolve().parents[1] / "assets" / "default")
