@@ -175,23 +175,7 @@ def test_required_tool_choice_on_a_random_model_returns_valid_calls(client, stre
     for choice in ("required", {"type": "function", "function": {"name": "set_mode"}}):
         kw = dict(model="clover", messages=[{"role": "user", "content": "lights on"}], tools=SWITCH,
                   tool_choice=choice, parallel_tool_calls=False, max_tokens=60)  # fmt: skip
-        if stream:
-            calls: dict = {}
-            finish = None
-            for chunk in client.chat.completions.create(stream=True, **kw):
-                for c in chunk.choices:
-                    finish = c.finish_reason or finish
-                    for d in c.delta.tool_calls or []:
-                        e = calls.setdefault(d.index, {"name": "", "arguments": ""})
-                        e["name"] += (d.function.name or "") if d.function else ""
-                        e["arguments"] += (d.function.arguments or "") if d.function else ""
-            got = list(calls.values())
-        else:
-            r = client.chat.completions.create(**kw)
-            finish = r.choices[0].finish_reason
-            got = [
-                {"name": c.function.name, "arguments": c.function.arguments} for c in r.choices[0].message.tool_calls
-            ]
+        finish, got = _calls(client, "chat", stream, **kw)
         if finish == "length":  # a long integer can run to max_tokens; the shape up to there is still right
             continue
         assert finish == "tool_calls" and len(got) == 1, got
