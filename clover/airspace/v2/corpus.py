@@ -39,6 +39,7 @@ from clover.airspace.phrasing import (
     coord_surface,
     drone_forms,
     drone_number,
+    drone_surface,
     system_prompt,
 )
 from clover.airspace.tools import MISSION_TYPES
@@ -59,7 +60,7 @@ from clover.airspace.v2.phrasing import (
     style,
     time_surface2,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, drone_key
+from clover.airspace.v2.tools import EXTRACTION_TOOLS
 
 SPLITS = ("train", "validation", "test")
 MIX = {"tool_call": 0.25, "compound": 0.2, "tool_result": 0.1, "no_tool": 0.05, "unserved": 0.07,
@@ -83,17 +84,6 @@ class Gen(Ctx):
         n, fam = names.name(self.rng, self.split, target, self.pieces)
         self.names.append((fam, n))
         return n
-
-
-def drone_surface(g: Gen, tid: str) -> tuple[str, str]:
-    """A drone as the message writes it, and its gold ``D-<n>``."""
-    n = drone_number(g.rng, g.split)
-    return g.form(tid, drone_forms(n))[1], f"D-{n}"
-
-
-def world_args(args: dict) -> dict:
-    """A gold call's arguments as the world echoes them (drone ids ``D-<n>``)."""
-    return {**args, "drone_id": drone_key(args["drone_id"])} if "drone_id" in args else args
 
 
 # -- actions: gen -> (pieces, [(tool, arguments)]) ----------------------------------------------
@@ -228,7 +218,6 @@ def clarify_message(g: Gen) -> tuple[str, str]:
     rng = g.rng
     what = rng.choice(["radius", "unit", "centre", "coords", "target", "drone_recall", "drone_status", "zone"])
     d_txt, d = drone_surface(g, "clarify")
-    d = drone_key(d)
     if what in ("radius", "unit", "centre"):
         zone, where = g.name(), coord_surface(g, "clarify")[0]
         r_txt, r, _ = length_surface(g, "clarify")
@@ -289,7 +278,7 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
     name, args = calls[0]
     history = [{"role": "user", "content": style(rng, first)}, _turn(calls)]
     if rng.random() < 0.7:  # the calls ran: results and a summary
-        res, summary = tool_result(rng, name, world_args(args))
+        res, summary = tool_result(rng, name, args)
         history += [{"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res, ensure_ascii=False)},
                     {"role": "assistant", "content": summary}]  # fmt: skip
     if name == "create_no_fly_zone":
@@ -424,7 +413,7 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
         msgs, tools = [user(text), _turn(calls)], tools_for(rng, {c[0] for c in calls})
     elif kind == "tool_result":
         text, calls = actions(g, rng.choice([1, 1, 2]))
-        results = [tool_result(rng, n, world_args(a)) for n, a in calls]
+        results = [tool_result(rng, n, a) for n, a in calls]
         msgs = [user(text), _turn(calls)]
         msgs += [{"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
                  for i, (r, _) in enumerate(results)]  # fmt: skip
