@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.commands.common import add_threads_arg
+from clover.commands.threads import use_threads
 
 
 def add_sglang_args(p: argparse.ArgumentParser) -> None:
@@ -24,7 +26,7 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logit-prompts", type=int, default=4,
                    help="prompts whose every pass is checked against PyTorch (and their TPF counted)")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where both engines run")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads of Clover's engine")
+    add_threads_arg(p)
     p.add_argument("--python", help="SGLang's Python (default: .venv-sglang/bin/python, `make sglang`)")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
@@ -46,6 +48,7 @@ def run_sglang(args) -> dict:
     src = resolve_dir(args.model or Path(__file__).resolve().parents[1] / "assets" / "default")
     tok = CloverTokenizer.load(src)
     model = load_model(src, device, torch.float32).eval()
+    use_threads(args.threads, model.config)
     cases = [(ids, gold) for ids, gold in airspace_cases(tok, args.prompts, model.config)]
     prompts = [ids for ids, _ in cases]
     params = SamplingParams(max_tokens=args.max_tokens, policy=args.policy)
