@@ -345,28 +345,63 @@ _HELLO = ("Hello! Ready when you are: I can create and lift no-fly zones, update
           "recall drones and check their status.")
 _FINE = "Doing well, thanks! Tell me what you need: no-fly zones, waypoints, missions, recalls or drone status."
 _THANKS = "You're welcome."
-GREETINGS = (
-    ("hi there", _HELLO), ("Morning! Quiet shift so far, how are you doing?", _FINE),
-    ("hey, just came on shift", _HELLO), ("good evening, I'm taking over the night shift", _HELLO),
-    ("hello, ready for today's missions?", _HELLO), ("morning team, drones look ready today", _HELLO),
-    ("hi! how's it going?", _FINE), ("good morning, operator here", _HELLO), ("hey clover, how are you?", _FINE),
-    ("evening. anything I should know before the shift?", _HELLO), ("hiya", _HELLO),
-    ("good afternoon, starting the flight ops shift", _HELLO), ("morning! how are you today?", _FINE),
-    ("hello there, new operator on the desk", _HELLO), ("hey! all good on your side?", _FINE),
-    ("thanks, that zone is exactly what I needed", _THANKS), ("thanks!", _THANKS), ("perfect, thank you", _THANKS),
-    ("great work on the recall, thanks", _THANKS), ("cheers, the waypoint looks right", _THANKS),
-    ("thank you, mission confirmed on my side", _THANKS), ("nice, thanks a lot", _THANKS),
-    ("ok great, thanks for the status", _THANKS), ("thx", _THANKS), ("appreciated, thanks", _THANKS),
-    ("thanks, that's all for now", _THANKS), ("awesome, thank you!", _THANKS), ("ty", _THANKS),
-)
+# A greeting is an opener, maybe whom it greets, then a remark about the shift and/or a question
+# ("morning team, drones look ready today", "hey clover, how are you?"); thanks are a thanks word,
+# maybe with a remark on the result ("cheers, the waypoint looks right"). Openers and thanks words
+# are shared by the splits (every operator says "hi" and "thanks"); remarks and questions belong to
+# one split each, so validation's messages are phrasings training never saw.
+OPENERS = ("hi", "hello", "hey", "hiya", "morning", "good morning", "good afternoon", "good evening", "evening",
+           "howdy", "hey there", "hello again", "yo", "greetings", "afternoon", "hi hi")
+ADDRESSED = ("team", "clover", "all", "there", "everyone", "folks", "ops", "assistant")
+SHIFT_REMARKS = ("just came on shift", "I'm taking over the night shift", "quiet shift so far",
+                 "drones look ready today", "operator here", "starting the flight ops shift",
+                 "new operator on the desk", "back from my break", "coffee's on, let's get going",
+                 "long day ahead", "the weather looks good for flying", "the fleet looks good this morning",
+                 "ready for today's missions", "hope the drones behaved overnight", "first day on this console",
+                 "I'm on the desk until six", "the zones from yesterday are still up", "busy day for recalls",
+                 "the radar looks clear", "waypoints all loaded for today")
+QUESTIONS = ("how are you?", "how's it going?", "how are you doing?", "all good on your side?", "how's your day?",
+             "how have you been?", "you doing ok?", "how are things?", "everything ok?", "how's the shift been?",
+             "anything I should know before the shift?", "how are you today?", "all quiet?", "how's everything?",
+             "good night so far?", "doing alright?", "how's the fleet doing?", "are you awake?", "you there?",
+             "how was your night?")
+THANKS_WORDS = ("thanks", "thank you", "thx", "ty", "cheers", "many thanks", "thanks a lot", "much appreciated",
+                "appreciated, thanks", "great, thanks", "perfect, thank you", "nice, thanks", "awesome, thank you",
+                "ok thanks", "thank you so much", "brilliant, cheers", "thanks a bunch", "great work, thanks")
+RESULT_REMARKS = ("that zone is exactly what I needed", "the waypoint looks right", "mission confirmed on my side",
+                  "great work on the recall", "that's all for now", "that's what I wanted",
+                  "the status is what I expected", "good job", "that'll do", "looks good on the map",
+                  "the drone is heading home", "zone is showing on my screen", "all set here",
+                  "that clears it up", "the mission is on my board", "nothing else for now",
+                  "that battery level is fine", "the recall went through", "that was quick",
+                  "I see it on the map")
 # fmt: on
+
+
+def _greeting_text(rng: random.Random, split: str) -> tuple[str, str]:
+    """(message, answer): a greeting (``_HELLO``, or ``_FINE`` when it asks how things are) or a
+    thanks (``_THANKS``)."""
+    if rng.random() < 0.45:
+        text = rng.choice(THANKS_WORDS)
+        if rng.random() < 0.6:
+            remark = rng.choice(_pool(RESULT_REMARKS, split))
+            text = f"{text}, {remark}" if rng.random() < 0.7 else f"{remark[0].upper()}{remark[1:]}, {text}"
+        return text, _THANKS
+    text = rng.choice(OPENERS) + (f" {rng.choice(ADDRESSED)}" if rng.random() < 0.3 else "")
+    shape = rng.choice(["remark", "question", "both", "alone"])
+    if shape in ("remark", "both"):
+        text += rng.choice([", ", "! ", ". ", " - "]) + rng.choice(_pool(SHIFT_REMARKS, split))
+    if shape in ("question", "both"):
+        text += rng.choice([", ", "! ", ". "]) + rng.choice(_pool(QUESTIONS, split))
+    text = text[0].upper() + text[1:] if rng.random() < 0.4 else text
+    return text, (_FINE if shape in ("question", "both") else _HELLO)
 
 
 def greeting(rng: random.Random, split: str) -> dict:
     """A greeting or thanks that names operations without asking for one ("hi there", "morning,
-    quiet shift so far?", "thanks, that zone is what I needed"), answered in words with no call;
-    thanks come after a tool exchange half of the time. Split by index, as small talk is."""
-    text, answer = rng.choice(_pool(GREETINGS, split))
+    quiet shift so far, how are you?", "thanks, the waypoint looks right"), answered in words with
+    no call; thanks come after a tool exchange half of the time."""
+    text, answer = _greeting_text(rng, split)
     text = text + rng.choice(["", "", "!", "."]) if text[-1].isalnum() else text
     msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
     if answer == _THANKS and rng.random() < 0.5:
