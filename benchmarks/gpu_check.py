@@ -9,7 +9,11 @@ fast the full shape runs, on one CUDA GPU.
 3. speed: the ``qwen3.6-35b-a3b`` preset with random bf16 weights built on the GPU: prefill
    tokens/s at 4K tokens, engine decode tokens/s at batch 1 and 16 for ``ar`` (TPF 1) and
    ``fixed`` at 8 passes per 32-token block (TPF 4; random weights, so the policy sets TPF),
-   and peak GPU memory.
+   and peak GPU memory;
+4. sglang: ``clover bench sglang --device cuda`` (the bundled model served by SGLang's engine
+   through the Clover plugin against Clover's own engine, docs/sglang.md), when an SGLang
+   environment is there ($CLOVER_SGLANG_PYTHON, .venv-sglang, or this Python with SGLang); else
+   skipped, saying why. The dry run skips it (``make test-sglang`` covers SGLang on the CPU).
 
 Each section runs under its own time budget and its own error handling, and the JSON is written
 after every section, so a section that fails or overruns leaves the others' figures.
@@ -25,7 +29,9 @@ import copy
 import json
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,14 +54,18 @@ SIZES = {
     "invariant": {"gpu": dict(preset="small", block_size=32, batch=2, length=200, prompt=45),
                   "dry": dict(preset="tiny", block_size=8, batch=2, length=37, prompt=5)},
     "fla": {"gpu": dict(B=2, T=512, H=8, dk=128, dv=128), "dry": dict(B=1, T=100, H=2, dk=16, dv=16)},
+    "sglang": {"gpu": dict(prompts=32, max_tokens=64, timeout_s=300),
+               "dry": dict(prompts=4, max_tokens=16, timeout_s=120)},
     "speed": {"gpu": dict(preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128,
                           history=512),
               "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32, history=64)},
 }  # fmt: skip
 # of --budget-s; fla's first calls compile and autotune its Triton kernels (tens of seconds), and
 # the speed section takes whatever the others leave
-BUDGET_SHARE = {"invariant": 0.15, "fla": 0.22, "speed": 0.63}
+BUDGET_SHARE = {"invariant": 0.15, "fla": 0.22, "sglang": 0.2, "speed": 0.43}
 BATCHES = (1, 16)
+SGLANG_KEYS = ("same_tokens", "prompts", "sglang_tokens_per_s", "clover_tokens_per_s", "sglang_tpf", "clover_tpf",
+               "max_rel_logit_err", "sglang_start_s")
 BLOCK, FIXED_STEPS = 32, 8
 
 
@@ -310,6 +320,32 @@ def _compiled_passes(out: dict, model, device: torch.device, size: dict, left) -
     model.compile_passes(False)
 
 
+def sglang_available() -> str | None:
+    """Why SGLang cannot run here, or None when it can."""
+    from clover.bench.sglang import sglang_python
+
+    try:
+        py = sglang_python()
+    except RuntimeError as e:
+        return str(e)
+    probe = subprocess.run([py, "-c", "import sglang, clover_sglang"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"{py} cannot import sglang and clover_sglang"
+
+
+def check_sglang(out: dict, device: torch.device, size: dict, left) -> None:
+    """``clover bench sglang`` on this device in a subprocess (SGLang starts its own processes)."""
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "sglang.json"
+        cmd = [sys.executable, "-m", "clover", "bench", "sglang", "--device", device.type, "--json", str(path),
+               "--prompts", str(size["prompts"]), "--max-tokens", str(size["max_tokens"])]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=size["timeout_s"])
+        if r.returncode != 0:
+            raise RuntimeError(f"clover bench sglang exited {r.returncode}: {(r.stderr or r.stdout)[-400:]}")
+        fig = json.loads(path.read_text())
+    for key in SGLANG_KEYS:
+        out[key] = fig.get(key)
+
+
 # -- driver ------------------------------------------------------------------------------------------
 def _template(dry: bool) -> dict:
     """Every key the JSON has, in both modes (None until measured)."""
@@ -337,6 +373,7 @@ def _template(dry: bool) -> dict:
                   "peak_memory_gib": None, "seeds_reference_tok_s": SEEDS_REFERENCE_TOK_S,
                   "seeds_reference_note": "the published reference point for this shape (35B-A3B) decoding on one "
                   "H200, tokens/s; not measured here: compare with the decode rows at the TPF it was measured at"},
+        "sglang": {**base, **{k: None for k in SGLANG_KEYS}},
     }  # fmt: skip
 
 
@@ -409,6 +446,13 @@ def _rows(res: dict) -> list[list]:
     rows += [["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],
              ["speed", "seeds_reference_tok_s", sp["seeds_reference_tok_s"],
               "published reference for this shape on one H200 (not measured here)"]]  # fmt: skip
+    sg = res["sections"]["sglang"]
+    rows.append(["sglang", "status", sg["status"], sg["note"] or "clover bench sglang, the bundled model"])
+    if sg["status"] == "ok":
+        rows += [["sglang", "same tokens", f"{sg['same_tokens']}/{sg['prompts']}", "as Clover's engine, batch 1, 16"],
+                 ["sglang", "tokens/s at batch 16", sg["sglang_tokens_per_s"],
+                  f"Clover's engine {sg['clover_tokens_per_s']:.4g}"],
+                 ["sglang", "max relative logit error", sg["max_rel_logit_err"], "vs PyTorch"]]  # fmt: skip
     return [[a, b, "-" if c is None else (f"{c:.3g}" if isinstance(c, float) else str(c)), d] for a, b, c, d in rows]
 
 
@@ -460,13 +504,17 @@ def main() -> int:
           f"{res['threads']} CPU thread(s){', dry run' if args.dry_run else ''}", flush=True)  # fmt: skip
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for name, fn in (("invariant", check_invariant), ("fla", check_fla), ("speed", check_speed)):
+    no_sglang = "the dry run leaves SGLang to `make test-sglang`" if args.dry_run else sglang_available()
+    sections = (("invariant", check_invariant), ("fla", check_fla), ("sglang", check_sglang), ("speed", check_speed))
+    for name, fn in sections:
         left = args.budget_s - (time.perf_counter() - t_start)
         share = BUDGET_SHARE[name] * args.budget_s
         budget = left if name == "speed" else min(share, left)  # the last section takes what is left
         out = res["sections"][name]
         try:
-            if budget < 5:
+            if name == "sglang" and no_sglang:
+                out["status"], out["note"] = "skipped", no_sglang
+            elif budget < 5:
                 out["status"], out["note"] = "skipped", "no time left in the budget"
             else:
                 _run_section(name, fn, out, device, SIZES[name][mode], budget)
@@ -475,7 +523,8 @@ def main() -> int:
             path.write_text(json.dumps(res, indent=1) + "\n")
         print(f"gpu_check: {name}: {out['status']} in {out['seconds'] or 0:.1f} s", flush=True)
     print_rows(f"gpu_check ({res['device_name']}, {res['seconds']:.0f} s)", _rows(res), f"JSON: {path}")
-    return 0 if all(s["status"] == "ok" for s in res["sections"].values()) else 1
+    skippable = lambda n, s: n == "sglang" and s["status"] == "skipped" and no_sglang  # noqa: E731
+    return 0 if all(s["status"] == "ok" or skippable(n, s) for n, s in res["sections"].items()) else 1
 
 
 if __name__ == "__main__":

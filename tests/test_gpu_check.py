@@ -19,7 +19,9 @@ def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
     d = json.loads(out.read_text())
     assert d["dry_run"] and d["device"] == "cpu" and "gpu_check" in r.stdout and "seeds_reference_tok_s" in r.stdout
     s = d["sections"]
-    assert {k: v["status"] for k, v in s.items()} == {"invariant": "ok", "fla": "ok", "speed": "ok"}
+    statuses = {k: v["status"] for k, v in s.items()}
+    assert statuses == {"invariant": "ok", "fla": "ok", "sglang": "skipped", "speed": "ok"}
+    assert "make test-sglang" in s["sglang"]["note"] and "same_tokens" in s["sglang"]
     # the keys a GPU run fills in
     for key in ("reference_max_abs_logit", "fp64_train_vs_step"):
         assert key in s["invariant"]
