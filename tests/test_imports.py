@@ -54,7 +54,7 @@ def _imports(path: Path, deferred: bool) -> set[str]:
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:  # "from clover.api import decisions" imports the module clover.api.decisions
+                for a in node.names:  # "from clover.api import llm" imports the module clover.api.llm
                     found.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not deferred:
                 continue

@@ -1,6 +1,6 @@
 """``clover bench decisions`` and ``clover bench serve``.
 
-decisions: on the decision test groups (``clover.airspace.decisions.load_groups("test")``), the
+decisions: on the decision test groups (``clover.airspace.decision_groups.load_groups("test")``), the
 same model answers each group ``joint`` (one request, all answer slots in one block) and
 ``independent`` (one request per question, submitted together; and, as a client without joint
 decisions would do it, one call after another): group all-correct rate, per-question
@@ -38,7 +38,8 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
         "--threshold",
         type=float,
         default=None,
-        help="answer slots' commit threshold (default: /v1/decisions' own, clover.api.decisions.DEFAULT_THRESHOLD)",
+        help="answer slots' commit threshold (default: /v1/decisions' own, "
+        "clover.api.joint_decisions.DEFAULT_THRESHOLD)",
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     add_threads_arg(p)
@@ -48,14 +49,14 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
 
 def _client_group(g):
     """The group as a client sends it: questions and options, no answers."""
-    from clover.data.decisions import DecisionGroup, Question
+    from clover.data.decision_chat import DecisionGroup, Question
 
     return DecisionGroup(g.context, [Question(q.text, list(q.options)) for q in g.questions])
 
 
 def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) -> dict:
-    from clover.api.decisions import decide_sync
-    from clover.data.decisions import single_question
+    from clover.api.joint_decisions import decide_sync
+    from clover.data.decision_chat import single_question
 
     knobs = {"policy": args.policy, "threshold": args.threshold}  # threshold resolved in run_decisions
     right_groups = right_q = n_q = 0
@@ -89,7 +90,7 @@ def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) ->
 def _expressible(engine, tok, groups) -> list:
     """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
     the layout cannot hold, such as one with a line break, is refused)."""
-    from clover.api.decisions import DecisionError, plan_joint
+    from clover.api.joint_decisions import DecisionError, plan_joint
 
     ok = []
     for g in groups:
@@ -102,8 +103,8 @@ def _expressible(engine, tok, groups) -> list:
 
 
 def run_decisions(args: argparse.Namespace) -> int:
-    from clover.airspace.decisions import load_groups
-    from clover.api.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.airspace.decision_groups import load_groups
+    from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.api.loading import load_engine
 
     device_setup(args, "clover bench decisions")

@@ -39,7 +39,7 @@ def run_sglang(args) -> dict:
     from clover.data.tokenizer import CloverTokenizer
     from clover.engine import SamplingParams
     from clover.engine.policies import DEFAULT_POLICY
-    from clover.export.hf import export_hf
+    from clover.export.hf_folder import export_hf
     from clover.model.io import load_model, resolve_dir
 
     args.policy = args.policy or DEFAULT_POLICY

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clover.export.hf import ExportError, checked_source
+from clover.export.hf_folder import ExportError, checked_source
 from clover.model.config import ATTN, CloverConfig
 from clover.model.io import CheckpointError
 
@@ -248,7 +248,7 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     from gguf import TokenType
 
     from clover.data.chat import CLOVER_TEMPLATE
-    from clover.export.hf import stop_ids
+    from clover.export.hf_folder import stop_ids
 
     w.add_uint32("tokenizer.ggml.mask_token_id", config.mask_token_id)
     stops = stop_ids(config, src)  # the config's EOS ids and those the tokenizer declares
