@@ -106,8 +106,9 @@ MAY_IMPORT = {
     "export": {"ops", "model", "data", "convert"},  # the weight copy it shares with convert's way back
     # a task sits beside the command line: it may use any library layer, never a command
     "airspace": {"ops", "model", "data", "engine", "api", "train"},
-    # what the benchmarks measure, with their registry and table/JSON helpers: a task's too
-    "bench": {"ops", "model", "data", "engine", "api", "train", "airspace"},
+    # what the benchmarks measure, with their registry and table/JSON helpers: a task's too, and the
+    # exported files the other runtimes (llama.cpp, SGLang) run
+    "bench": {"ops", "model", "data", "engine", "api", "train", "export", "airspace"},
 }
 GENERIC = ("ops", "model", "data", "engine", "api", "server", "train", "convert", "export")
 
