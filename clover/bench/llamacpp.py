@@ -184,9 +184,9 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
     """Every figure of one model (``bundled`` or ``medium``) into ``fig``."""
     import torch
 
+    from clover.backends.llamacpp import LlamaCppClover
     from clover.export.gguf import export_gguf
     from clover.model.io import load_model
-    from clover.model.llamacpp import LlamaCppClover
 
     tm = load_model(src, "cpu", torch.float32).eval()
     V = tm.config.vocab_size

@@ -80,8 +80,8 @@ def _notes(fig: dict, took: float) -> list[str]:
 
 
 def run_llamacpp(args: argparse.Namespace) -> int:
+    from clover.backends.llamacpp import available
     from clover.bench.llamacpp import measure_llamacpp
-    from clover.model.llamacpp import available
 
     problem = available()
     if problem is not None:

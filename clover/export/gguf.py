@@ -1,5 +1,5 @@
 """``export_gguf``: a Clover checkpoint → one GGUF file that Clover's llama.cpp back end runs
-(``native/llamacpp``, ``clover.model.llamacpp``; docs/llama-cpp.md).
+(``native/llamacpp``, ``clover.backends.llamacpp``; docs/llama-cpp.md).
 
 The file carries the architecture ``clover`` with every hyper-parameter the graph needs
 (``clover.*`` keys, plus the whole config as JSON in ``clover.config``), the tokenizer (gguf's
@@ -193,7 +193,7 @@ def _encode(array: np.ndarray, kind: str):
         return array.astype(np.float16), None
     if kind == "q8_0":
         return quants.quantize(array, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0
-    from clover.model.llamacpp import LlamaCppError, quantize
+    from clover.backends.llamacpp import LlamaCppError, quantize
 
     try:
         return quantize(array, kind), GGMLQuantizationType.Q4_K
