@@ -70,8 +70,8 @@ def main() -> None:
     if a.child:  # the measuring process: nothing loaded in it but ctypes and the library
         print(json.dumps(measure(*a.child)))
         return
+    from clover.backends.llamacpp import library_path
     from clover.export.gguf import export_gguf
-    from clover.model.llamacpp import library_path
 
     lib = a.lib or str(library_path())
     with tempfile.TemporaryDirectory() as d:

@@ -20,13 +20,13 @@ import argparse
 
 import torch
 
-from clover.airspace.decisions import load_groups
+from clover.airspace.decision_groups import load_groups
 from clover.airspace.evaluate import eval_chats, prompt_of, reply_right
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.api.loading import load_model_dir
 from clover.bench import print_table, set_threads, write_json
 from clover.data.chat import render_chat
-from clover.data.decisions import decision_messages, parse_joint
+from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine import Engine, SamplingParams
 from clover.engine.batch import Batch
 from clover.engine.policies import POLICIES, PassView, Policy, first_open, register, run_from_first

@@ -1,6 +1,6 @@
 """The airspace demo, one plug-in task (``clover.data.task``): the six airspace tools (``tools``),
 the seeded corpus of operator chats (``corpus``, ``phrasing``) and decision groups
-(``decisions``), the model's tokenizer (``tokenizer``) and training recipes (``recipes``), a world
+(``decision_groups``), the model's tokenizer (``tokenizer``) and training recipes (``recipes``), a world
 the tools act on (``world``), an agent loop that runs a model's tool calls against it until the
 model answers in words (``loop``), operator tasks scored by the state they leave (``tasks``) and
 the evaluation ``clover eval`` runs (``evaluate``). See docs/agent.md.

@@ -24,12 +24,12 @@ from clover.airspace.corpus import (
     score_tool_calls,
     toolless_set,
 )
-from clover.airspace.decisions import load_groups
+from clover.airspace.decision_groups import load_groups
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.v2.tools import drone_key
 from clover.api.structured import tools_grammar
 from clover.data.chat import is_answer, parse_assistant, render_chat
-from clover.data.decisions import decision_messages, parse_joint
+from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine.grounding import SpanIndex, number_written, source_of, source_texts
 
 

@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 
 from clover.airspace.corpus import example, multi_turn
-from clover.airspace.decisions import decision_examples
+from clover.airspace.decision_groups import decision_examples
 from clover.airspace.tokenizer import build_default_tokenizer, default_added_tokens
 from clover.data.tokenizer import CloverTokenizer
 from clover.train.ar import hf_config

@@ -1,6 +1,6 @@
 """The OpenAI layer without HTTP (docs/architecture.md, Serving): request bodies (``schemas``),
 request → prompt, sampling parameters and grammar (``protocol``, ``structured``), replies and
-stream deltas (``protocol``), joint decisions (``decisions``), the Responses API as a translation
+stream deltas (``protocol``), joint decisions (``joint_decisions``), the Responses API as a translation
 over chat (``responses``) with its stored responses (``store``) and errors in OpenAI's shape
 (``errors``).
 

@@ -13,7 +13,7 @@ request handling, without HTTP) and ask joint decisions.
     llm.decide(context, [{"question": "...", "options": ["yes", "no"]}, ...])   # /v1/decisions' body
 
 Every request goes through the code the server runs (``clover.api.protocol``,
-``clover.api.decisions``), so a request the server refuses with a 400 raises ``RequestError``
+``clover.api.joint_decisions``), so a request the server refuses with a 400 raises ``RequestError``
 here with the same message. Calls run in the calling thread, one at a time (an ``LLM`` is not
 meant to be shared between threads; the server is the concurrent way in).
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from clover.api import decisions as dec
+from clover.api import joint_decisions as dec
 from clover.api.errors import APIError, from_validation
 from clover.api.loading import load_engine
 from clover.api.protocol import (

@@ -12,16 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clover.backends import open_gguf, resolve_backend
 from clover.ops.device import resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
     import torch
 
     from clover.engine import Engine
-
-# the engines a model runs on: Clover's PyTorch model, or Clover's graph in llama.cpp's ggml
-# (docs/llama-cpp.md), which takes a GGUF file from `clover export gguf`; auto: a .gguf file → llama.cpp
-BACKENDS = ("auto", "torch", "llama.cpp")
 
 # the server keeps prompts' committed blocks for prompts that start with them (an agent's next
 # turn; clover.engine.prefix_cache), up to this many megabytes
@@ -44,53 +41,11 @@ def place_model(model, device: torch.device | str, dtype: torch.dtype | None = N
     return model
 
 
-def is_gguf(model) -> bool:
-    """A path to a GGUF file (by its name: ``clover export gguf`` writes ``.gguf``)."""
-    return model is not None and str(model).lower().endswith(".gguf")
-
-
-def resolve_backend(model, backend: str = "auto") -> str:
-    """``torch`` or ``llama.cpp`` for ``model`` (``auto``: llama.cpp for a .gguf file); a model
-    the backend cannot take is a ValueError that says what to give instead."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    if backend == "auto":
-        return "llama.cpp" if is_gguf(model) else "torch"
-    if backend == "torch" and is_gguf(model):
-        raise ValueError(f"{model}: a GGUF file runs on the llama.cpp back end (--backend llama.cpp), not torch")
-    if backend == "llama.cpp" and not is_gguf(model):
-        what = "the bundled model" if model is None else f"{model}"
-        raise ValueError(
-            f"--backend llama.cpp takes a GGUF file (--model FILE.gguf), not {what}: "
-            "write one with `clover export gguf --model DIR --out FILE.gguf`"
-        )
-    return backend
-
-
 def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", compile: bool = False):
-    """A GGUF file from ``clover export gguf`` → (``LlamaCppClover``, its tokenizer or None), on the
-    CPU with ``threads`` threads (default: every core). The library not built, a missing file,
-    ``--compile``, a GPU or a dtype asked for: a ValueError or FileNotFoundError saying why."""
-    import os
-
-    if compile:
-        raise ValueError("--compile applies to the torch backend only (llama.cpp runs its own graph)")
-    if device not in ("auto", "cpu"):
-        raise ValueError(f"the llama.cpp back end runs on the CPU only (got --device {device})")
-    if dtype != "auto":
-        raise ValueError(f"the GGUF file's types set the llama.cpp back end's precision (drop --dtype {dtype})")
-    from clover.model.llamacpp import LlamaCppClover, LlamaCppError, available
-
-    if not Path(path).is_file():
-        what = "a directory, not a GGUF file" if Path(path).exists() else "no such file"
-        raise FileNotFoundError(f"{path}: {what}")
-    problem = available()
-    if problem is not None:
-        raise ValueError(f"{path}: {problem}")
-    try:  # the file is checked whole here, before any pass: a bad one is a ValueError naming it
-        model = LlamaCppClover(path, threads=threads or os.cpu_count() or 1)
-    except LlamaCppError as e:
-        raise ValueError(f"{path}: {e}") from None
+    """A GGUF file from ``clover export gguf`` → (``LlamaCppClover``, its tokenizer or None)
+    (``clover.backends.open_gguf``: the CPU, ``threads`` threads; what it refuses, a ValueError or
+    FileNotFoundError saying why)."""
+    model = open_gguf(path, threads, device, dtype, compile)
     try:
         return model, gguf_tokenizer(model)
     except (ValueError, OSError) as e:
@@ -121,7 +76,7 @@ def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dt
     where its kernels are). A missing directory is a FileNotFoundError, a corrupt tokenizer file
     or a device torch cannot see a ValueError, a bad checkpoint a CheckpointError, each naming
     the path. ``compile``: decoding passes through torch.compile (``CloverForBlockDiffusion.compile_passes``).
-    ``backend`` (``BACKENDS``): a GGUF file loads into llama.cpp instead (``load_gguf``)."""
+    ``backend`` (``clover.backends.BACKENDS``): a GGUF file loads into llama.cpp instead (``load_gguf``)."""
     import torch
 
     if resolve_backend(model_dir, backend) == "llama.cpp":

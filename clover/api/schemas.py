@@ -175,7 +175,7 @@ class DecisionQuestion(_Open):
 class DecisionRequest(BlockDecoding):
     model: str | None = None
     context: str = Field(max_length=20000)
-    questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.api.decisions
+    questions: list[DecisionQuestion]  # 1..8, checked with a clear message in clover.api.joint_decisions
     mode: Literal["joint", "independent"] = "joint"
     stream: bool | None = None
 

@@ -1,8 +1,12 @@
-"""What the benchmarks share: the registry ``clover bench`` reads and the helpers that print a
-table and write the figures as JSON (also used by the scripts in ``benchmarks/``).
+"""Every measurement ``clover bench`` makes, one module per benchmark (``decode``, ``context``,
+``joint_vs_independent``, ``twin``, ``agent``, ``quant``, ``train_memory``, ``llamacpp``,
+``sglang``, and ``passes``, the timing of one pass), and what the benchmarks share: the registry
+``clover bench`` reads and the helpers that print a table and write the figures as JSON (also
+used by the scripts in ``benchmarks/``).
 
-A benchmark module (``clover.commands.bench.MODULES`` lists them) adds its entries to
-``BENCHMARKS`` when imported, e.g.::
+A benchmark's flags, the calls into its module here and its table are a command module
+(``clover.commands.bench.MODULES`` lists them), which adds its entries to ``BENCHMARKS`` when
+imported, e.g.::
 
     from clover.bench import BENCHMARKS
     BENCHMARKS["decode"] = ("help text", add_args, run)   # add_args(parser); run(args) -> exit code

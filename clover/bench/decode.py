@@ -203,3 +203,33 @@ def headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict
         fused_forward_calls=b1[d]["forward_calls"], unfused_forward_calls=unfused["forward_calls"],
         fused_same_tokens=unfused["ids"] == b1[d]["ids"], headline=d,
     )  # fmt: skip
+
+
+def compiled_figures(
+    model, tokenizer, cases, configs, full, by_batch, sizes, compile: bool, speed_prompts: int
+) -> dict:
+    """One pass timed eager (batch 1) and, with ``compile``, compiled: the compile time, the compiled
+    pass, the default policy's batch-1 speed compiled, and whether ``ar`` and the default give
+    the same tokens compiled as eager on every prompt (run after the eager measurements)."""
+    from clover.bench.passes import compile_and_warm, pass_ms
+
+    eager = pass_ms(model)
+    out = {"pass_ms_eager": eager["denoise"], "fused_pass_ms_eager": eager["fused"]}
+    if not compile:
+        return out
+    out["compile_s"] = compile_and_warm(model, tokenizer, configs["ar"])
+    compiled = pass_ms(model)
+    out.update(pass_ms_compiled=compiled["denoise"], fused_pass_ms_compiled=compiled["fused"])
+    out["pass_speedup"] = eager["denoise"] / compiled["denoise"]
+    b1 = sizes[0]
+    speed_cases = cases if b1 == sizes[-1] else cases[: max(b1, speed_prompts)]
+    default = run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b1)
+    out["compiled_default_tokens_per_s"] = default["tokens_per_s"]
+    out["compiled_speedup"] = default["tokens_per_s"] / by_batch[b1][DEFAULT_NAME]["tokens_per_s"]
+    same = {}
+    for name in ("ar", DEFAULT_NAME):
+        ids = run_engine(model, tokenizer, cases, configs[name], sizes[-1])["ids"]
+        same[name] = sum(a == b for a, b in zip(ids, full[name]["ids"])) / len(cases)
+    out["compiled_same_tokens"] = same
+    model.compile_passes(False)
+    return out

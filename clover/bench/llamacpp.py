@@ -184,8 +184,9 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
     """Every figure of one model (``bundled`` or ``medium``) into ``fig``."""
     import torch
 
+    from clover.backends.llamacpp import LlamaCppClover
+    from clover.export.gguf import export_gguf
     from clover.model.io import load_model
-    from clover.model.llamacpp import LlamaCppClover
 
     tm = load_model(src, "cpu", torch.float32).eval()
     V = tm.config.vocab_size
@@ -193,7 +194,7 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
     fig["pass_ms"][which] = {"clover_llamacpp": {}, "clover_torch": {}, "stock_llamacpp": {}}
     for t in TYPES:
         path = work / which / f"clover-{t}.gguf"
-        args.export_gguf(src, path, t)
+        export_gguf(src, path, t)
         lm = LlamaCppClover(path, threads=args.threads)
         p = clover_passes(tm if t == "f32" else None, lm.native, V, args.reps)
         fig["pass_ms"][which]["clover_llamacpp"][t] = p["llamacpp"]
@@ -230,8 +231,7 @@ def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | N
 def measure_llamacpp(args) -> dict:
     """The figures of ``clover bench llama.cpp`` (JSON keys as docs/llama-cpp.md lists them);
     ``args``: its settings (threads, reps, max_tokens, speed_prompts, n, same, same_max_tokens,
-    twin_tokens, no_medium, no_stock, work) and ``export_gguf`` (``clover.export.gguf.export_gguf``,
-    which the command passes in: the benchmarks sit below the export layer)."""
+    twin_tokens, no_medium, no_stock, work)."""
     import tempfile
 
     from clover.data import default_model_dir

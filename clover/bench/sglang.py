@@ -2,7 +2,8 @@
 subprocess of SGLang's environment (``make sglang``), requests over HTTP, and the logits of its
 passes compared with Clover's model.
 
-Used by ``clover bench sglang`` and by the plugin's tests (integrations/sglang/tests), which run
+Used by ``clover bench sglang`` (``measure_sglang``; its flags and table are
+``clover.commands.bench_sglang``) and by the plugin's tests (integrations/sglang/tests), which run
 in SGLang's environment; this module imports neither SGLang nor the plugin.
 """
 
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -175,3 +177,47 @@ def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[lis
         tokens += len(out)
     shutil.rmtree(logits_dir, ignore_errors=True)
     return {"max_rel_logit_err": worst, "passes": passes, "tokens": tokens}
+
+
+def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: int, max_tokens: int,
+                   logit_prompts: int, python: str | None = None) -> dict:  # fmt: skip
+    """``model`` (loaded from the checkpoint ``src``, on ``device``, f32) through Clover's engine
+    and, exported to a folder, served by SGLang under the matching Clover algorithm, on the first
+    ``n_prompts`` airspace test prompts at batch 1 and 16: tokens/s, TPF, same committed tokens,
+    and the largest relative logit error over every pass of ``logit_prompts`` prompts."""
+    from clover.bench.decode import airspace_cases, run_engine
+    from clover.engine import SamplingParams
+    from clover.export.hf_folder import export_hf
+
+    cases = [(ids, gold) for ids, gold in airspace_cases(tok, n_prompts, model.config)]
+    prompts = [ids for ids, _ in cases]
+    params = SamplingParams(max_tokens=max_tokens, policy=policy)
+    fig: dict = {"policy": policy, "prompts": len(prompts), "max_tokens": max_tokens, "device": device,
+                 "clover": {}, "sglang": {}}  # fmt: skip
+    ref = None
+    for batch in (1, 16):
+        r = run_engine(model, tok, cases, params, batch)
+        ref = r["ids"]
+        fig["clover"][batch] = {"tokens_per_s": r["tokens_per_s"], "tpf": r["tpf"], "tokens": r["tokens"]}
+    with tempfile.TemporaryDirectory() as work:
+        hf = Path(work) / "hf"
+        export_hf(src, hf)
+        passes = Path(work) / "passes"
+        with SGLangServer(hf, policy, "cpu" if device == "cpu" else "cuda", logits_dir=passes,
+                          log=Path(work) / "server.log", python=python) as server:  # fmt: skip
+            fig["sglang_start_s"] = server.start_s
+            server.generate(prompts[:2], max_tokens)  # warm-up
+            for batch in (1, 16):
+                outs, wall = server.generate(prompts, max_tokens, concurrency=batch)
+                tokens = sum(len(o) for o in outs)
+                fig["sglang"][batch] = {"tokens_per_s": tokens / wall, "tokens": tokens,
+                                        "same_tokens": sum(a == b for a, b in zip(outs, ref))}  # fmt: skip
+            lf = logit_error(server, passes, model.cpu() if device != "cpu" else model,
+                             prompts[:logit_prompts], max_tokens)  # fmt: skip
+    fig["max_rel_logit_err"] = lf["max_rel_logit_err"]
+    fig["sglang_tpf"] = lf["tokens"] / lf["passes"] if lf["passes"] else 0.0  # on the logit prompts
+    fig["clover_tpf"] = run_engine(model, tok, cases[:logit_prompts], params, 1)["tpf"]  # the same prompts
+    fig["same_tokens"] = min(fig["sglang"][b]["same_tokens"] for b in (1, 16))
+    fig["sglang_tokens_per_s"] = fig["sglang"][16]["tokens_per_s"]
+    fig["clover_tokens_per_s"] = fig["clover"][16]["tokens_per_s"]
+    return fig

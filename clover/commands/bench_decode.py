@@ -1,4 +1,5 @@
-"""``clover bench decode`` and ``clover bench context`` (in ``bench_context.py``).
+"""``clover bench decode`` and ``clover bench context`` (in ``bench_context.py``): their flags and
+tables; what they measure is ``clover.bench.decode`` and ``clover.bench.context``.
 
 decode: on the airspace test prompts, the same model decoded with its default policy (the
 headline), ``ar`` (one position per pass of a whole block), ``threshold`` at several thresholds,
@@ -19,6 +20,7 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.decode import (
     DEFAULT_NAME,
     airspace_cases,
+    compiled_figures,
     file_cases,
     headline,
     hf_twin,
@@ -109,34 +111,6 @@ DECODER_LABELS = {"ar": "ar (block model, 1 position/pass)", "hf": "hf generate(
                   "unfused": "default, unfused commit"}  # fmt: skip
 
 
-def compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args) -> dict:
-    """One pass timed eager (batch 1) and, with --compile, compiled: the compile time, the compiled
-    pass, the default policy's batch-1 speed compiled, and whether ``ar`` and the default give
-    the same tokens compiled as eager on every prompt (run after the eager measurements)."""
-    from clover.bench.passes import compile_and_warm, pass_ms
-
-    eager = pass_ms(model)
-    out = {"pass_ms_eager": eager["denoise"], "fused_pass_ms_eager": eager["fused"]}
-    if not args.compile:
-        return out
-    out["compile_s"] = compile_and_warm(model, tokenizer, configs["ar"])
-    compiled = pass_ms(model)
-    out.update(pass_ms_compiled=compiled["denoise"], fused_pass_ms_compiled=compiled["fused"])
-    out["pass_speedup"] = eager["denoise"] / compiled["denoise"]
-    b1 = sizes[0]
-    speed_cases = cases if b1 == sizes[-1] else cases[: max(b1, args.speed_prompts)]
-    default = run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b1)
-    out["compiled_default_tokens_per_s"] = default["tokens_per_s"]
-    out["compiled_speedup"] = default["tokens_per_s"] / by_batch[b1][DEFAULT_NAME]["tokens_per_s"]
-    same = {}
-    for name in ("ar", DEFAULT_NAME):
-        ids = run_engine(model, tokenizer, cases, configs[name], sizes[-1])["ids"]
-        same[name] = sum(a == b for a, b in zip(ids, full[name]["ids"])) / len(cases)
-    out["compiled_same_tokens"] = same
-    model.compile_passes(False)
-    return out
-
-
 def _pass_note(p: dict) -> str:
     text = (f"one pass at batch 1 after 96 tokens: denoise {p['pass_ms_eager']:.2f} ms, "
             f"fused {p['fused_pass_ms_eager']:.2f} ms eager")  # fmt: skip
@@ -172,7 +146,7 @@ def run_decode(args: argparse.Namespace) -> int:
     if hf is not None:
         run_hf(hf, cases[:1], [4], 1)  # warm-up
     full, by_batch = measure_decoders(model, tokenizer, cases, configs, sizes, args.speed_prompts, hf)
-    passes = compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args)
+    passes = compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args.compile, args.speed_prompts)
     figures = {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
                "device": str(w.device), "dtype": str(w.dtype)[6:], "batch_sizes": sizes,
                **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"), **passes,

@@ -80,16 +80,14 @@ def _notes(fig: dict, took: float) -> list[str]:
 
 
 def run_llamacpp(args: argparse.Namespace) -> int:
+    from clover.backends.llamacpp import available
     from clover.bench.llamacpp import measure_llamacpp
-    from clover.export.gguf import export_gguf
-    from clover.model.llamacpp import available
 
     problem = available()
     if problem is not None:
         raise SystemExit(f"clover bench llama.cpp: {problem}")
     t0 = time.perf_counter()
     set_threads(args.threads)
-    args.export_gguf = export_gguf
     fig = measure_llamacpp(args)
     cols = ["model", "type", "B", "llama.cpp ms", "PyTorch ms", "stock ms", "efficiency"]
     print_table(

@@ -1,10 +1,9 @@
 """``clover bench decisions`` and ``clover bench serve``.
 
-decisions: on the decision test groups (``clover.airspace.decisions.load_groups("test")``), the
-same model answers each group ``joint`` (one request, all answer slots in one block) and
-``independent`` (one request per question, submitted together; and, as a client without joint
-decisions would do it, one call after another): group all-correct rate, per-question
-accuracy, wall time per group.
+decisions: on the decision test groups, the same model answers each group ``joint`` (one
+request, all answer slots in one block) and ``independent`` (one request per question): group
+all-correct rate, per-question accuracy, wall time per group. This module keeps its flags and
+table; ``clover.bench.joint_vs_independent`` measures.
 
 serve: a live ``clover serve`` on 127.0.0.1 (a subprocess on a free port) and N concurrent
 streaming clients (official ``openai`` client) on the airspace test prompts: requests/s,
@@ -23,6 +22,7 @@ import sys
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.bench.joint_vs_independent import measure_decisions
 from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, device_setup
 from clover.commands.threads import apply_threads
 
@@ -38,7 +38,8 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
         "--threshold",
         type=float,
         default=None,
-        help="answer slots' commit threshold (default: /v1/decisions' own, clover.api.decisions.DEFAULT_THRESHOLD)",
+        help="answer slots' commit threshold (default: /v1/decisions' own, "
+        "clover.api.joint_decisions.DEFAULT_THRESHOLD)",
     )
     p.add_argument("--no-sequential", action="store_true", help="skip the one-call-per-question timing")
     add_threads_arg(p)
@@ -46,64 +47,8 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
-def _client_group(g):
-    """The group as a client sends it: questions and options, no answers."""
-    from clover.data.decisions import DecisionGroup, Question
-
-    return DecisionGroup(g.context, [Question(q.text, list(q.options)) for q in g.questions])
-
-
-def _run_mode(engine, tok, groups, mode: str, args, sequential: bool = False) -> dict:
-    from clover.api.decisions import decide_sync
-    from clover.data.decisions import single_question
-
-    knobs = {"policy": args.policy, "threshold": args.threshold}  # threshold resolved in run_decisions
-    right_groups = right_q = n_q = 0
-    wall = passes = 0.0
-    blocks = {}
-    for g in groups:
-        cg = _client_group(g)
-        if sequential:
-            chosen, t0 = [], time.perf_counter()
-            for i in range(len(cg.questions)):
-                r = decide_sync(engine, tok, single_question(cg, i), "independent", args.block_size, knobs)
-                chosen.append(r["answers"][0]["option_index"])
-                passes += r["timing"]["forward_passes"]
-            wall += time.perf_counter() - t0
-        else:
-            r = decide_sync(engine, tok, cg, mode, args.block_size, knobs)
-            chosen = [a["option_index"] for a in r["answers"]]
-            wall += r["timing"]["wall_s"]
-            passes += r["timing"]["forward_passes"]
-            key = f"{r['block_size']}x{r['blocks']}"
-            blocks[key] = blocks.get(key, 0) + 1
-        ok = [c == q.answer for c, q in zip(chosen, g.questions)]
-        right_groups += all(ok)
-        right_q += sum(ok)
-        n_q += len(ok)
-    n = len(groups)
-    return {"group_acc": right_groups / n, "question_acc": right_q / n_q, "s_per_group": wall / n,
-            "passes_per_group": passes / n, "blocks": blocks}  # fmt: skip
-
-
-def _expressible(engine, tok, groups) -> list:
-    """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
-    the layout cannot hold, such as one with a line break, is refused)."""
-    from clover.api.decisions import DecisionError, plan_joint
-
-    ok = []
-    for g in groups:
-        try:
-            plan_joint(tok, engine.model.config, _client_group(g))
-            ok.append(g)
-        except DecisionError:
-            pass
-    return ok
-
-
 def run_decisions(args: argparse.Namespace) -> int:
-    from clover.airspace.decisions import load_groups
-    from clover.api.decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.api.loading import load_engine
 
     device_setup(args, "clover bench decisions")
@@ -118,39 +63,23 @@ def run_decisions(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench decisions: {e}") from None
     args.threads = apply_threads(engine.model, args.threads)
-    tok = engine.tokenizer
-    asked = load_groups(args.split, args.n)
-    groups = _expressible(engine, tok, asked)
-    if not groups:
-        raise SystemExit("clover bench decisions: no test group can be asked with this tokenizer")
-    _run_mode(engine, tok, groups[:2], "joint", args)  # warm-up
-    _run_mode(engine, tok, groups[:2], "independent", args)
-    res = {"joint": _run_mode(engine, tok, groups, "joint", args),
-           "independent": _run_mode(engine, tok, groups, "independent", args)}  # fmt: skip
-    if not args.no_sequential:
-        res["independent_sequential"] = _run_mode(engine, tok, groups, "independent", args, sequential=True)
-    figures = {"split": args.split, "n_groups": len(groups), "skipped_groups": len(asked) - len(groups),
-               "n_questions": sum(len(g.questions) for g in groups), "model": str(args.model or "bundled default"),
-               "policy": args.policy, "threshold": args.threshold}  # fmt: skip
-    w = engine.model.lm_head.weight
-    figures.update(device=str(w.device), dtype=str(w.dtype)[6:])
-    for mode, r in res.items():
-        for k, v in r.items():
-            figures[f"{mode}_{k}"] = v
-    j, i = res["joint"], res["independent"]
-    figures["group_acc_gain_points"] = 100 * (j["group_acc"] - i["group_acc"])
-    figures["speedup_vs_independent"] = i["s_per_group"] / j["s_per_group"]
-    if "independent_sequential" in res:
-        figures["speedup_vs_sequential"] = res["independent_sequential"]["s_per_group"] / j["s_per_group"]
+    try:
+        figures, res = measure_decisions(
+            engine, args.split, args.n, args.policy, args.threshold, args.block_size, not args.no_sequential
+        )
+    except ValueError as e:
+        raise SystemExit(f"clover bench decisions: {e}") from None
+    figures["model"] = str(args.model or "bundled default")
+    j, n, asked = res["joint"], figures["n_groups"], figures["n_groups"] + figures["skipped_groups"]
     rows = [[m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]]
             for m, r in res.items()]  # fmt: skip
     print_table(
-        f"clover bench decisions ({len(groups)} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
+        f"clover bench decisions ({n} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
         f"{args.threshold}, {args.threads} thread(s))",
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
         rows,
         [f"joint block size x blocks spanned: {j['blocks']}",
-         f"{len(asked) - len(groups)} of {len(asked)} groups skipped: an option this layout cannot hold",
+         f"{asked - n} of {asked} groups skipped: an option this layout cannot hold",
          "ms / group: wall time of the whole call, answer probabilities included (they are the decode's logprobs)",
          f"joint vs independent: {figures['group_acc_gain_points']:+.1f} points, "
          f"{figures['speedup_vs_independent']:.2f}x faster per group"],

@@ -1,15 +1,13 @@
 """``clover bench sglang``: Clover served by SGLang against Clover's own engine, on the same
 airspace test prompts, batch 1 and 16: tokens/s, tokens per forward, same committed tokens and
 the largest relative logit error (docs/sglang.md). SGLang runs in a subprocess of its own
-environment (``make sglang``); clover/bench/sglang.py measures, this module keeps the flags and
-the table."""
+environment (``make sglang``); ``clover.bench.sglang.measure_sglang`` measures, this module keeps
+the flags and the table."""
 
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.commands.common import add_threads_arg
@@ -32,55 +30,24 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_sglang(args) -> dict:
+    """The model and its prompts loaded as the flags say, then ``clover.bench.sglang.measure_sglang``."""
     import torch
 
-    from clover.bench.decode import airspace_cases, run_engine
-    from clover.bench.sglang import SGLangServer, logit_error
+    from clover.bench.sglang import measure_sglang
+    from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
-    from clover.engine import SamplingParams
     from clover.engine.policies import DEFAULT_POLICY
-    from clover.export.hf import export_hf
     from clover.model.io import load_model, resolve_dir
 
     args.policy = args.policy or DEFAULT_POLICY
     set_threads(args.threads)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    src = resolve_dir(args.model or Path(__file__).resolve().parents[1] / "assets" / "default")
+    src = resolve_dir(args.model or default_model_dir())
     tok = CloverTokenizer.load(src)
     model = load_model(src, device, torch.float32).eval()
     use_threads(args.threads, model.config)
-    cases = [(ids, gold) for ids, gold in airspace_cases(tok, args.prompts, model.config)]
-    prompts = [ids for ids, _ in cases]
-    params = SamplingParams(max_tokens=args.max_tokens, policy=args.policy)
-    fig: dict = {"policy": args.policy, "prompts": len(prompts), "max_tokens": args.max_tokens, "device": device,
-                 "clover": {}, "sglang": {}}  # fmt: skip
-    ref = None
-    for batch in (1, 16):
-        r = run_engine(model, tok, cases, params, batch)
-        ref = r["ids"]
-        fig["clover"][batch] = {"tokens_per_s": r["tokens_per_s"], "tpf": r["tpf"], "tokens": r["tokens"]}
-    with tempfile.TemporaryDirectory() as work:
-        hf = Path(work) / "hf"
-        export_hf(src, hf)
-        passes = Path(work) / "passes"
-        with SGLangServer(hf, args.policy, "cpu" if device == "cpu" else "cuda", logits_dir=passes,
-                          log=Path(work) / "server.log", python=args.python) as server:  # fmt: skip
-            fig["sglang_start_s"] = server.start_s
-            server.generate(prompts[:2], args.max_tokens)  # warm-up
-            for batch in (1, 16):
-                outs, wall = server.generate(prompts, args.max_tokens, concurrency=batch)
-                tokens = sum(len(o) for o in outs)
-                fig["sglang"][batch] = {"tokens_per_s": tokens / wall, "tokens": tokens,
-                                        "same_tokens": sum(a == b for a, b in zip(outs, ref))}  # fmt: skip
-            lf = logit_error(server, passes, model.cpu() if device != "cpu" else model,
-                             prompts[: args.logit_prompts], args.max_tokens)  # fmt: skip
-    fig["max_rel_logit_err"] = lf["max_rel_logit_err"]
-    fig["sglang_tpf"] = lf["tokens"] / lf["passes"] if lf["passes"] else 0.0  # on the logit prompts
-    fig["clover_tpf"] = run_engine(model, tok, cases[: args.logit_prompts], params, 1)["tpf"]  # the same prompts
-    fig["same_tokens"] = min(fig["sglang"][b]["same_tokens"] for b in (1, 16))
-    fig["sglang_tokens_per_s"] = fig["sglang"][16]["tokens_per_s"]
-    fig["clover_tokens_per_s"] = fig["clover"][16]["tokens_per_s"]
-    return fig
+    return measure_sglang(model, tok, src, args.policy, device, args.prompts, args.max_tokens, args.logit_prompts,
+                          args.python)  # fmt: skip
 
 
 def run(args) -> int:

@@ -12,8 +12,9 @@ import argparse
 import copy
 import sys
 
-from clover.api.loading import BACKENDS, load_model_dir
+from clover.api.loading import load_model_dir
 from clover.api.settings import add_decoding_flags, decoding_values
+from clover.backends import BACKENDS
 from clover.data.task import get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 

@@ -1,5 +1,5 @@
 """Text as the model sees it, for any task: the chat template and tool-call markup (``chat``), the
-tokenizer (``tokenizer``), joint decisions as chat text (``decisions``), the task seam (``task``)
+tokenizer (``tokenizer``), joint decisions as chat text (``decision_chat``), the task seam (``task``)
 and where the bundled model lives. A task's own data (the airspace corpus) is its package's."""
 
 from pathlib import Path

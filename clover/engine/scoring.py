@@ -50,7 +50,7 @@ def _variant(x0: torch.Tensor, i: int, bs: int, mask_id: int) -> torch.Tensor:
 
 def model_place(model) -> tuple[torch.device, torch.dtype]:
     """Where a model's tensors live and their dtype: its head's weight for a PyTorch model, the
-    ``device`` and ``dtype`` a native back end declares (``clover.model.llamacpp.LlamaCppClover``)."""
+    ``device`` and ``dtype`` a native back end declares (``clover.backends.llamacpp.LlamaCppClover``)."""
     head = getattr(model, "lm_head", None)
     if head is not None:
         return head.weight.device, head.weight.dtype

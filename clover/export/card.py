@@ -12,7 +12,7 @@ def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
     """The card's Markdown for a model of ``config`` exported from ``src``, stopping at ``stops``."""
     import torch
 
-    from clover.export.hf_model.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.export.hf_modeling.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
     from clover.model.model import CloverForBlockDiffusion
 
     with torch.device("meta"):

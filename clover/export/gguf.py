@@ -1,5 +1,5 @@
 """``export_gguf``: a Clover checkpoint → one GGUF file that Clover's llama.cpp back end runs
-(``native/llamacpp``, ``clover.model.llamacpp``; docs/llama-cpp.md).
+(``native/llamacpp``, ``clover.backends.llamacpp``; docs/llama-cpp.md).
 
 The file carries the architecture ``clover`` with every hyper-parameter the graph needs
 (``clover.*`` keys, plus the whole config as JSON in ``clover.config``), the tokenizer (gguf's
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clover.export.hf import ExportError, checked_source
+from clover.export.hf_folder import ExportError, checked_source
 from clover.model.config import ATTN, CloverConfig
 from clover.model.io import CheckpointError
 
@@ -193,7 +193,7 @@ def _encode(array: np.ndarray, kind: str):
         return array.astype(np.float16), None
     if kind == "q8_0":
         return quants.quantize(array, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0
-    from clover.model.llamacpp import LlamaCppError, quantize
+    from clover.backends.llamacpp import LlamaCppError, quantize
 
     try:
         return quantize(array, kind), GGMLQuantizationType.Q4_K
@@ -248,7 +248,7 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     from gguf import TokenType
 
     from clover.data.chat import CLOVER_TEMPLATE
-    from clover.export.hf import stop_ids
+    from clover.export.hf_folder import stop_ids
 
     w.add_uint32("tokenizer.ggml.mask_token_id", config.mask_token_id)
     stops = stop_ids(config, src)  # the config's EOS ids and those the tokenizer declares

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from clover.api import decisions as dec
+from clover.api import joint_decisions as dec
 from clover.api.errors import APIError, bad_request
 from clover.api.protocol import (
     Prepared,

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from clover.model.io import CheckpointError, load_model, save_model
-from clover.train.hf import load_hf_state, save_hf
+from clover.train.hf_checkpoint import load_hf_state, save_hf
 from clover.train.layout import HF, SHARDED, checkpoint_format, publish
 from clover.train.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
 

@@ -4,7 +4,7 @@
 and which of the three formats a checkpoint has
 (``checkpoint_format``): ``plain`` (gathered to rank 0: ``checkpoint``), ``sharded`` (every rank
 writes its rows: ``sharded_checkpoint``) or ``hf`` (a transformers model, the autoregressive
-base, in its own format: ``hf``).
+base, in its own format: ``hf_checkpoint``).
 """
 
 from __future__ import annotations

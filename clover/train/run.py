@@ -26,7 +26,7 @@ from clover.ops.device import resolve_dtype
 from clover.train.ar import ArTrainer, build_model, evaluate_ar
 from clover.train.checkpoint import gather_model_state
 from clover.train.fsdp import apply_checkpointing, build_sharded, is_sharded, single_process_group
-from clover.train.hf import load_hf_state, save_hf
+from clover.train.hf_checkpoint import load_hf_state, save_hf
 from clover.train.layout import latest_checkpoint
 from clover.train.objective import MaskingConfig, block_loss, build_batch, noisy_blocks
 from clover.train.recipes import Recipe, chat_source, fit_to_length, read_chat_jsonl

@@ -3,13 +3,36 @@
 # PyPI sdist of llama-cpp-python carries it under vendor/llama.cpp, is downloaded with pip,
 # checked against its sha256, unpacked into a cache directory, and ggml (CPU only, Release) is
 # built there together with libclover from native/llamacpp. A second run does nothing unless the
-# pin or Clover's C++ files changed (a hash stamp).
+# pin (clover/backends/llamacpp.pin) or Clover's C++ files changed (a hash stamp).
 #
 #   native/llamacpp/build.sh            # prints the library's path
 #   native/llamacpp/build.sh stock      # stock libllama and clover-stock-bench (for `clover bench llama.cpp`)
+#   native/llamacpp/build.sh pin        # prints the pin (the cache directory's name), builds nothing
 #   CLOVER_LLAMACPP_JOBS=2 ...          # parallel compile jobs (default 1)
 #   CLOVER_LLAMACPP_CACHE=DIR ...       # cache root (default ${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp)
 set -euo pipefail
+
+# the pin, written once in clover/backends/llamacpp.pin (key=value lines, which the Python side
+# reads too), read with bash alone so that nothing runs before the tool check below
+HERE="$(cd "${0%/*}" && pwd)"
+PIN_FILE="$HERE/../../clover/backends/llamacpp.pin"
+PIN_PACKAGE="" PIN_VERSION="" PIN_SHA256=""
+while IFS="=" read -r key value; do
+    case "$key" in
+        package) PIN_PACKAGE="$value" ;;
+        version) PIN_VERSION="$value" ;;
+        sha256) PIN_SHA256="$value" ;;
+    esac
+done <"$PIN_FILE"
+if [[ -z "$PIN_PACKAGE" || -z "$PIN_VERSION" || -z "$PIN_SHA256" ]]; then
+    echo "llama-cpp: $PIN_FILE needs package=, version= and sha256= lines" >&2
+    exit 1
+fi
+PIN="${PIN_VERSION}-${PIN_SHA256:0:12}"
+if [[ "${1:-}" == pin ]]; then
+    echo "$PIN"
+    exit 0
+fi
 
 # first, before any other tool runs: a compiler and cmake (one line naming what to install)
 missing=()
@@ -21,12 +44,6 @@ if ((${#missing[@]})); then
     exit 1
 fi
 
-PIN_PACKAGE=llama-cpp-python
-PIN_VERSION=0.3.36
-PIN_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-PIN="${PIN_VERSION}-${PIN_SHA256:0:12}"
-
-HERE="$(cd "${0%/*}" && pwd)"
 PY="${PYTHON:-python3}"
 JOBS="${CLOVER_LLAMACPP_JOBS:-1}"
 ROOT="${CLOVER_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/clover/llama.cpp}"

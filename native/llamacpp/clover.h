@@ -1,4 +1,4 @@
-// Clover's block-diffusion model on ggml: the C API that clover/model/llamacpp.py calls with ctypes.
+// Clover's block-diffusion model on ggml: the C API that clover/backends/llamacpp.py calls with ctypes.
 //
 // A model is loaded from a GGUF file written by `clover export gguf`: the file is checked whole
 // (keys, every tensor's name, shape, type and extent) before anything runs, and its tensor data

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from clover.airspace import corpus, decisions
+from clover.airspace import corpus, decision_groups
 from clover.airspace.tools import tool_by_name
 from clover.data.chat import render
 
@@ -48,7 +48,7 @@ def test_splits_are_disjoint(by_split):
 
 def test_heldout_entities_never_reach_train(by_split):
     train_text = "\n".join(render(e["messages"], e["tools"]) for e in by_split["train"])
-    train_text += "\n".join(render(e["messages"]) for e in decisions.decision_examples("train", 300))
+    train_text += "\n".join(render(e["messages"]) for e in decision_groups.decision_examples("train", 300))
     train_words = set(re.findall(r"\w+", train_text.lower()))
     for split in ("validation", "test"):
         for w in corpus.heldout_words(split):  # a multi-word object ("wind farm") is held out as a phrase

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from clover.airspace import corpus
-from clover.airspace.decisions import decision_examples
+from clover.airspace.decision_groups import decision_examples
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import render
-from clover.train.hf import CHAT_TEMPLATE
+from clover.train.hf_checkpoint import CHAT_TEMPLATE
 
 jinja2 = pytest.importorskip("jinja2")
 

@@ -6,11 +6,11 @@ import random
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from clover.airspace import corpus, decisions
+from clover.airspace import corpus, decision_groups
 from clover.airspace.tokenizer import build_default_tokenizer
 from clover.airspace.tools import TOOL_NAMES
 from clover.data import chat
-from clover.data import decisions as layout
+from clover.data import decision_chat as layout
 from clover.data.tokenizer import SPECIAL_TOKENS, CloverTokenizer, train_tokenizer
 
 
@@ -130,7 +130,7 @@ def test_special_tokens_and_ids(tok):
 
 
 def test_segments_tokenise_like_the_whole_text(tok):
-    exs = corpus.generate("validation", 150, seed=4) + decisions.decision_examples("validation", 30)
+    exs = corpus.generate("validation", 150, seed=4) + decision_groups.decision_examples("validation", 30)
     for e in exs:
         segs = chat.render_segments(e["messages"], e["tools"])
         ids, target = tok.encode_segments(segs)
@@ -140,9 +140,9 @@ def test_segments_tokenise_like_the_whole_text(tok):
 
 
 def test_decision_options_are_single_tokens_and_slots_concatenate(tok):
-    for o in decisions.YES_NO + decisions.ACTIONS:
+    for o in decision_groups.YES_NO + decision_groups.ACTIONS:
         assert len(tok.encode(o)) == 1, o
-    for g in decisions.generate_groups("test", 20):
+    for g in decision_groups.generate_groups("test", 20):
         slots = layout.answer_slots(g)
         ids = []
         for (prefix, opts), q in zip(slots, g.questions):

@@ -13,7 +13,7 @@ import pytest
 
 from clover.cli import main
 from clover.export import ExportError, export_hf, export_problems
-from clover.export.hf import AUTO_MAP, HF_MODEL, MODELING_FILES, modeling_literal
+from clover.export.hf_folder import AUTO_MAP, HF_MODELING, MODELING_FILES, modeling_literal
 from clover.model.config import CloverConfig
 
 
@@ -29,7 +29,7 @@ def test_folder_layout(bundled_export):
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "README.md"):
         assert (out / name).exists(), name
     for name in MODELING_FILES:  # copied verbatim
-        assert (out / name).read_bytes() == (HF_MODEL / name).read_bytes()
+        assert (out / name).read_bytes() == (HF_MODELING / name).read_bytes()
     card = (out / "README.md").read_text()
     from clover.engine.policies import DEFAULT_POLICY
 
@@ -51,7 +51,7 @@ def test_cli_shards_and_json(tmp_path, capsys):
 def test_modeling_files_import_only_torch_and_transformers():
     allowed = {"__future__", "math", "dataclasses", "importlib", "torch", "transformers"}
     for name in MODELING_FILES:
-        tree = ast.parse((HF_MODEL / name).read_text())
+        tree = ast.parse((HF_MODELING / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 roots = {a.name.split(".")[0] for a in node.names}
@@ -95,7 +95,11 @@ def test_quantized_checkpoint_is_refused(tmp_path, capsys):
 
 def test_unimplemented_feature_is_refused(tmp_path, monkeypatch):
     fields = {k: v for k, v in modeling_literal("FIELDS").items() if k != "gdn_right_conv"}
-    monkeypatch.setattr("clover.export.hf.modeling_literal", lambda n: fields if n == "FIELDS" else ("bidirectional",))
+
+    def literal(name):
+        return fields if name == "FIELDS" else ("bidirectional",)
+
+    monkeypatch.setattr("clover.export.hf_folder.modeling_literal", literal)
     config = CloverConfig.load(_checkpoint(tmp_path, gdn_block_mixing="causal") / "config.json")
     problems = export_problems(config)
     assert any("['gdn_right_conv']" in p for p in problems) and any("gdn_block_mixing='causal'" in p for p in problems)
@@ -107,7 +111,7 @@ def test_generate_defaults_are_the_engines():
     """The exported ``generate`` decodes with Clover's default policy and threshold, and knows
     every policy it is compared on."""
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.export.hf_model import generation_clover as g
+    from clover.export.hf_modeling import generation_clover as g
 
     assert (g.DEFAULT_POLICY, g.DEFAULT_THRESHOLD) == (DEFAULT_POLICY, DEFAULT_THRESHOLD)
     assert {DEFAULT_POLICY, "threshold", "prefix", "ar", "fixed"} <= set(g.POLICIES)

@@ -216,8 +216,8 @@ def test_fallback_lines_name_each_row_length():
 
 
 def test_q4_k_without_the_library_says_so(tmp_path, monkeypatch):
+    from clover.backends import llamacpp
     from clover.export.gguf import export_gguf
-    from clover.model import llamacpp
 
     torch.manual_seed(0)
     save_model(CloverForBlockDiffusion(preset("tiny", hidden_size=256, num_hidden_layers=1)), tmp_path / "ckpt")

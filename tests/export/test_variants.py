@@ -21,8 +21,8 @@ VARIANTS = {
 
 def twin(clover_model):
     """The modeling file's model with the Clover model's config and weights."""
-    from clover.export.hf_model.configuration_clover import CloverConfig as HFConfig
-    from clover.export.hf_model.modeling_clover import CloverForCausalLM
+    from clover.export.hf_modeling.configuration_clover import CloverConfig as HFConfig
+    from clover.export.hf_modeling.modeling_clover import CloverForCausalLM
 
     d = {k: v for k, v in clover_model.config.to_dict().items() if k != "model_type"}
     hf = CloverForCausalLM(HFConfig(**d)).eval()

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def libclover():
     pytest.importorskip("gguf")
-    from clover.model.llamacpp import available, load_library
+    from clover.backends.llamacpp import available, load_library
 
     reason = available()
     if reason is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 SCRIPT = r"""
 import ctypes, math
 import numpy as np
-from clover.model.llamacpp import load_library, _error
+from clover.backends.llamacpp import load_library, _error
 
 lib = load_library()
 f32 = ctypes.POINTER(ctypes.c_float)

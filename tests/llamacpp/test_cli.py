@@ -110,7 +110,7 @@ def test_wrong_combinations_are_one_line(tmp_path, capsys):
 
 
 def test_a_missing_library_says_make_llama_cpp(tmp_path, capsys, monkeypatch):
-    from clover.model import llamacpp
+    from clover.backends import llamacpp
 
     monkeypatch.setenv("CLOVER_LLAMACPP_LIB", str(tmp_path / "libclover.so"))
     llamacpp.load_library.cache_clear()

@@ -13,9 +13,9 @@ from clover.model.io import load_model
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory, libclover):
+    from clover.backends.llamacpp import LlamaCppClover
     from clover.data import default_model_dir
     from clover.export.gguf import export_gguf
-    from clover.model.llamacpp import LlamaCppClover
 
     out = tmp_path_factory.mktemp("contract") / "model.gguf"
     export_gguf(default_model_dir(), out, "f32")

@@ -48,7 +48,7 @@ def export(model, tmp_path) -> str:
 def compare(model, gguf_path: str, block_size: int, blocks: int = 4, seed: int = 0) -> float:
     """Largest relative error over a run: per block a denoise pass, a fused commit + denoise
     pass (one or two blocks committed), and a plain commit now and then."""
-    from clover.model.llamacpp import LlamaCppModel
+    from clover.backends.llamacpp import LlamaCppModel
 
     lm = LlamaCppModel(gguf_path)
     V = model.config.vocab_size
@@ -114,7 +114,7 @@ def test_gdn_heads_without_grouping_and_no_calibration(libclover, tmp_path):
 
 
 def test_refusals(bundled):
-    from clover.model.llamacpp import LlamaCppModel
+    from clover.backends.llamacpp import LlamaCppModel
 
     model, path = bundled
     lm = LlamaCppModel(path)
@@ -134,7 +134,7 @@ def test_refusals(bundled):
 
 
 def test_cache_copy_is_independent(bundled):
-    from clover.model.llamacpp import LlamaCppModel
+    from clover.backends.llamacpp import LlamaCppModel
 
     _, path = bundled
     lm = LlamaCppModel(path)
@@ -148,7 +148,7 @@ def test_cache_copy_is_independent(bundled):
 
 
 def test_not_a_gguf_file(libclover, tmp_path):
-    from clover.model.llamacpp import GGUFError, LlamaCppModel
+    from clover.backends.llamacpp import GGUFError, LlamaCppModel
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")

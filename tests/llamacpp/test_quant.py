@@ -1,4 +1,4 @@
-"""Quantized GGUF files: ggml's quantizer (``clover.model.llamacpp.quantize``, the path of q4_k,
+"""Quantized GGUF files: ggml's quantizer (``clover.backends.llamacpp.quantize``, the path of q4_k,
 which the gguf package cannot write) against gguf's own dequantizer, and quantized files run by
 the library next to f32."""
 
@@ -17,7 +17,7 @@ from clover.model.model import CloverForBlockDiffusion
 def test_ggml_quantizer_round_trips_through_gguf(libclover, kind, tol):
     from gguf import GGMLQuantizationType, quants
 
-    from clover.model.llamacpp import quantize
+    from clover.backends.llamacpp import quantize
 
     x = np.random.default_rng(0).standard_normal((3, 4, 512)).astype(np.float32)
     q = quantize(x, kind)
@@ -30,8 +30,8 @@ def test_ggml_quantizer_round_trips_through_gguf(libclover, kind, tol):
 
 
 def test_quantized_files_run_next_to_f32(libclover, tmp_path):
+    from clover.backends.llamacpp import LlamaCppModel
     from clover.export.gguf import export_gguf
-    from clover.model.llamacpp import LlamaCppModel
 
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(preset("tiny", hidden_size=256, moe_intermediate_size=256)).eval()

@@ -73,7 +73,7 @@ def _check(results: dict[str, dict], cases: list[dict], ok_names: set[str], fami
 
 def test_corrupted_gguf_files_are_refused(tmp_path):
     pytest.importorskip("gguf")
-    from clover.model.llamacpp import available
+    from clover.backends.llamacpp import available
 
     reason = available()
     if reason is not None:

@@ -4,9 +4,9 @@ import httpx
 import pytest
 import torch
 
-from clover.api.decisions import decide_sync, plan_independent, plan_joint
+from clover.api.joint_decisions import decide_sync, plan_independent, plan_joint
 from clover.data.chat import render
-from clover.data.decisions import DecisionGroup, Question, answer_text, decision_messages
+from clover.data.decision_chat import DecisionGroup, Question, answer_text, decision_messages
 from clover.engine import Engine
 
 CONTEXT = "Alpha: active 09:00-10:30, ceiling 120 m.\nFlight D-17 crosses Alpha 10:15-10:45 at 90 m."

@@ -5,8 +5,8 @@ OpenAI-shaped error naming what the client sent, never a 500."""
 import httpx
 import pytest
 
-from clover.api.decisions import plan_joint
-from clover.data.decisions import DecisionGroup, Question
+from clover.api.joint_decisions import plan_joint
+from clover.data.decision_chat import DecisionGroup, Question
 from tests.server.conftest import API_KEY
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

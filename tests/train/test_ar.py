@@ -15,7 +15,7 @@ from clover.airspace.recipes import AirspaceArRecipe, airspace_source
 from clover.data.chat import parse_assistant
 from clover.data.tokenizer import CloverTokenizer
 from clover.train.ar import ArTrainer, build_model, next_token_loss
-from clover.train.hf import save_hf
+from clover.train.hf_checkpoint import save_hf
 from clover.train.recipes import collate, encode_example
 
 pytest.importorskip("transformers")

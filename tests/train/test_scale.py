@@ -234,12 +234,13 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     """``clover bench train-memory`` at one process on a small model: a real ``clover train`` step
     under torchrun, whose rank reports a peak resident set above its after-import baseline and
     above the bytes of the weights it held, and a checkpoint that the step really wrote."""
+    from clover.bench import train_memory
     from clover.commands import bench_train
     from clover.model.config import PRESETS
 
-    small = {k: PRESETS["tiny"][k] for k in bench_train._SHAPE}
+    small = {k: PRESETS["tiny"][k] for k in train_memory.SHAPE}
     experts = {"num_experts": 4, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}
-    monkeypatch.setattr(bench_train, "MODEL", {**bench_train.MODEL, **small, **experts})
+    monkeypatch.setattr(train_memory, "MODEL", {**train_memory.MODEL, **small, **experts})
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "figures.json"
     args = argparse.Namespace(world_sizes="1", work_dir=str(tmp_path / "work"), malloc_mmap_threshold=0, json=str(out))
@@ -249,3 +250,26 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     assert 0 < base < peak and peak > res["param_bytes"]
     assert res["memory_model_bytes"]["1"] > 0
     assert (tmp_path / "work" / "run-1" / "latest").read_text() == "step-00000001"
+    # the command it reports is the run it made: `clover train`'s parser gives the same RunSpec
+    assert res["commands"]["1"].endswith(" ".join(["clover", "train", *train_memory.train_flags(
+        train_memory.run_spec(tmp_path / "work", tmp_path / "work" / "source", 1))]))  # fmt: skip
+
+
+def test_train_memory_flags_are_the_run_spec_it_launches(tmp_path, monkeypatch):
+    """The worker runs ``RunSpec(**run_spec(...))``; the command the benchmark reports is
+    ``train_flags`` of the same fields, which ``clover train`` turns back into that RunSpec (the
+    command is the run, not a description of it)."""
+    import clover.train.run
+    from clover.bench.train_memory import SCALE, run_spec, train_flags
+    from clover.commands import train as train_cmd
+
+    spec = run_spec(tmp_path, tmp_path / "source", 2)
+    p = argparse.ArgumentParser(prog="clover")
+    train_cmd.register(p.add_subparsers())
+    args = p.parse_args(["train", *train_flags(spec)])
+    ran = []
+    monkeypatch.setattr(clover.train.run, "train", lambda s: ran.append(s) or 0)
+    assert args.func(args) == 0
+    assert ran == [clover.train.run.RunSpec(**spec)]
+    assert train_flags(SCALE) == ["--dtype", "bfloat16", "--activation-checkpointing"]
+    assert train_flags({"progress": True, "resume": False, "steps": None}) == []

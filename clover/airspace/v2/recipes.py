@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import torch
 
-from clover.airspace.decisions import decision_examples
+from clover.airspace.decision_groups import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
 from clover.airspace.v2 import NAME
 from clover.airspace.v2.corpus import example, greeting, multi_turn

@@ -83,7 +83,7 @@ def register() -> None:
     from sglang.srt.models.registry import ModelRegistry
     from transformers import AutoConfig
 
-    from clover.export.hf_model.configuration_clover import CloverConfig
+    from clover.export.hf_modeling.configuration_clover import CloverConfig
     from clover_sglang.algorithms import ALGORITHMS
     from clover_sglang.model import CloverForCausalLM
     from clover_sglang.tool_calls import register as register_tool_call_parser

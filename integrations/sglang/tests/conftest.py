@@ -17,7 +17,7 @@ BUNDLED = Path(__file__).resolve().parents[3] / "clover" / "assets" / "default"
 @pytest.fixture(scope="session")
 def hf_dir(tmp_path_factory) -> Path:
     """The bundled model as `clover export hf` writes it: the folder SGLang serves."""
-    from clover.export.hf import export_hf
+    from clover.export.hf_folder import export_hf
 
     out = tmp_path_factory.mktemp("bundled-hf")
     export_hf(BUNDLED, out)

@@ -20,7 +20,7 @@ def converted(tmp_path_factory):
     import torch
 
     from clover.convert.pipeline import convert
-    from clover.export.hf import export_hf
+    from clover.export.hf_folder import export_hf
     from clover.model.io import load_model
 
     sys.path.insert(0, str(ROOT))  # the project's tiny random checkpoints (tests/convert/helpers.py)

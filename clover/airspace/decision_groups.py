@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 
 from clover.airspace.corpus import SPLITS, drone_number, zone_name
-from clover.data.decisions import DecisionGroup, Question, decision_messages, single_question
+from clover.data.decision_chat import DecisionGroup, Question, decision_messages, single_question
 
 YES_NO = ["yes", "no"]
 ACTIONS = ["approve", "hold", "reroute", "deny"]

@@ -1,5 +1,5 @@
-"""Clover on llama.cpp's ggml: a thin ctypes layer over ``libclover`` (``native/llamacpp``,
-built by ``make llama-cpp``; docs/llama-cpp.md).
+"""Clover on llama.cpp's ggml, the second back end: a thin ctypes layer over ``libclover``
+(``native/llamacpp``, built by ``make llama-cpp``; docs/llama-cpp.md).
 
 ``LlamaCppModel(path)`` loads a GGUF file written by ``clover export gguf``; ``step`` runs one pass
 as ``CloverForBlockDiffusion.step`` does, batch 1: clean whole blocks to commit (written into the
@@ -9,7 +9,7 @@ package cannot write). ``LlamaCppClover`` puts the library behind ``CloverForBlo
 incremental API (``config``, ``new_cache``, ``prefill``, ``step`` on torch tensors, a batch of
 rows each with its own native cache, ``LlamaCppRows``), the contract Clover's engine drives.
 
-The library lives in a cache directory keyed by the pinned llama.cpp source
+The library lives in a cache directory keyed by the pinned llama.cpp source (``llamacpp.pin``)
 (``${XDG_CACHE_HOME:-~/.cache}/clover/llama.cpp/<pin>/lib/libclover.so``, or
 ``$CLOVER_LLAMACPP_CACHE/<pin>/…``); ``CLOVER_LLAMACPP_LIB`` names the file directly.
 """
@@ -28,10 +28,26 @@ import torch
 from clover.model.cache import prefill_blocks
 from clover.model.config import ATTN, CloverConfig
 
-# the pinned llama.cpp source: the sdist of llama-cpp-python that carries it (native/llamacpp/build.sh)
-PIN_VERSION = "0.3.36"
-PIN_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-PIN = f"{PIN_VERSION}-{PIN_SHA256[:12]}"
+# the pinned llama.cpp source, the sdist of llama-cpp-python that carries it: llamacpp.pin beside
+# this file, which native/llamacpp/build.sh reads too
+PIN_FILE = Path(__file__).with_name("llamacpp.pin")
+
+
+def read_pin(path: Path = PIN_FILE) -> dict[str, str]:
+    """The pin file's ``key=value`` lines (``package``, ``version``, ``sha256``); ``#`` comments."""
+    pin = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}: {line!r} is not key=value")
+            pin[key.strip()] = value.strip()
+    return pin
+
+
+_PIN = read_pin()
+PIN_PACKAGE, PIN_VERSION, PIN_SHA256 = _PIN["package"], _PIN["version"], _PIN["sha256"]
+PIN = f"{PIN_VERSION}-{PIN_SHA256[:12]}"  # the library's cache directory
 BUILD_HINT = "build it with `make llama-cpp` (needs g++ and cmake)"
 
 

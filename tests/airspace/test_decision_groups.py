@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from clover.airspace import decisions as D
+from clover.airspace import decision_groups as D
 from clover.airspace.corpus import heldout_words
-from clover.data import decisions as layout
+from clover.data import decision_chat as layout
 
 
 def _minutes(hm: str) -> int:

@@ -4,7 +4,7 @@
 The folder: ``config.json`` (Clover's fields, ``model_type: clover``, ``architectures`` and
 ``auto_map``), the weights under their Clover names in safetensors shards with an index,
 ``generation_config.json`` (the stop tokens), the tokenizer files with the chat template, the
-modeling code (``hf_model/``: copied verbatim; it imports torch and transformers only) and a
+modeling code (``hf_modeling/``: copied verbatim; it imports torch and transformers only) and a
 model card (``README.md``, ``clover.export.card``).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from clover.model.config import CloverConfig
 from clover.model.io import CheckpointError, load_config, read_header, resolve_dir
 
-HF_MODEL = Path(__file__).with_name("hf_model")
+HF_MODELING = Path(__file__).with_name("hf_modeling")
 MODELING_FILES = (
     "configuration_clover.py",
     "modeling_clover.py",
@@ -61,7 +61,7 @@ class ExportReport:
 def modeling_literal(name: str):
     """A module-level literal of configuration_clover.py (``FIELDS``, ``GDN_BLOCK_MIXINGS``), read
     from its source, so exporting needs no transformers."""
-    tree = ast.parse((HF_MODEL / "configuration_clover.py").read_text())
+    tree = ast.parse((HF_MODELING / "configuration_clover.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
@@ -119,7 +119,7 @@ def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 <
     files += ["model.safetensors.index.json", "config.json", "generation_config.json"]
     files += copy_tokenizer(src, out)
     for name in MODELING_FILES:
-        shutil.copyfile(HF_MODEL / name, out / name)
+        shutil.copyfile(HF_MODELING / name, out / name)
     files += list(MODELING_FILES)
     (out / "README.md").write_text(model_card(config, src, stops))
     files.append("README.md")

@@ -1,7 +1,7 @@
 """Joint decisions (docs/architecture.md, Joint decisions): up to 8 questions about one context,
 answered in one block.
 
-``joint``: one request. The prompt is the decision-group chat (``clover.data.decisions``: all
+``joint``: one request. The prompt is the decision-group chat (``clover.data.decision_chat``: all
 questions in one user turn) ending with the first answer prefix ``1: ``; the generated region
 is laid out in advance, ``<answer 1>\\n2: <answer 2>\\n3: ...``, every structural token pinned
 by a one-token allowed set and every answer slot constrained to its question's options
@@ -35,7 +35,7 @@ from clover.api.errors import bad_request, too_large
 from clover.api.protocol import as_api_error
 from clover.api.settings import BLOCK_SETTINGS, block_size_problem, decoding_values
 from clover.data.chat import render
-from clover.data.decisions import (
+from clover.data.decision_chat import (
     DecisionGroup,
     Question,
     answer_slots,

@@ -1,0 +1,90 @@
+"""What ``clover bench agent`` measures (its flags and tables are ``clover.commands.bench_agent``):
+operator tasks through the whole agent loop (``clover.airspace.loop``) with one model side per
+decoder, ``ar`` and the default policy: task success by the world's state, seconds, model calls
+and forward passes per task; and a run of messages that each ask for one no-fly zone, timed
+whole. The task and the engine are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
+
+
+def run_policy(model, tasks, max_steps: int) -> dict:
+    """Every task through the loop with one model side; success, time and passes per task."""
+    from clover.airspace.loop import run_agent
+    from clover.airspace.tasks import task_success
+
+    rows = []
+    for task in tasks:
+        r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
+        rows.append({"kind": task.kind, "ok": task_success(task, r), "wall_s": r.wall_s, "steps": r.steps,
+                     "forward_passes": r.forward_passes or 0, "stopped": r.stopped})  # fmt: skip
+    n = max(1, len(rows))
+    kinds = {}
+    for row in rows:
+        kinds.setdefault(row["kind"], []).append(row["ok"])
+    return {
+        "success": sum(r["ok"] for r in rows) / n,
+        "s_per_task": sum(r["wall_s"] for r in rows) / n,
+        "passes_per_task": sum(r["forward_passes"] for r in rows) / n,
+        "model_calls_per_task": sum(r["steps"] for r in rows) / n,
+        "step_limit": sum(r["stopped"] == "step_limit" for r in rows),
+        "by_kind": {k: sum(v) / len(v) for k, v in sorted(kinds.items())},
+        "tasks": rows,
+    }
+
+
+def local_model(llm, name: str, threshold: float | None):
+    """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
+    ``threshold`` (None: the default threshold)."""
+    from clover.airspace.loop import LocalModel
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    if name == "ar":
+        return LocalModel(llm, policy="ar")
+    return LocalModel(llm, policy=DEFAULT_POLICY, threshold=threshold or DEFAULT_THRESHOLD)
+
+
+def zone_demo(llm, n: int, threshold: float | None, max_steps: int, load) -> dict:
+    """``n`` messages, each asking for one no-fly zone, through the loop one after another
+    under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right.
+    ``load``: the model's own task's ``eval_split``."""
+    from clover.airspace.tasks import zone_tasks
+
+    tasks = zone_tasks(n, load=load)
+    out: dict = {"messages": len(tasks)}
+    for name in DECODERS:
+        r = run_policy(local_model(llm, name, threshold), tasks, max_steps)
+        out[name] = {"seconds": r["s_per_task"] * len(tasks), "zones_right": round(r["success"] * len(tasks))}
+    out["speedup"] = out["ar"]["seconds"] / max(1e-9, out["default"]["seconds"])
+    return out
+
+
+def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple[dict, dict, object]:
+    """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
+    each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
+    them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
+    from clover.airspace.tasks import operator_tasks
+    from clover.data.task import model_task
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
+    tasks = operator_tasks(n, load=load)
+    w = llm.engine.model.lm_head.weight
+    figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": threshold or DEFAULT_THRESHOLD}
+    figures.update(max_steps=max_steps, device=str(w.device), dtype=str(w.dtype)[6:])
+    for t in tasks:
+        figures["kinds"][t.kind] = figures["kinds"].get(t.kind, 0) + 1
+    per = {}
+    for name in DECODERS:
+        model = local_model(llm, name, threshold)
+        model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
+        per[name] = run_policy(model, tasks, max_steps)
+    for policy, r in per.items():
+        for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task", "step_limit", "by_kind"):
+            figures[f"{policy}_{k}"] = r[k]
+    figures["default_policy"] = DEFAULT_POLICY
+    figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["default"]["s_per_task"])
+    figures["per_task"] = {p: r["tasks"] for p, r in per.items()}
+    return figures, per, load
