@@ -363,7 +363,7 @@ SHIFT_REMARKS = ("just came on shift", "I'm taking over the night shift", "quiet
 QUESTIONS = ("how are you?", "how's it going?", "how are you doing?", "all good on your side?", "how's your day?",
              "how have you been?", "you doing ok?", "how are things?", "everything ok?", "how's the shift been?",
              "anything I should know before the shift?", "how are you today?", "all quiet?", "how's everything?",
-             "good night so far?", "doing alright?", "how's the fleet doing?", "are you awake?", "you there?",
+             "good night so far?", "doing alright?", "how's your morning going?", "are you awake?", "you there?",
              "how was your night?")
 THANKS_WORDS = ("thanks", "thank you", "thx", "ty", "cheers", "many thanks", "thanks a lot", "much appreciated",
                 "appreciated, thanks", "great, thanks", "perfect, thank you", "nice, thanks", "awesome, thank you",
