@@ -1,5 +1,7 @@
 """What the benchmarks share: the registry ``clover bench`` reads and the helpers that print a
-table and write the figures as JSON (also used by the scripts in ``benchmarks/``).
+table and write the figures as a result file (``clover.bench.results``: the command, the commit,
+the machine, the date, the figures and every table printed), also used by the scripts in
+``benchmarks/``.
 
 A benchmark module (``clover.commands.bench.MODULES`` lists them) adds its entries to
 ``BENCHMARKS`` when imported, e.g.::
@@ -11,9 +13,7 @@ A benchmark module (``clover.commands.bench.MODULES`` lists them) adds its entri
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -48,20 +48,27 @@ def table_console():
 
 
 def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
+    """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
     from rich.table import Table
 
+    from clover.bench.results import record_table
+
+    rec = record_table(title, columns, rows, notes)
     t = Table(title=title)
-    for i, c in enumerate(columns):
+    for i, c in enumerate(rec["columns"]):
         t.add_column(c, justify="left" if i == 0 else "right")
-    for r in rows:
-        t.add_row(*[f"{v:.3g}" if isinstance(v, float) else str(v) for v in r])
+    for r in rec["rows"]:
+        t.add_row(*r)
     console = table_console()
     console.print(t)
-    for n in notes:
+    for n in rec["notes"]:
         console.print(f"[dim]{n}[/]")
 
 
-def write_json(path: str | None, figures: dict) -> None:
+def write_json(path: str | None, figures) -> None:
+    """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
+    command line, the commit, the machine, the date and the tables printed so far."""
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(figures, indent=1) + "\n")
+        from clover.bench.results import write_result
+
+        write_result(path, figures)
