@@ -2,7 +2,7 @@
 
 A result file holds the command line as typed (``clover bench decode --threads 1 …`` or
 ``python benchmarks/greetings.py …``), the git commit of the checkout it ran from (and whether
-the tree had changes other than result files), the machine (CPU model, cores, torch version and
+the tree had changes other than result files and pages), the machine (CPU model, cores, torch version and
 threads), the date, the figures, and every table the command printed, each cell exactly the
 string printed::
 
@@ -82,8 +82,9 @@ def command_line() -> str:
 
 def git_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout at ``root``; (None, None) when it is not a git checkout
-    (an installed package). Changes under ``benchmarks/results`` do not count as dirty: writing
-    a result file must not mark the next one."""
+    (an installed package). Changes to result files (``benchmarks/results``) and to pages
+    (``*.md``) do not count as dirty: they change no figure, and writing a result file or
+    regenerating a page's tables must not mark the next result."""
 
     def git(*args: str) -> str | None:
         try:
@@ -95,7 +96,7 @@ def git_state(root: Path = ROOT) -> tuple[str | None, bool | None]:
     commit = git("rev-parse", "HEAD")
     if not commit or not (root / ".git").exists():
         return None, None
-    status = git("status", "--porcelain", "--untracked-files=normal", "--", ".", f":(exclude){RESULTS_DIR}")
+    status = git("status", "--porcelain", "--", ".", f":(exclude){RESULTS_DIR}", ":(exclude,glob)**/*.md")
     return commit.strip(), None if status is None else bool(status.strip())
 
 
