@@ -2,6 +2,8 @@
 
     python benchmarks/docs_tables.py           # rewrite every marked table (make docs-tables)
     python benchmarks/docs_tables.py --check   # exit 1, naming each table that differs from its file
+    python benchmarks/docs_tables.py --list    # each result file: its command, commit, date, pages
+    python benchmarks/docs_tables.py --rerun decisions context   # run their commands again, then rewrite
 
 A marked table sits between two comments; everything between them is generated:
 
@@ -21,13 +23,14 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
-from clover.bench.results import read_result, render  # noqa: E402
+from clover.bench.results import RESULTS_DIR, read_result, render  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 OPEN = re.compile(r"^<!-- results: (?P<spec>.+?) -->\s*$")
@@ -35,7 +38,7 @@ CLOSE = re.compile(r"^<!-- /results -->\s*$")
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [p for p in (root / "README.md", *sorted((root / "docs").glob("*.md"))) if p.exists()]
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,66 @@ def refresh(text: str, name: str, root: Path = ROOT) -> tuple[str, list[str]]:
     return "\n".join(lines), stale[::-1]
 
 
+def result_files(root: Path = ROOT) -> dict[str, Path]:
+    """The result files in benchmarks/results, by name (the file's stem)."""
+    return {f.stem: f for f in sorted((root / RESULTS_DIR).glob("*.json"))}
+
+
+def rerun_argv(command: str) -> list[str]:
+    """A result file's command as this interpreter runs it: ``clover …`` as ``python -m clover …``,
+    ``python …`` with this Python (the environment the tables are regenerated in)."""
+    words = shlex.split(command)
+    if words[:1] == ["clover"]:
+        return [sys.executable, "-m", "clover", *words[1:]]
+    if words[:1] == ["python"]:
+        return [sys.executable, *words[1:]]
+    raise ValueError(f"cannot rerun {command!r}: a result's command starts with clover or python")
+
+
+def _list(root: Path = ROOT) -> None:
+    quoted: dict[str, list[str]] = {}
+    for page in pages(root):
+        name = page.relative_to(root).as_posix()
+        for b in blocks(page.read_text(encoding="utf-8"), name):
+            quoted.setdefault(Path(parse_spec(b.spec).path).stem, []).append(b.where)
+    for name, f in result_files(root).items():
+        r = read_result(f, f.relative_to(root).as_posix())
+        commit = (r["commit"] or "no commit")[:10] + ("+" if r.get("dirty") else "")
+        print(f"{name}: {r['date']} at {commit}: {r['command']}")
+        print(f"    quoted by: {', '.join(quoted.get(name, [])) or 'no page'}")
+
+
+def _rerun(names: list[str], root: Path = ROOT) -> int:
+    files = result_files(root)
+    names = list(files) if names == ["all"] else names
+    unknown = [n for n in names if n not in files]
+    if unknown:
+        raise SystemExit(f"docs_tables: no result file {', '.join(unknown)}; there are {', '.join(files)}")
+    for n in names:
+        command = read_result(files[n])["command"]
+        print(f"docs_tables: {n}: {command}", file=sys.stderr)
+        code = subprocess.run(rerun_argv(command), cwd=root).returncode
+        if code:
+            print(f"docs_tables: {n}: exit status {code}; its result file is left as the command left it",
+                  file=sys.stderr)  # fmt: skip
+            return code
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a marked table is stale")
+    ap.add_argument("--list", action="store_true", help="list the result files: command, commit, date, pages")
+    ap.add_argument(
+        "--rerun", nargs="+", metavar="NAME", help="run these result files' commands again (NAME: a file's stem, "
+        "or all), then regenerate every marked table"
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.list:
+        _list()
+        return 0
+    if args.rerun and _rerun(args.rerun):
+        return 1
     stale, errors, count = [], [], 0
     for page in pages():
         name = page.relative_to(ROOT).as_posix()

@@ -160,3 +160,19 @@ def test_a_script_names_itself_relative_to_the_checkout(tmp_path):
     assert r["tables"][0]["rows"] == [["1", "2.5"]] and "torch" not in r["machine"]  # no torch loaded, none named
     commit, dirty = results.git_state()
     assert r["commit"] == commit and r["dirty"] == dirty
+
+
+def test_rerun_runs_each_result_files_command_as_typed(tmp_path, capsys):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "prog.py").write_text("import sys; open('ran.txt', 'w').write(' '.join(sys.argv[1:]))\n")
+    res = {**RESULT, "command": "python prog.py --n '2 3'"}
+    (tmp_path / "benchmarks" / "results" / "prog.json").write_text(json.dumps(res))
+    assert dt._rerun(["prog"], tmp_path) == 0
+    assert (tmp_path / "ran.txt").read_text() == "--n 2 3"  # run from the checkout's root, quoting kept
+    with pytest.raises(SystemExit, match="no result file nope; there are prog"):
+        dt._rerun(["nope"], tmp_path)
+    assert dt.rerun_argv("clover bench decode --n 2") == [sys.executable, "-m", "clover", "bench", "decode", "--n", "2"]
+    with pytest.raises(ValueError, match="starts with clover or python"):
+        dt.rerun_argv("rm -rf x")
+    dt._list(tmp_path)
+    assert "prog: 2026-12-06T18:00:00Z at 0123456789: python prog.py --n '2 3'" in capsys.readouterr().out
