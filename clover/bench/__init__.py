@@ -49,6 +49,7 @@ def table_console():
 
 def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
     """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
+    from rich.markup import escape
     from rich.table import Table
 
     from clover.bench.results import record_table
@@ -56,9 +57,9 @@ def print_table(title: str, columns: list[str], rows: list[list], notes: list[st
     rec = record_table(title, columns, rows, notes)
     t = Table(title=title)
     for i, c in enumerate(rec["columns"]):
-        t.add_column(c, justify="left" if i == 0 else "right")
+        t.add_column(escape(c), justify="left" if i == 0 else "right")
     for r in rec["rows"]:
-        t.add_row(*r)
+        t.add_row(*map(escape, r))  # the cells as recorded: a "[x]" in one is text, not rich markup
     console = table_console()
     console.print(t)
     for n in rec["notes"]:
