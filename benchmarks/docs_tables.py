@@ -2,7 +2,7 @@
 
     python benchmarks/docs_tables.py           # rewrite every marked table (make docs-tables)
     python benchmarks/docs_tables.py --check   # exit 1, naming each table that differs from its file
-    python benchmarks/docs_tables.py --list    # each result file: its command, commit, date, pages
+    python benchmarks/docs_tables.py --list    # each result file: command, commit, date, pages, tables
     python benchmarks/docs_tables.py --rerun decisions context   # run their commands again, then rewrite
 
 A marked table sits between two comments; everything between them is generated:
@@ -153,6 +153,8 @@ def _list(root: Path = ROOT) -> None:
         commit = (r["commit"] or "no commit")[:10] + ("+" if r.get("dirty") else "")
         print(f"{name}: {r['date']} at {commit}: {r['command']}")
         print(f"    quoted by: {', '.join(quoted.get(name, [])) or 'no page'}")
+        for i, t in enumerate(r["tables"]):
+            print(f"    table {i}: {t['title']} ({len(t['rows'])} rows: {', '.join(t['columns'])})")
 
 
 def _rerun(names: list[str], root: Path = ROOT) -> int:
@@ -175,7 +177,7 @@ def _rerun(names: list[str], root: Path = ROOT) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a marked table is stale")
-    ap.add_argument("--list", action="store_true", help="list the result files: command, commit, date, pages")
+    ap.add_argument("--list", action="store_true", help="list the result files: command, commit, date, pages, tables")
     ap.add_argument(
         "--rerun", nargs="+", metavar="NAME", help="run these result files' commands again (NAME: a file's stem, "
         "or all), then regenerate every marked table"
