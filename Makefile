@@ -15,7 +15,7 @@ LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench llama-cpp llama-cpp-stock sglang test-sglang
+.PHONY: setup run test lint bench docs-tables llama-cpp llama-cpp-stock sglang test-sglang
 
 setup: $(STAMP)
 
@@ -42,6 +42,11 @@ lint: setup
 
 bench: setup
 	$(BIN)/clover bench decode
+
+# the tables in README.md and docs/*.md marked <!-- results: FILE … -->, regenerated from the result
+# files in benchmarks/results (docs/benchmarks.md#results-and-tables); --check only says which are stale
+docs-tables: setup
+	$(BIN)/python benchmarks/docs_tables.py
 
 # Clover's llama.cpp back end (docs/llama-cpp.md): the pinned llama.cpp source from PyPI, ggml for the
 # CPU and libclover, built into a cache directory once (again only when the pin or native/llamacpp changes)

@@ -56,7 +56,7 @@ for v in variants:
     log = [json.loads(x) for x in (w / v / "run" / "train_log.jsonl").read_text().splitlines() if '"eval"' in x]
     cells = []
     for b in (16, 32, 64):
-        r = json.loads((w / f"{v}.b{b}.json").read_text())[v]["validation"]
+        r = json.loads((w / f"{v}.b{b}.json").read_text())["figures"][v]["validation"]
         cells.append(f"{100 * r['exact']:.0f} %, {r['tpf']:.2f}")
     print(f"| {v} | {log[-1]['eval']['val_loss']:.3f} | " + " | ".join(cells) + " |")
 PY

@@ -12,11 +12,11 @@ first use, about 25 minutes here), timed between the eager and compiled runs.
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
 from clover.api.loading import load_model_dir
+from clover.bench import print_table, write_json
 from clover.bench.passes import pass_ms, warm_compiled
 from clover.model import CloverForBlockDiffusion, preset
 
@@ -58,15 +58,14 @@ def main() -> None:
     figures = {"model": args.preset or args.model or "bundled", "threads": args.threads,
                "pass_ms_eager": eager, "pass_ms_compiled": compiled, "compile_s": compile_s,
                "speedup": {k: eager[k] / compiled[k] for k in eager}, "stock_pass_ms": stock}  # fmt: skip
-    for k in eager:
-        print(f"{k:8s} eager {eager[k]:8.2f} ms   compiled {compiled[k]:8.2f} ms   {eager[k] / compiled[k]:.2f}x")
+    rows = [[k, f"{eager[k]:.2f}", f"{compiled[k]:.2f}", f"{eager[k] / compiled[k]:.2f}x"] for k in eager]
+    notes = [f"compiling (the first calls of each pass kind): {compile_s:.0f} s"]
     if stock is not None:
-        print(f"stock llama.cpp, 32-token pass of the same-shape AR model: {stock:.2f} ms "
-              f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})")
-    print(f"compiling (the first calls of each pass kind): {compile_s:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+        notes.append(f"stock llama.cpp, 32-token pass of the same-shape AR model: {stock:.2f} ms "
+                     f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})")  # fmt: skip
+    print_table(f"decoding passes, eager vs torch.compile ({figures['model']}, {args.threads} thread(s))",
+                ["pass", "eager ms", "compiled ms", "speed-up"], rows, notes)  # fmt: skip
+    write_json(args.json, figures)  # a result file (clover.bench.results)
 
 
 if __name__ == "__main__":

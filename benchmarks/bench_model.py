@@ -8,11 +8,11 @@ python benchmarks/bench_model.py [--json out.json] [--threads 1] [--only moe|att
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
 
+from clover.bench import print_table, write_json
 from clover.model import CloverForBlockDiffusion, preset
 from clover.ops.delta_rule import delta_rule_chunked, delta_rule_recurrent
 
@@ -144,18 +144,9 @@ def main() -> None:
     for name, fn in groups.items():
         if a.only in (None, name):
             res.update(fn())
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="Clover model core (CPU)")
-    t.add_column("figure")
-    t.add_column("value", justify="right")
-    for k, v in res.items():
-        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    Console().print(t)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in res.items()]
+    print_table("Clover model core (CPU)", ["figure", "value"], rows)
+    write_json(a.json, res)  # a result file (clover.bench.results)
 
 
 if __name__ == "__main__":

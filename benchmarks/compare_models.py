@@ -10,7 +10,6 @@ messages (``clover.airspace.v2.compare``): exact match overall and by kind, toke
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the figures here")
     a = p.parse_args(argv)
     from clover.airspace.v2 import compare
+    from clover.bench import write_json
+    from clover.bench.results import markdown_table, record_table
     from clover.engine.policies import DEFAULT_POLICY
 
     policy = DEFAULT_POLICY if a.policy == "default" else a.policy
@@ -43,24 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     res = compare.compare(models, a.n, a.cases, policy, a.device, a.threads, a.case_n, a.block_size)
     res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy, "block_size": a.block_size,
                         "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
-    print(table(res))
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
+    columns, rows = table(res)
+    print(markdown_table(columns, rows))
+    record_table("models side by side: exact match per set, tokens per pass and per second on validation", columns,
+                 rows)  # fmt: skip
+    write_json(a.json, res)  # a result file (clover.bench.results): the command, commit, machine, this table
     return 0
 
 
-def table(res: dict) -> str:
+def table(res: dict) -> tuple[list[str], list[list[str]]]:
     """One row per model: exact match on each set, then tokens per pass and per second on validation."""
     names = [k for k in res if not k.startswith("_")]
     sets = [k for k in res[names[0]] if k != "task"]
-    rows = ["| model | task | " + " | ".join(sets) + " | TPF | tokens/s |", "|" + " --- |" * (len(sets) + 4)]
+    rows = []
     for m in names:
         cells = [f"{100 * res[m][s]['exact']:.1f} % of {res[m][s]['n']}" for s in sets]
         v = res[m]["validation"]
-        rows.append(
-            f"| {m} | {res[m]['task']} | " + " | ".join(cells) + f" | {v['tpf']:.2f} | {v['tokens_per_s']:.0f} |"
-        )
-    return "\n".join(rows)
+        rows.append([m, res[m]["task"], *cells, f"{v['tpf']:.2f}", f"{v['tokens_per_s']:.0f}"])
+    return ["model", "task", *sets, "TPF", "tokens/s"], rows
 
 
 if __name__ == "__main__":

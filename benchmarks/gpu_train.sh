@@ -73,7 +73,7 @@ timeout 240 "$PY" "$ROOT/benchmarks/compare_models.py" --model "wider=$OUT/model
 import json, sys
 from pathlib import Path
 work, out, dry, train_s = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
-cmp = json.loads((work / "compare.json").read_text()) if (work / "compare.json").exists() else None
+cmp = json.loads((work / "compare.json").read_text())["figures"] if (work / "compare.json").exists() else None
 rec = json.loads((out / "model" / "training.json").read_text()) if (out / "model" / "training.json").exists() else {}
 res = {"dry_run": dry, "train_s": train_s, "steps": rec.get("step"), "val_loss": rec.get("val_loss"),
        "params": rec.get("total_params"), "config": json.loads((work / "config.json").read_text()), "compare": cmp}

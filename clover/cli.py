@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
 
     passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
+    from clover.bench import results
+
+    results.reset(sys.argv[1:] if argv is None else argv)  # a result file names the command as typed
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit, so a reader gone early (`| head`) is caught below

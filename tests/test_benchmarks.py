@@ -16,7 +16,7 @@ def test_profile_decode_charges_the_wall_time_to_regions(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the script imports clover, installed or not
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    d = json.loads(out.read_text())
+    d = json.loads(out.read_text())["figures"]
     assert d["tokens"] > 0 and d["passes"] > 0
     for shares in (d["regions_share"], d["op_kinds_share"]):
         assert 0.9 < sum(shares.values()) < 1.1  # operator time + Python/framework time = wall time

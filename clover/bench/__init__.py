@@ -1,8 +1,9 @@
 """Every measurement ``clover bench`` makes, one module per benchmark (``decode``, ``context``,
 ``joint_vs_independent``, ``twin``, ``agent``, ``quant``, ``train_memory``, ``llamacpp``,
 ``sglang``, and ``passes``, the timing of one pass), and what the benchmarks share: the registry
-``clover bench`` reads and the helpers that print a table and write the figures as JSON (also
-used by the scripts in ``benchmarks/``).
+``clover bench`` reads and the helpers that print a table and write the figures as a result file
+(``clover.bench.results``: the command, the commit, the machine, the date, the figures and every
+table printed), also used by the scripts in ``benchmarks/``.
 
 A benchmark's flags, the calls into its module here and its table are a command module
 (``clover.commands.bench.MODULES`` lists them), which adds its entries to ``BENCHMARKS`` when
@@ -15,9 +16,7 @@ imported, e.g.::
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -52,20 +51,28 @@ def table_console():
 
 
 def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
+    """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from clover.bench.results import record_table
+
+    rec = record_table(title, columns, rows, notes)
     t = Table(title=title)
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right")
-    for r in rows:
-        t.add_row(*[f"{v:.3g}" if isinstance(v, float) else str(v) for v in r])
+    for i, c in enumerate(rec["columns"]):
+        t.add_column(escape(c), justify="left" if i == 0 else "right")
+    for r in rec["rows"]:
+        t.add_row(*map(escape, r))  # the cells as recorded: a "[x]" in one is text, not rich markup
     console = table_console()
     console.print(t)
-    for n in notes:
+    for n in rec["notes"]:
         console.print(f"[dim]{n}[/]")
 
 
-def write_json(path: str | None, figures: dict) -> None:
+def write_json(path: str | None, figures) -> None:
+    """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
+    command line, the commit, the machine, the date and the tables printed so far."""
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(figures, indent=1) + "\n")
+        from clover.bench.results import write_result
+
+        write_result(path, figures)

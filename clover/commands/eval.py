@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
+from clover.bench import print_table, write_json
+from clover.bench.results import record_table
 from clover.commands.common import (
     add_device_args,
     add_threads_arg,
@@ -32,11 +35,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     evaluate = evaluate_airspace
     if second:
         from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate
-    if args.errors:  # fail now, not after the whole run, when the file cannot be written
-        try:
-            open(args.errors, "a", encoding="utf-8").close()
+    for flag, path in (("--errors", args.errors), ("--results", args.results)):
+        try:  # fail now, not after the whole run, when the file cannot be written
+            if path:
+                if flag == "--results":  # a result file's folder is made, as the benchmarks' --json does
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                open(path, "a", encoding="utf-8").close()
         except OSError as e:
-            raise SystemExit(f"clover eval: --errors: {args.errors}: {e.strerror}") from None
+            raise SystemExit(f"clover eval: {flag}: {path}: {e.strerror}") from None
     device_setup(args, "clover eval")
     model, tok = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile)
     if tok is None:
@@ -74,10 +80,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.errors:
         with open(args.errors, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
+    figures = results[0] if len(results) == 1 else results
+    tables = result_tables(results, f"{args.task} {args.cases or args.split} ({args.model or 'bundled model'})")
     if args.json:
-        print(json.dumps(results[0] if len(results) == 1 else results))
-    else:
-        print_results(results, f"{args.task} {args.cases or args.split} ({args.model or 'bundled model'})")
+        print(json.dumps(figures))
+    for title, columns, rows in tables:  # printed (and recorded) as tables, or with --json only recorded
+        (record_table if args.json else print_table)(title, columns, rows)
+    write_json(args.results, figures)
     return 0
 
 
@@ -140,29 +149,22 @@ def _add_aup(results: list[dict]) -> None:
         r["aup"] = aup(sweep, y_max)
 
 
-def print_results(results: list[dict], title: str) -> None:
-    """The headline figures, one column per run, then where the tool-call misses come from."""
-    from rich.table import Table
-
-    from clover.bench import table_console
-
-    console = table_console()
-    t = Table(title=title)
-    t.add_column("metric")
-    for r in results:
-        t.add_column(_column(r), justify="right")
-    for k in results[0]:
-        if k != "policy" and k not in BREAKDOWNS:
-            t.add_row(k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results])
-    console.print(t)
-    w = Table(title="where tool-call misses come from (accuracy per message kind, tool and argument)")
-    w.add_column("")
-    for r in results:
-        w.add_column(_column(r), justify="right")
-    for group, label in BREAKDOWNS.items():
-        for k in results[0][group]:
-            w.add_row(f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results])
-    console.print(w)
+def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, rows) of the two tables: the headline figures, one column per run, then
+    where the tool-call misses come from."""
+    head = ["metric", *map(_column, results)]
+    figures = [
+        [k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results]]
+        for k in results[0]
+        if k != "policy" and k not in BREAKDOWNS
+    ]
+    misses = [
+        [f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results]]
+        for group, label in BREAKDOWNS.items()
+        for k in results[0].get(group, {})  # each task reports the breakdowns it has
+    ]
+    where = "where tool-call misses come from (accuracy per message kind, tool and argument)"
+    return [(title, head, figures), (where, ["", *head[1:]], misses)]
 
 
 def _column(r: dict) -> str:
@@ -214,6 +216,8 @@ def register(sub) -> None:
         "both ways; ungrounded: the grammar without grounding",
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    p.add_argument("--results", metavar="PATH", help="also write a result file here: the command, the commit, the "
+                   "machine, the date, the figures and the tables (as benchmarks/results/ holds them)")  # fmt: skip
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
     p.add_argument("--cases", metavar="JSONL", help='score these messages instead of the split\'s tool-call turns: '
                    '{"message", "gold", "system"?} per line, e.g. benchmarks/operator_messages.jsonl')  # fmt: skip

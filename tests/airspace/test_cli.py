@@ -73,7 +73,7 @@ def test_bench_agent_writes_its_figures(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["bench", "agent", "--n", "2", "--demo", "2", "--json", str(path)])
     assert e.value.code == 0
-    figures = json.loads(path.read_text())
+    figures = json.loads(path.read_text())["figures"]
     for k in ("tasks", "ar_success", "default_success", "ar_s_per_task", "default_s_per_task", "speedup",
               "ar_passes_per_task", "default_passes_per_task", "default_policy"):  # fmt: skip
         assert k in figures, k

@@ -23,6 +23,21 @@ def test_eval_reports_each_policy_on_the_bundled_model():
     assert ar["tpf"] <= 1.0  # one token per forward at most
 
 
+def test_eval_writes_a_result_file_with_the_tables_it_would_print(tmp_path):
+    """``--results PATH``: the command, the figures ``--json`` prints, and both tables (recorded even
+    though ``--json`` prints none)."""
+    path = tmp_path / "results" / "eval.json"
+    r = _eval("--policy", "ar", "--results", path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(path.read_text())
+    assert res["figures"] == json.loads(r.stdout)
+    typed = "clover eval airspace --n 3 --groups 1 --text 0 --multiturn 0 --json --policy ar --results"
+    assert res["command"] == f"{typed} {path}"
+    head, misses = res["tables"]
+    assert head["columns"] == ["metric", "ar+grammar"] and ["n", "3"] in head["rows"]
+    assert misses["columns"] == ["", "ar+grammar"] and any(row[0].startswith("field: ") for row in misses["rows"])
+
+
 def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
     errors = tmp_path / "errors.jsonl"
     r = _eval("--policy", "ar", "--n", "4", "--errors", str(errors))

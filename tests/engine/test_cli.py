@@ -118,7 +118,7 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
     out = tmp_path / "decode.json"
     argv = ["bench", "decode", "--model", str(d), "--prompts", str(prompts), "--n", "3", "--max-tokens", "8"]
     _run(argv + ["--batch-sizes", "1,2", "--thresholds", "0.9", "--json", str(out), "--no-hf"], capsys)
-    fig = json.loads(out.read_text())
+    fig = json.loads(out.read_text())["figures"]
     for k in ("default_policy", "default_exact_match", "default_tpf", "default_tokens_per_s", "speedup_vs_ar",
               "ar_tokens_per_s", "threshold_tokens_per_s", "threshold_tpf", "ar_exact_match", "threshold_exact_match",
               "hf_tokens_per_s"):  # fmt: skip
@@ -146,7 +146,7 @@ def test_transformers_baseline_has_the_clovers_shape():
 def test_bench_context_writes_its_figures(tmp_path, capsys):
     out = tmp_path / "context.json"
     _run(["bench", "context", "--preset", "tiny", "--lengths", "64,128", "--tokens", "8", "--json", str(out)], capsys)
-    fig = json.loads(out.read_text())
+    fig = json.loads(out.read_text())["figures"]
     assert fig["context_lengths"] == [64, 128]
     for k in ("clover_ms_per_token", "attention_ms_per_token", "clover_cache_bytes", "attention_cache_bytes"):
         assert len(fig[k]) == 2

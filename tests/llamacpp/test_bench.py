@@ -38,7 +38,7 @@ def test_bench_llama_cpp_small(libclover, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code in (0, None), capsys.readouterr().err
-    fig = json.loads(out.read_text())
+    fig = json.loads(out.read_text())["figures"]
     for key in (
         "pass_ms",
         "pass_efficiency",

@@ -77,7 +77,7 @@ def test_bench_quant_writes_its_figures(tmp_path):
     r = clover("bench", "quant", "--no-medium", "--n", "2", "--max-tokens", "4", "--speed-prompts", "1",
                "--batch", "2", "--json", str(out), timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
-    d = json.loads(out.read_text())
+    d = json.loads(out.read_text())["figures"]
     assert set(d["bytes"]["bundled"]) == {"fp32", "bf16", "int8", "int4"}
     assert set(d["tokens_per_s"]["bundled"]) == {"fp32", "int8", "int4"}
     assert set(d["tokens_per_s"]["bundled"]["int4"]) == {"ar@1", "ar@2", "threshold@1", "threshold@2"}

@@ -172,7 +172,7 @@ def test_bench_twin_measures_clover_against_its_ar_twin(tmp_path):
     r = _clover("bench", "twin", "--twin", tmp_path / "twin", "--n", 2, "--text", 0, "--multiturn", 0,
                 "--speed-prompts", 1, "--batch", 2, "--max-tokens", 8, "--json", tmp_path / "t.json")  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
-    f = json.loads((tmp_path / "t.json").read_text())
+    f = json.loads((tmp_path / "t.json").read_text())["figures"]
     for k in ("twin_exact_match", "clover_ar_exact_match", "clover_threshold_exact_match", "clover_threshold_tpf",
               "twin_tokens_per_s", "clover_threshold_tokens_per_s", "speedup_vs_twin"):  # fmt: skip
         assert f[k] is not None and f[k] >= 0, k
