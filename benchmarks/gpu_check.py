@@ -341,7 +341,7 @@ def check_sglang(out: dict, device: torch.device, size: dict, left) -> None:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=size["timeout_s"])
         if r.returncode != 0:
             raise RuntimeError(f"clover bench sglang exited {r.returncode}: {(r.stderr or r.stdout)[-400:]}")
-        fig = json.loads(path.read_text())
+        fig = json.loads(path.read_text())["figures"]  # a result file (clover.bench.results)
     for key in SGLANG_KEYS:
         out[key] = fig.get(key)
 
