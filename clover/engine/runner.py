@@ -90,9 +90,9 @@ class Runner:
         if req.prefill_progress is None:
             bs = req.block_size
             full = len(req.prompt) // bs * bs
-            start, cache, split = (
-                self.prefix_cache.lookup(req.prompt[:full], bs) if self.prefix_cache is not None and full else (0, None, 0)
-            )
+            start, cache, split = 0, None, 0
+            if self.prefix_cache is not None and full:
+                start, cache, split = self.prefix_cache.lookup(req.prompt[:full], bs)
             req.prefill_progress = PromptCommit(cache, start, full, split)
         return req.prefill_progress
 

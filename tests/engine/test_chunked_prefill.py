@@ -82,9 +82,10 @@ def test_a_long_prompt_does_not_stall_the_running_requests():
     assert steps == 200 // 16 and count.chunks == steps  # 12 chunks of 16, then the last 8 join
     assert engine.num_active == 4 and engine.num_waiting == 0
     whole = Engine(model, prefill_chunk=0)
-    assert engine.generate(long_prompt, SamplingParams(max_tokens=8, block_size=8)).token_ids == whole.generate(
-        long_prompt, SamplingParams(max_tokens=8, block_size=8)
-    ).token_ids
+    assert (
+        engine.generate(long_prompt, SamplingParams(max_tokens=8, block_size=8)).token_ids
+        == whole.generate(long_prompt, SamplingParams(max_tokens=8, block_size=8)).token_ids
+    )
 
 
 def test_a_budget_under_a_block_still_prefills_a_block_per_step():
