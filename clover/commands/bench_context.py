@@ -91,7 +91,7 @@ def run_context(args: argparse.Namespace) -> int:
     for L in lengths:
         prompt = torch.randint(0, cfg.vocab_size - 1, (L,), generator=torch.Generator().manual_seed(L)).tolist()
         for name, model in models.items():
-            engine = Engine(model)
+            engine = Engine(model, prefill_chunk=0)  # the whole prompt in the admission step, outside the timing
             if not args.real_prefill:
                 engine.runner.prefill = _SyntheticHistory(model, spare=args.tokens + 2 * args.block_size)
             engine.generate(prompt[:L], SamplingParams(max_tokens=args.block_size, block_size=args.block_size))  # warm

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from clover.engine import closing
+from clover.engine import PREFILL_CHUNK, closing
 from clover.engine.batch import Batch
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
@@ -25,7 +25,7 @@ from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.runner import Runner
 from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
-from clover.engine.scheduler import PREFILL_CHUNK, Scheduler
+from clover.engine.scheduler import Scheduler
 from clover.engine.text import tokenizer_eos_ids
 from clover.model import CloverForBlockDiffusion
 

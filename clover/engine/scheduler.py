@@ -20,14 +20,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from clover.engine import PREFILL_CHUNK
 from clover.engine.batch import Batch
 from clover.engine.request import Request
 
 if TYPE_CHECKING:
     from clover.engine.runner import Runner
-
-PREFILL_CHUNK = 512  # prompt tokens committed per engine step, by default (0 or None: whole prompts at once)
-
 
 class Scheduler:
     def __init__(self, max_batch_size: int, mask_id: int, device: torch.device,
