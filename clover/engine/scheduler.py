@@ -27,6 +27,7 @@ from clover.engine.request import Request
 if TYPE_CHECKING:
     from clover.engine.runner import Runner
 
+
 class Scheduler:
     def __init__(self, max_batch_size: int, mask_id: int, device: torch.device,
                  prefill_chunk: int | None = PREFILL_CHUNK):  # fmt: skip

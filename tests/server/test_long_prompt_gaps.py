@@ -29,10 +29,10 @@ def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
 
 
 def test_gaps_within_and_over_a_window():
-    s = Stream([0.0, 1.0, 1.5, 4.0, 4.2])
+    s = Stream([0.0, 1.0, 1.5, 4.0, 4.25])
     assert s.gaps_within(0.5, 4.0) == [0.5, 2.5]
     assert s.gaps_over(2.0, 3.0) == [2.5]
-    assert s.gaps_over(1.2, 4.1) == [0.5, 2.5, 0.2]
+    assert s.gaps_over(1.2, 4.1) == [0.5, 2.5, 0.25]
 
 
 def test_a_model_too_short_for_the_prompt_is_replaced_by_random_weights_of_its_shape(tiny_model):
