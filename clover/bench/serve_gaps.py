@@ -1,40 +1,41 @@
 """Streams' gaps between tokens while a long prompt arrives (``clover bench serve --long-prompt N``).
 
-A live server (in this process, on loopback) decodes ``streams`` streaming completions; once
-each has sent a few blocks, one request with an ``N``-token prompt arrives. A stream's gap is
-the time between two of its consecutive chunks as the client reads them (a chunk is a block's
-text, so the gap is a block's time). Reported: the streams' worst gap before the long prompt
-arrives (``max_gap_ms_alone``), and their worst gap while it is prefilled, from its arrival to
-its first chunk (``max_gap_ms_long_prompt``). With the prompt prefilled whole inside one
-engine step, every stream waits for that step; chunked prefill (``Engine(prefill_chunk=...)``)
-spreads it over several steps between the streams' passes.
+The engine is stepped as the server's engine thread steps it, in this process (no HTTP, whose
+costs are the same either way and only add noise): ``streams`` requests decode; once each has
+had a few blocks, one request with an ``N``-token prompt arrives. A stream's gap is the time
+between two of its consecutive text deltas (a block's text each: what a streaming client gets,
+less the transport), so a gap is a block's time. Reported: the streams' worst gap before the
+long prompt arrives (``max_gap_ms_alone``); their worst gap while it is prefilled, from its
+arrival to the end of the step in which it joins the batch (``max_gap_ms_long_prompt``); and,
+apart, their worst gap while it then decodes its first block alongside them
+(``max_gap_ms_long_first_block``: a pass costs more with a row of long history in the batch,
+whatever the prefill). With the prompt prefilled whole inside one engine step, every stream
+waits for that step; chunked prefill (``Engine(prefill_chunk=...)``) spreads it over several
+steps between the streams' passes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass, field
 
-ALONE_CHUNKS = 8  # chunks each stream sends before the long prompt arrives (the first two not timed)
+ALONE_CHUNKS = 8  # text deltas each stream gets before the long prompt arrives (the first two not timed)
 STREAM_PROMPT = 16  # tokens in each stream's prompt
 
 
 @dataclass
 class Stream:
-    """One streaming request's chunk arrival times (``time.perf_counter``)."""
+    """When one stream's text deltas arrived (``time.perf_counter``)."""
 
     times: list[float] = field(default_factory=list)
-    error: str | None = None
 
     def gaps_within(self, lo: float, hi: float) -> list[float]:
-        """Gaps (s) between consecutive chunks both sent inside ``[lo, hi]``."""
+        """Gaps (s) between consecutive deltas both inside ``[lo, hi]``."""
         return [b - a for a, b in zip(self.times, self.times[1:]) if a >= lo and b <= hi]
 
     def gaps_over(self, lo: float, hi: float) -> list[float]:
-        """Gaps (s) between consecutive chunks that overlap ``(lo, hi)`` (a stream waiting then)."""
+        """Gaps (s) between consecutive deltas that overlap ``(lo, hi)`` (the stream waiting then)."""
         return [b - a for a, b in zip(self.times, self.times[1:]) if b > lo and a < hi]
 
 
@@ -58,87 +59,67 @@ def model_for(model, long_prompt: int, max_tokens: int):
     return other, note
 
 
-async def _stream(client, body: dict, out: Stream, first: asyncio.Event | None = None) -> None:
-    """POST a streaming completion; note the arrival time of every chunk that carries text."""
-    try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                out.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
-                return
-            async for line in r.aiter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                chunk = json.loads(line[6:])
-                if any(c.get("text") for c in chunk.get("choices") or ()):
-                    out.times.append(time.perf_counter())
-                    if first is not None:
-                        first.set()
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # noqa: BLE001 - reported in the figures
-        out.error = f"{type(e).__name__}: {e}"
-
-
-async def _until(cond, streams: list[Stream], timeout: float = 600.0) -> None:
-    t0 = time.perf_counter()
-    while not cond():
-        bad = [s.error for s in streams if s.error]
-        if bad:
-            raise RuntimeError(f"a stream failed: {bad[0]}")
-        if time.perf_counter() - t0 > timeout:
-            raise RuntimeError("the streams stopped sending")
-        await asyncio.sleep(0.005)
-
-
-async def _measure(url: str, vocab: int, streams: int, long_prompt: int, long_tokens: int, stream_tokens: int) -> dict:
-    import httpx
+def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_prompt: int = 4000,
+            long_tokens: int = 32) -> dict:  # fmt: skip
+    """One engine over ``model`` with this ``prefill_chunk`` (0: whole prompts): the streams' gaps
+    alone, while the long prompt is prefilled, and while it decodes its first block (see the
+    module's docstring)."""
+    from clover.engine import Engine, SamplingParams
 
     rnd = random.Random(0)
-    ids = lambda n: [rnd.randrange(4, vocab) for _ in range(n)]  # noqa: E731 - past the special ids
-    body = {"model": "clover", "stream": True, "ignore_eos": True, "temperature": 0}
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        warm = Stream()  # the first request pays one-off costs (allocations), outside the figures
-        await _stream(client, {**body, "prompt": ids(STREAM_PROMPT), "max_tokens": 64}, warm)
-        runs = [Stream() for _ in range(streams)]
-        tasks = [asyncio.create_task(_stream(client, {**body, "prompt": ids(STREAM_PROMPT),
-                                                      "max_tokens": stream_tokens}, s)) for s in runs]  # fmt: skip
-        await _until(lambda: all(len(s.times) >= ALONE_CHUNKS for s in runs), runs)
-        alone_from = max(s.times[2] for s in runs)  # every stream in the batch, the first blocks behind
-        long_run, first = Stream(), asyncio.Event()
-        t_long = time.perf_counter()
-        long_task = asyncio.create_task(
-            _stream(client, {**body, "prompt": ids(long_prompt), "max_tokens": long_tokens}, long_run, first)
-        )
-        await _until(first.is_set, runs + [long_run])
-        t_first = long_run.times[0]
-        await _until(lambda: all(s.times[-1] > t_first for s in runs), runs)  # each stream's gap over it closes
-        for t in tasks + [long_task]:
-            t.cancel()
-        await asyncio.gather(*tasks, long_task, return_exceptions=True)
-    if any(len(s.times) < 2 for s in runs):
-        raise RuntimeError("a stream finished before the long prompt was prefilled")
-    alone = [g for s in runs for g in s.gaps_within(alone_from, t_long)]
-    during = [g for s in runs for g in s.gaps_over(t_long, t_first)]
-    return {"max_gap_ms_alone": 1e3 * max(alone), "median_gap_ms_alone": 1e3 * sorted(alone)[len(alone) // 2],
-            "max_gap_ms_long_prompt": 1e3 * max(during), "long_prompt_ttft_s": t_first - t_long,
+    ids = lambda n: [rnd.randrange(4, model.config.vocab_size) for _ in range(n)]  # noqa: E731 - past special ids
+    engine = Engine(model, tokenizer, max_batch_size=streams + 1, prefill_chunk=prefill_chunk)
+    engine.generate(ids(STREAM_PROMPT), SamplingParams(max_tokens=64, ignore_eos=True))  # one-off costs, untimed
+    # the streams decode well past the long prompt's first block, within the context
+    params = SamplingParams(max_tokens=model.config.max_position_embeddings - STREAM_PROMPT - 1, ignore_eos=True)
+    runs = {engine.add_request(ids(STREAM_PROMPT), params): Stream() for _ in range(streams)}
+    clock = _Clock(engine, runs)
+    clock.until(lambda: all(len(s.times) >= ALONE_CHUNKS for s in runs.values()))
+    alone_from = max(s.times[2] for s in runs.values())  # every stream in the batch, the first blocks behind
+    t_long = time.perf_counter()
+    rid = engine.add_request(ids(long_prompt), SamplingParams(max_tokens=long_tokens, ignore_eos=True))
+    t_joined = clock.until(lambda: rid in clock.passed)  # its prompt committed, its first pass done
+    t_first = clock.until(lambda: rid in clock.delivered)  # its first block's text
+    clock.until(lambda: all(s.times[-1] > t_first for s in runs.values()))  # each stream's gap over it closes
+    for r in [*runs, rid]:
+        engine.abort(r)
+    gaps = lambda f, lo, hi: [g for s in runs.values() for g in f(s, lo, hi)]  # noqa: E731
+    alone = gaps(Stream.gaps_within, alone_from, t_long)
+    during = gaps(Stream.gaps_over, t_long, t_joined)
+    first_block = gaps(Stream.gaps_over, t_joined, t_first)
+    return {"prefill_chunk": engine.scheduler.prefill_chunk or 0, "max_gap_ms_alone": 1e3 * max(alone),
+            "median_gap_ms_alone": 1e3 * sorted(alone)[len(alone) // 2], "max_gap_ms_long_prompt": 1e3 * max(during),
+            "gap_ratio": max(during) / max(alone), "max_gap_ms_long_first_block": 1e3 * max(first_block),
+            "long_prompt_prefill_s": t_joined - t_long, "long_prompt_ttft_s": t_first - t_long,
             "gaps_alone": len(alone), "gaps_long_prompt": len(during)}  # fmt: skip
 
 
-def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_prompt: int = 4000,
-            long_tokens: int = 32) -> dict:  # fmt: skip
-    """One server over ``model`` with this ``prefill_chunk`` (0: whole prompts): the streams'
-    gaps alone and while the long prompt is prefilled (see the module's docstring)."""
-    from clover.engine import Engine
-    from clover.server.app import create_app
-    from clover.server.live import LiveServer
+class _Clock:
+    """Steps ``engine`` as the server's engine thread does, noting when each stream's text
+    arrives (a step's events go out when it returns), which requests had a pass, which got text."""
 
-    cfg = model.config
-    engine = Engine(model, tokenizer, max_batch_size=streams + 1, prefill_chunk=prefill_chunk)
-    # the streams decode well past the long prompt's prefill, within the context
-    stream_tokens = cfg.max_position_embeddings - STREAM_PROMPT - 1
-    app = create_app(engine, max_queue=streams + 2)
-    with LiveServer(app) as srv:
-        figures = asyncio.run(_measure(srv.url, cfg.vocab_size, streams, long_prompt, long_tokens, stream_tokens))
-    figures["prefill_chunk"] = engine.scheduler.prefill_chunk or 0
-    figures["gap_ratio"] = figures["max_gap_ms_long_prompt"] / figures["max_gap_ms_alone"]
-    return figures
+    def __init__(self, engine, runs: dict[str, Stream]):
+        self.engine, self.runs = engine, runs
+        self.passed: set[str] = set()
+        self.delivered: set[str] = set()
+
+    def until(self, done, max_steps: int = 100_000) -> float:
+        """Step until ``done()``; → the time the last step returned."""
+        from clover.engine import Finished, StepEvent, TextDelta
+
+        now = time.perf_counter()
+        for _ in range(max_steps):
+            if done():
+                return now
+            events = self.engine.step()
+            now = time.perf_counter()
+            for ev in events:
+                if isinstance(ev, StepEvent):
+                    self.passed.add(ev.request_id)
+                elif isinstance(ev, TextDelta) and ev.token_ids:
+                    self.delivered.add(ev.request_id)
+                    if ev.request_id in self.runs:
+                        self.runs[ev.request_id].times.append(now)
+                elif isinstance(ev, Finished) and ev.request_id in self.runs:
+                    raise RuntimeError(f"a stream finished ({ev.output.finish_reason}) before the measure was done")
+        raise RuntimeError(f"nothing done after {max_steps} steps")

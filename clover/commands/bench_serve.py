@@ -8,9 +8,10 @@ accuracy, wall time per group.
 
 serve: a live ``clover serve`` on 127.0.0.1 (a subprocess on a free port) and N concurrent
 streaming clients (official ``openai`` client) on the airspace test prompts: requests/s,
-tokens/s, p50/p95 latency and time to first token, errors. With ``--long-prompt N``: streams
-decoding while an N-token prompt arrives, their worst gap between tokens with the prompt
-prefilled whole and in chunks (``clover.bench.serve_gaps``).
+tokens/s, p50/p95 latency and time to first token, errors. With ``--long-prompt N`` instead:
+the engine stepped as the server's thread steps it, streams decoding while an N-token prompt
+arrives, their worst gap between tokens with the prompt prefilled whole and in chunks
+(``clover.bench.serve_gaps``).
 """
 
 from __future__ import annotations
@@ -343,16 +344,18 @@ def run_long_prompt(args: argparse.Namespace) -> int:
                "block_size": model.config.block_size, "device": str(w.device), "dtype": str(w.dtype)[6:],
                "threads": args.threads, **runs[1], "whole_prompt": runs[0]}  # fmt: skip
     rows = [["whole prompt" if r["prefill_chunk"] == 0 else f"chunks of {r['prefill_chunk']}", r["max_gap_ms_alone"],
-             r["max_gap_ms_long_prompt"], r["gap_ratio"], r["long_prompt_ttft_s"]] for r in runs]  # fmt: skip
+             r["max_gap_ms_long_prompt"], r["gap_ratio"], r["max_gap_ms_long_first_block"], r["long_prompt_prefill_s"],
+             r["long_prompt_ttft_s"]] for r in runs]  # fmt: skip
     print_table(
         f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
         f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
         f"{args.threads} thread(s))",
-        ["prefill", "worst gap alone ms", "worst gap, long prompt ms", "ratio", "long prompt TTFT s"],
+        ["prefill", "worst gap alone ms", "worst gap, its prefill ms", "ratio", "worst gap, its 1st block ms",
+         "its prefill s", "its TTFT s"],
         rows,
         [f"weights: {weights}",
-         "gap: between a stream's consecutive chunks (a block's text each) as the client reads them; alone: before "
-         "the long prompt arrives; long prompt: from its arrival to its first chunk"],
+         "gap: between a stream's consecutive text deltas (a block each); alone: before the long prompt arrives; its "
+         "prefill: from its arrival to the step it joins the batch in; its 1st block: then until its first text"],
     )  # fmt: skip
     write_json(args.json, figures)
     return 0
