@@ -26,7 +26,7 @@ STREAM_PROMPT = 16  # tokens in each stream's prompt
 
 @dataclass
 class Stream:
-    """When one stream's text deltas arrived (``time.perf_counter``)."""
+    """When one stream's text deltas arrived (on the measure's clock)."""
 
     times: list[float] = field(default_factory=list)
 
@@ -59,11 +59,17 @@ def model_for(model, long_prompt: int, max_tokens: int):
     return other, note
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_prompt: int = 4000,
-            long_tokens: int = 32) -> dict:  # fmt: skip
+            long_tokens: int = 32, clock: str = "wall") -> dict:  # fmt: skip
     """One engine over ``model`` with this ``prefill_chunk`` (0: whole prompts): the streams' gaps
     alone, while the long prompt is prefilled, and while it decodes its first block (see the
-    module's docstring)."""
+    module's docstring). ``clock``: ``wall`` (what a client sees) or ``cpu``, this process's CPU
+    time: the work between two deltas whatever else the machine runs (with one CPU thread and
+    an idle machine the two agree)."""
+    now_ = CLOCKS[clock]
     from clover.engine import Engine, SamplingParams
 
     rnd = random.Random(0)
@@ -73,21 +79,21 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
     # the streams decode well past the long prompt's first block, within the context
     params = SamplingParams(max_tokens=model.config.max_position_embeddings - STREAM_PROMPT - 1, ignore_eos=True)
     runs = {engine.add_request(ids(STREAM_PROMPT), params): Stream() for _ in range(streams)}
-    clock = _Clock(engine, runs)
-    clock.until(lambda: all(len(s.times) >= ALONE_CHUNKS for s in runs.values()))
+    steps = _Clock(engine, runs, now_)
+    steps.until(lambda: all(len(s.times) >= ALONE_CHUNKS for s in runs.values()))
     alone_from = max(s.times[2] for s in runs.values())  # every stream in the batch, the first blocks behind
-    t_long = time.perf_counter()
+    t_long = now_()
     rid = engine.add_request(ids(long_prompt), SamplingParams(max_tokens=long_tokens, ignore_eos=True))
-    t_joined = clock.until(lambda: rid in clock.passed)  # its prompt committed, its first pass done
-    t_first = clock.until(lambda: rid in clock.delivered)  # its first block's text
-    clock.until(lambda: all(s.times[-1] > t_first for s in runs.values()))  # each stream's gap over it closes
+    t_joined = steps.until(lambda: rid in steps.passed)  # its prompt committed, its first pass done
+    t_first = steps.until(lambda: rid in steps.delivered)  # its first block's text
+    steps.until(lambda: all(s.times[-1] > t_first for s in runs.values()))  # each stream's gap over it closes
     for r in [*runs, rid]:
         engine.abort(r)
     gaps = lambda f, lo, hi: [g for s in runs.values() for g in f(s, lo, hi)]  # noqa: E731
     alone = gaps(Stream.gaps_within, alone_from, t_long)
     during = gaps(Stream.gaps_over, t_long, t_joined)
     first_block = gaps(Stream.gaps_over, t_joined, t_first)
-    return {"prefill_chunk": engine.scheduler.prefill_chunk or 0, "max_gap_ms_alone": 1e3 * max(alone),
+    return {"prefill_chunk": engine.scheduler.prefill_chunk or 0, "clock": clock, "max_gap_ms_alone": 1e3 * max(alone),
             "median_gap_ms_alone": 1e3 * sorted(alone)[len(alone) // 2], "max_gap_ms_long_prompt": 1e3 * max(during),
             "gap_ratio": max(during) / max(alone), "max_gap_ms_long_first_block": 1e3 * max(first_block),
             "long_prompt_prefill_s": t_joined - t_long, "long_prompt_ttft_s": t_first - t_long,
@@ -98,8 +104,8 @@ class _Clock:
     """Steps ``engine`` as the server's engine thread does, noting when each stream's text
     arrives (a step's events go out when it returns), which requests had a pass, which got text."""
 
-    def __init__(self, engine, runs: dict[str, Stream]):
-        self.engine, self.runs = engine, runs
+    def __init__(self, engine, runs: dict[str, Stream], now):
+        self.engine, self.runs, self.now = engine, runs, now
         self.passed: set[str] = set()
         self.delivered: set[str] = set()
 
@@ -107,12 +113,12 @@ class _Clock:
         """Step until ``done()``; → the time the last step returned."""
         from clover.engine import Finished, StepEvent, TextDelta
 
-        now = time.perf_counter()
+        now = self.now()
         for _ in range(max_steps):
             if done():
                 return now
             events = self.engine.step()
-            now = time.perf_counter()
+            now = self.now()
             for ev in events:
                 if isinstance(ev, StepEvent):
                     self.passed.add(ev.request_id)

@@ -183,6 +183,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="instead: --streams streams decoding while a prompt of this many tokens arrives; their worst "
                    "gap between tokens, the prompt prefilled whole and in --prefill-chunk chunks")  # fmt: skip
     p.add_argument("--streams", type=positive_int, default=8, help="with --long-prompt: the streams decoding")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="with --long-prompt: gaps in wall time, or in this process's CPU time (the work, whatever "
+                   "else runs on the machine; the same as wall time with one thread on an idle machine)")  # fmt: skip
     add_threads_arg(p, THREADS_HELP + " (the server's)")
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -337,7 +340,7 @@ def run_long_prompt(args: argparse.Namespace) -> int:
     args.threads = apply_threads(model, args.threads)
     long_tokens = 32
     model, weights = model_for(model, args.long_prompt, long_tokens)
-    runs = [measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens)
+    runs = [measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens, args.clock)
             for chunk in (0, args.prefill_chunk)]  # fmt: skip
     w = model.lm_head.weight
     figures = {"long_prompt": args.long_prompt, "streams": args.streams, "weights": weights,
@@ -349,7 +352,7 @@ def run_long_prompt(args: argparse.Namespace) -> int:
     print_table(
         f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
         f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
-        f"{args.threads} thread(s))",
+        f"{args.threads} thread(s), {args.clock} clock)",
         ["prefill", "worst gap alone ms", "worst gap, its prefill ms", "ratio", "worst gap, its 1st block ms",
          "its prefill s", "its TTFT s"],
         rows,

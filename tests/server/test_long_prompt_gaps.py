@@ -46,9 +46,15 @@ def test_a_model_too_short_for_the_prompt_is_replaced_by_random_weights_of_its_s
 
 def test_measure_reports_the_gaps_alone_and_under_a_long_prompt(tiny_model, tokenizer):
     figures = measure(tiny_model, tokenizer, prefill_chunk=16, streams=2, long_prompt=300, long_tokens=8)
-    assert figures["prefill_chunk"] == 16
+    assert figures["prefill_chunk"] == 16 and figures["clock"] == "wall"
     assert figures["gaps_alone"] >= 2 * 4 and figures["gaps_long_prompt"] >= 2  # every stream, each window
     assert 0 < figures["median_gap_ms_alone"] <= figures["max_gap_ms_alone"]
     assert figures["max_gap_ms_long_prompt"] > 0 and figures["max_gap_ms_long_first_block"] > 0
     assert 0 < figures["long_prompt_prefill_s"] < figures["long_prompt_ttft_s"]
     assert figures["gap_ratio"] == figures["max_gap_ms_long_prompt"] / figures["max_gap_ms_alone"]
+
+
+def test_measure_on_the_cpu_clock(tiny_model, tokenizer):
+    figures = measure(tiny_model, tokenizer, prefill_chunk=0, streams=2, long_prompt=300, long_tokens=8, clock="cpu")
+    assert figures["clock"] == "cpu" and figures["prefill_chunk"] == 0
+    assert 0 < figures["max_gap_ms_alone"] and 0 < figures["long_prompt_prefill_s"] < figures["long_prompt_ttft_s"]
