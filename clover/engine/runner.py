@@ -55,8 +55,9 @@ class Runner:
     def prefill_chunk(self, req: Request, n: int) -> None:
         """Commit the prompt's next ``n`` tokens (whole blocks, fewer than ``prefill_left``) into
         the request's own cache: a long prompt is prefilled over several engine steps (chunked
-        prefill), and ``prefill`` finishes it. The same model calls as one prefill, cut at block
-        boundaries, so the cache and every token after it are the same."""
+        prefill), and ``prefill`` finishes it. Each piece continues the cache from a block
+        boundary, as one commit of the whole prompt would go block by block, so the decode after
+        it is the same (``tests/engine/test_chunked_prefill.py``)."""
         p = self._progress(req)
         if n <= 0 or n % req.block_size or n >= p.left:
             raise ValueError(f"internal: a prefill chunk of {n} tokens with {p.left} left (block {req.block_size})")
