@@ -69,8 +69,9 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
     module's docstring). ``clock``: ``wall`` (what a client sees) or ``cpu``, this process's CPU
     time: the work between two deltas whatever else the machine runs (with one CPU thread and
     an idle machine the two agree)."""
-    now_ = CLOCKS[clock]
     from clover.engine import Engine, SamplingParams
+
+    now = CLOCKS[clock]
 
     rnd = random.Random(0)
     ids = lambda n: [rnd.randrange(4, model.config.vocab_size) for _ in range(n)]  # noqa: E731 - past special ids
@@ -79,10 +80,10 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
     # the streams decode well past the long prompt's first block, within the context
     params = SamplingParams(max_tokens=model.config.max_position_embeddings - STREAM_PROMPT - 1, ignore_eos=True)
     runs = {engine.add_request(ids(STREAM_PROMPT), params): Stream() for _ in range(streams)}
-    steps = _Clock(engine, runs, now_)
+    steps = _Stepper(engine, runs, now)
     steps.until(lambda: all(len(s.times) >= ALONE_CHUNKS for s in runs.values()))
     alone_from = max(s.times[2] for s in runs.values())  # every stream in the batch, the first blocks behind
-    t_long = now_()
+    t_long = now()
     rid = engine.add_request(ids(long_prompt), SamplingParams(max_tokens=long_tokens, ignore_eos=True))
     t_joined = steps.until(lambda: rid in steps.passed)  # its prompt committed, its first pass done
     t_first = steps.until(lambda: rid in steps.delivered)  # its first block's text
@@ -100,7 +101,7 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
             "gaps_alone": len(alone), "gaps_long_prompt": len(during)}  # fmt: skip
 
 
-class _Clock:
+class _Stepper:
     """Steps ``engine`` as the server's engine thread does, noting when each stream's text
     arrives (a step's events go out when it returns), which requests had a pass, which got text."""
 
