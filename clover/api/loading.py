@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover.backends import open_gguf, resolve_backend
+from clover.engine import PREFILL_CHUNK  # the package's face only: no torch yet
 from clover.ops.device import resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
@@ -107,14 +108,24 @@ def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dt
     return model, CloverTokenizer.load(path)  # a corrupt tokenizer file: ValueError naming it
 
 
-def load_engine(model_dir: str | Path | None = None, max_batch_size: int = 16, threads: int | None = None,
-                prefix_cache_mb: float = PREFIX_CACHE_MB, device="auto", dtype="auto",
-                compile: bool = False, backend: str = "auto") -> Engine:  # fmt: skip
+def load_engine(
+    model_dir: str | Path | None = None,
+    max_batch_size: int = 16,
+    threads: int | None = None,
+    prefix_cache_mb: float = PREFIX_CACHE_MB,
+    device="auto",
+    dtype="auto",
+    compile: bool = False,
+    backend: str = "auto",
+    prefill_chunk: int = PREFILL_CHUNK,
+) -> Engine:
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer, the
-    model on ``device`` in ``dtype``, its passes compiled or not, on ``backend`` (as ``load_model_dir``)."""
+    model on ``device`` in ``dtype``, its passes compiled or not, on ``backend`` (as ``load_model_dir``),
+    prefilling ``prefill_chunk`` prompt tokens per step (0: whole prompts)."""
     from clover.engine import Engine
 
     model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile, backend)
     if tokenizer is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
-    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb)
+    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb,
+                  prefill_chunk=prefill_chunk)

@@ -86,7 +86,7 @@ def measure_context(
     for L in lengths:
         prompt = torch.randint(0, cfg.vocab_size - 1, (L,), generator=torch.Generator().manual_seed(L)).tolist()
         for name, model in models.items():
-            engine = Engine(model)
+            engine = Engine(model, prefill_chunk=0)  # the whole prompt in the admission step, outside the timing
             if not real_prefill:
                 engine.runner.prefill = SyntheticHistory(model, spare=tokens + 2 * block_size)
             engine.generate(prompt[:L], SamplingParams(max_tokens=block_size, block_size=block_size))  # warm

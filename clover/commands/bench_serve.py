@@ -7,7 +7,10 @@ table; ``clover.bench.joint_vs_independent`` measures.
 
 serve: a live ``clover serve`` on 127.0.0.1 (a subprocess on a free port) and N concurrent
 streaming clients (official ``openai`` client) on the airspace test prompts: requests/s,
-tokens/s, p50/p95 latency and time to first token, errors.
+tokens/s, p50/p95 latency and time to first token, errors. With ``--long-prompt N`` instead:
+the engine stepped as the server's thread steps it, streams decoding while an N-token prompt
+arrives, their worst gap between tokens with the prompt prefilled whole and in chunks
+(``clover.bench.serve_gaps``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,16 @@ import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions
-from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, device_setup
+from clover.commands.common import (
+    THREADS_HELP,
+    add_device_args,
+    add_threads_arg,
+    device_setup,
+    int_at_least,
+    positive_int,
+)
 from clover.commands.threads import apply_threads
+from clover.engine import PREFILL_CHUNK
 
 
 # -- decisions -----------------------------------------------------------------------------------
@@ -95,6 +106,15 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests-per-client", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--prefill-chunk", type=int_at_least(0), default=PREFILL_CHUNK, metavar="TOKENS",
+                   help="the server's prompt tokens prefilled per engine step (0: each prompt whole)")  # fmt: skip
+    p.add_argument("--long-prompt", type=positive_int, metavar="TOKENS",
+                   help="instead: --streams streams decoding while a prompt of this many tokens arrives; their worst "
+                   "gap between tokens, the prompt prefilled whole and in --prefill-chunk chunks")  # fmt: skip
+    p.add_argument("--streams", type=positive_int, default=8, help="with --long-prompt: the streams decoding")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="with --long-prompt: gaps in wall time, or in this process's CPU time (the work, whatever "
+                   "else runs on the machine; the same as wall time with one thread on an idle machine)")  # fmt: skip
     add_threads_arg(p, THREADS_HELP + " (the server's)")
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -112,7 +132,8 @@ def _start_server(args, port: int) -> subprocess.Popen:
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
     cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
            "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512",
-           "--prefix-cache-mb", "0", "--device", args.device, "--dtype", args.dtype,
+           "--prefix-cache-mb", "0", "--prefill-chunk", str(args.prefill_chunk), "--device", args.device,
+           "--dtype", args.dtype,
            "--compile" if args.compile else "--no-compile"]  # fmt: skip
     if args.model:
         cmd += ["--model", args.model]
@@ -200,6 +221,8 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
 def run_serve(args: argparse.Namespace) -> int:
     levels = [int(x) for x in args.concurrency.split(",") if x]
     device_setup(args, "clover bench serve")  # before a server starts
+    if args.long_prompt:
+        return run_long_prompt(args)
     port = _free_port()
     proc = _start_server(args, port)
     url = f"http://127.0.0.1:{port}"
@@ -233,6 +256,41 @@ def run_serve(args: argparse.Namespace) -> int:
             figures[f"c{r['clients']}_{k}"] = r[k]
     write_json(args.json, figures)
     return 1 if figures["errors"] else 0
+
+
+def run_long_prompt(args: argparse.Namespace) -> int:
+    from clover.api.loading import load_model_dir
+    from clover.bench.serve_gaps import measure, model_for
+
+    set_threads(args.threads)
+    if not args.prefill_chunk:
+        raise SystemExit("clover bench serve: --long-prompt compares whole prompts with chunks: --prefill-chunk > 0")
+    model, tokenizer = load_model_dir(args.model, args.threads, args.device, args.dtype, args.compile)
+    args.threads = apply_threads(model, args.threads)
+    long_tokens = 32
+    model, weights = model_for(model, args.long_prompt, long_tokens)
+    runs = [measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens, args.clock)
+            for chunk in (0, args.prefill_chunk)]  # fmt: skip
+    w = model.lm_head.weight
+    figures = {"long_prompt": args.long_prompt, "streams": args.streams, "weights": weights,
+               "block_size": model.config.block_size, "device": str(w.device), "dtype": str(w.dtype)[6:],
+               "threads": args.threads, **runs[1], "whole_prompt": runs[0]}  # fmt: skip
+    rows = [["whole prompt" if r["prefill_chunk"] == 0 else f"chunks of {r['prefill_chunk']}", r["max_gap_ms_alone"],
+             r["max_gap_ms_long_prompt"], r["gap_ratio"], r["max_gap_ms_long_first_block"], r["long_prompt_prefill_s"],
+             r["long_prompt_ttft_s"]] for r in runs]  # fmt: skip
+    print_table(
+        f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
+        f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
+        f"{args.threads} thread(s), {args.clock} clock)",
+        ["prefill", "worst gap alone ms", "worst gap, its prefill ms", "ratio", "worst gap, its 1st block ms",
+         "its prefill s", "its TTFT s"],
+        rows,
+        [f"weights: {weights}",
+         "gap: between a stream's consecutive text deltas (a block each); alone: before the long prompt arrives; its "
+         "prefill: from its arrival to the step it joins the batch in; its 1st block: then until its first text"],
+    )  # fmt: skip
+    write_json(args.json, figures)
+    return 0
 
 
 BENCHMARKS["decisions"] = ("joint vs independent decisions on the decision test groups: accuracy and time per group",

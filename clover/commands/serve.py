@@ -8,6 +8,7 @@ import sys
 
 from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S
+from clover.engine import PREFILL_CHUNK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -28,7 +29,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     args.api_key = args.api_key or ([env_key] if env_key else None)
     try:
         engine = load_engine(args.model, args.max_batch_size, args.threads, args.prefix_cache_mb, args.device,
-                             args.dtype, args.compile, args.backend)  # fmt: skip
+                             args.dtype, args.compile, args.backend, args.prefill_chunk)  # fmt: skip
         apply_threads(engine.model, args.threads)  # before the engine's thread starts, which takes the count
         app = create_app(
             engine, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
@@ -136,6 +137,14 @@ def register(sub) -> None:
         default=PREFIX_CACHE_MB,
         help="keep prompts' committed blocks, up to this many megabytes of cache, for prompts that start "
         "with them (an agent's next turn, a shared system prompt); 0: off",
+    )
+    p.add_argument(
+        "--prefill-chunk",
+        type=int_at_least(0),
+        default=PREFILL_CHUNK,
+        metavar="TOKENS",
+        help="prompt tokens prefilled per engine step: a long prompt is prefilled over several steps while the "
+        "running requests go on decoding, instead of stalling them; 0: each prompt whole",
     )
     p.add_argument(
         "--responses-db",

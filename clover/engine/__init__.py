@@ -8,6 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+# prompt tokens prefilled per engine step by default (chunked prefill, clover.engine.scheduler);
+# here, so the server's flags can name it without importing torch
+PREFILL_CHUNK = 512
+
 _EXPORTS = {
     "Engine": "clover.engine.engine",
     "Event": "clover.engine.outputs",
@@ -24,6 +28,7 @@ _EXPORTS = {
 }
 __all__ = [
     "POLICIES",
+    "PREFILL_CHUNK",
     "Engine",
     "Event",
     "Finished",

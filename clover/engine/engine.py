@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from clover.engine import closing
+from clover.engine import PREFILL_CHUNK, closing
 from clover.engine.batch import Batch
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
@@ -32,15 +32,18 @@ from clover.model import CloverForBlockDiffusion
 
 class Engine:
     def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True,
-                 prefix_cache_mb: float = 0):  # fmt: skip
+                 prefix_cache_mb: float = 0, prefill_chunk: int | None = PREFILL_CHUNK):  # fmt: skip
         """``prefix_cache_mb``: keep prompts' committed blocks, up to this many megabytes of
-        cache, for later prompts that start with them (``clover.engine.prefix_cache``; 0: off)."""
+        cache, for later prompts that start with them (``clover.engine.prefix_cache``; 0: off).
+        ``prefill_chunk``: prompt tokens prefilled per step, so a long prompt is prefilled over
+        several steps while running requests go on decoding (``clover.engine.scheduler``; 0 or
+        None: each prompt whole, in the step it is admitted)."""
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
         self.runner = Runner(model, fuse=fuse, prefix_cache=self.prefix_cache)
-        self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device)
+        self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device, prefill_chunk)
         self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them
         self._scoring: list[Request] = []  # max_tokens=0 with prompt_logprobs: scored (only) by the next step
         self._live: set[str] = set()
@@ -76,7 +79,7 @@ class Engine:
                 self.runner.score(req)
                 events.append(req.finish("length"))
             self._scoring = []
-            self.scheduler.admit(self.runner.prefill)  # new requests join at block boundaries
+            self.scheduler.admit(self.runner)  # prompts prefilled (a chunk of a long one); done ones join
             for batch in self.scheduler.running():
                 logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
                 events += self._denoise(batch, logits)  # each request's policy commits some positions

@@ -36,6 +36,7 @@ class Request:
         self.gen_lo = len(prompt) - self.block_start  # first generated position inside the block
         self.output: RequestOutput | None = None
         self.prompt_blocks: torch.Tensor | None = None  # [1, n] prompt blocks still to commit (fused prefill)
+        self.prefill_progress = None  # the prompt's commit so far, while it is prefilled (Runner.PromptCommit)
         self.logprobs: list[TokenLogprob] | None = None if params.logprobs is None else []
         self.counts: torch.Tensor | None = None  # [V] committed tokens so far (penalties), set by the engine
         self.bias: torch.Tensor | None = None  # [V] logit_bias as a vector

@@ -1,5 +1,5 @@
 """Model calls: prefill one request (from the prefix cache's longest match, when there is
-one), and one forward pass of a batch.
+one; a long prompt in chunks over several engine steps), and one forward pass of a batch.
 
 A pass commits the blocks that finished in the previous pass and denoises every active
 block. When every row has a block to commit, both happen in one forward (the fused commit +
@@ -9,6 +9,8 @@ every row of a call, so when only some rows finished, those rows are committed o
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -20,6 +22,23 @@ from clover.model import CloverForBlockDiffusion, ModelCache
 from clover.model.cache import AttnCache
 
 
+@dataclass
+class PromptCommit:
+    """How far a request's prompt is committed: ``cache`` holds its first ``done`` tokens (whole
+    blocks; None: nothing yet), ``full`` is where its whole blocks end, and ``split`` where a cache
+    goes to the prefix cache on the way (the end of a beginning other prompts share; 0: nowhere)."""
+
+    cache: ModelCache | None
+    done: int
+    full: int
+    split: int
+
+    @property
+    def left(self) -> int:
+        """Prompt tokens in whole blocks still to commit."""
+        return self.full - self.done
+
+
 class Runner:
     def __init__(self, model: CloverForBlockDiffusion, fuse: bool = True, prefix_cache: PrefixCache | None = None):
         self.model = model
@@ -28,34 +47,67 @@ class Runner:
         self.device, self.dtype = model_place(model)
         self.forwards = 0  # model calls, prefill excluded
 
+    def prefill_left(self, req: Request) -> int:
+        """Prompt tokens (whole blocks) the request still has to commit; the first call looks its
+        prompt up in the prefix cache, so the count starts after the longest cached match."""
+        return self._progress(req).left
+
+    def prefill_chunk(self, req: Request, n: int) -> None:
+        """Commit the prompt's next ``n`` tokens (whole blocks, fewer than ``prefill_left``) into
+        the request's own cache: a long prompt is prefilled over several engine steps (chunked
+        prefill), and ``prefill`` finishes it. Each piece continues the cache from a block
+        boundary, as one commit of the whole prompt would go block by block, so the decode after
+        it is the same (``tests/engine/test_chunked_prefill.py``)."""
+        p = self._progress(req)
+        if n <= 0 or n % req.block_size or n >= p.left:
+            raise ValueError(f"internal: a prefill chunk of {n} tokens with {p.left} left (block {req.block_size})")
+        self._commit(req, p, p.done + n)
+
     def prefill(self, req: Request, alone: bool = False) -> tuple[ModelCache, torch.Tensor]:
-        """Commit the prompt's complete blocks (batch of one); the tail goes to the first block.
+        """Commit the rest of the prompt's complete blocks (batch of one); the tail goes to the first block.
 
         ``alone`` (the request starts a batch of its own) and fusing: nothing is run now; the
         complete blocks wait in ``req.prompt_blocks`` and are committed by the first ``forward``,
         in the same model call as the first denoise pass (one call fewer per request)."""
         self.score(req)
-        prompt = torch.tensor([req.prompt], dtype=torch.long, device=self.device)
-        bs = req.block_size
-        full = len(req.prompt) // bs * bs
-        start, cache, split = (
-            self.prefix_cache.lookup(req.prompt[:full], bs) if self.prefix_cache is not None and full else (0, None, 0)
-        )
-        if split:  # a beginning other prompts share: commit it first and keep its cache
-            cache = self.model.prefill(prompt[:, start:split], bs, cache=cache)[0]
-            self._remember(req, cache)
-            start = split
-        if self.fuse and alone and full > start:
-            req.prompt_blocks = prompt[:, start:full]
-            cache, tail = cache or self.model.new_cache(1), prompt[:, full:]
+        p = self._progress(req)
+        req.prefill_progress = None
+        if p.done < p.split:  # a beginning other prompts share: commit it first and keep its cache
+            self._commit(req, p, p.split)
+        cache, full = p.cache, p.full
+        if self.fuse and alone and full > p.done:
+            req.prompt_blocks = self._tokens(req, p.done, full)
+            cache, tail = cache or self.model.new_cache(1), self._tokens(req, full, len(req.prompt))
         else:
-            cache, tail = self.model.prefill(prompt[:, start:], bs, cache=cache)
+            cache, tail = self.model.prefill(self._tokens(req, p.done, len(req.prompt)), req.block_size, cache=cache)
             self._remember(req, cache)
         if self.model.config.shift_logits and cache.last_logits is None:
             # nothing committed yet: block 0's row-0 logit is never used (token 0 is the prompt's),
             # but the row needs one so that ModelCache.cat keeps the other rows' logits
             cache.last_logits = torch.zeros(1, self.model.config.vocab_size, device=self.device, dtype=self.dtype)
         return cache, tail
+
+    def _progress(self, req: Request) -> PromptCommit:
+        if req.prefill_progress is None:
+            bs = req.block_size
+            full = len(req.prompt) // bs * bs
+            start, cache, split = 0, None, 0
+            if self.prefix_cache is not None and full:
+                start, cache, split = self.prefix_cache.lookup(req.prompt[:full], bs)
+            req.prefill_progress = PromptCommit(cache, start, full, split)
+        return req.prefill_progress
+
+    def _commit(self, req: Request, p: PromptCommit, end: int) -> None:
+        """Commit the prompt's tokens ``p.done .. end`` (whole blocks) into ``p.cache``, keeping
+        the cache at ``p.split`` for the prefix cache when the commit passes it."""
+        for stop in ([p.split] if p.done < p.split < end else []) + [end]:
+            p.cache = self.model.prefill(self._tokens(req, p.done, stop), req.block_size, cache=p.cache)[0]
+            p.done = stop
+            if stop == p.split:
+                self._remember(req, p.cache)
+
+    def _tokens(self, req: Request, a: int, b: int) -> torch.Tensor:
+        return torch.tensor([req.prompt[a:b]], dtype=torch.long, device=self.device)
 
     def _remember(self, req: Request, cache: ModelCache) -> None:
         """A fresh request's cache (its prompt's complete blocks) goes to the prefix cache."""
@@ -113,11 +165,7 @@ class Runner:
         sub_rows = torch.arange(len(rows), device=self.device)[:, None]
         for c, s in zip(cache.layers, sub.layers):
             if isinstance(c, AttnCache):
-                need = int(pos.max()) + 1
-                if need > c.k.shape[1]:
-                    cap = max(need, 2 * c.k.shape[1])
-                    grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], cap - t.shape[1], *t.shape[2:])], 1)  # noqa: E731
-                    c.k, c.v = grow(c.k), grow(c.v)
+                c.reserve(int(pos.max()) + 1)  # the batch's cache may be shorter than the row's new block
                 c.k[rows[:, None], pos] = s.k[sub_rows, pos]
                 c.v[rows[:, None], pos] = s.v[sub_rows, pos]
             else:

@@ -73,8 +73,9 @@ class Attention(nn.Module):
         return yc, yn
 
     def forward_step(
-        self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int, top=None, same=None
-    ):
+        self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int, top=None, same=None,
+        groups=None,
+    ):  # fmt: skip
         """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).
 
         The first ``n_commit`` tokens are clean blocks to commit: their k/v become history when
@@ -85,6 +86,8 @@ class Attention(nn.Module):
         complete blocks up to ``lengths`` only), so denoising leaves the history as it was.
         ``top`` = ``max(lengths)`` and ``same`` = all lengths equal, when the caller knows them (no
         device read, so a compiled pass has no host sync; the cache must then hold ``top + T`` slots).
+        ``groups`` (``row_groups``): rows whose histories differ a lot attend group by group, each
+        group over its own longest history only.
         """
         if cache.k.dtype != x.dtype:  # a cache kept in another precision: no in-place reuse
             return self.forward_step_reference(x, rope, cache, lengths, n_commit, block_size)
@@ -95,6 +98,12 @@ class Attention(nn.Module):
             same = lo == top
         hi = top
         cache.write(k, v, lengths, top=hi, same=same)
+        if groups is not None:
+            o = torch.empty_like(q)  # [B, nh, T, D]
+            for rows, width in groups:
+                mask = step_mask(lengths[rows], T, width, block_size)
+                o[rows] = attend(q[rows], cache.k[rows, :width], cache.v[rows, :width], mask)
+            return self.o_proj(o.transpose(1, 2).reshape(x.shape[0], T, -1) * torch.sigmoid(gate))
         if same and T <= block_size:
             mask = None  # one block over equal histories: every query sees every key
         else:  # rows with their own history lengths, or several blocks: block-causal per row
@@ -120,6 +129,25 @@ class Attention(nn.Module):
     def _attend_reference(self, q, k, v, mask, gate) -> torch.Tensor:
         o = attend_reference(q, k, v, mask)
         return self.o_proj(o.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1) * torch.sigmoid(gate))
+
+
+def row_groups(lengths: list[int], T: int, device=None) -> list[tuple[torch.Tensor, int]] | None:
+    """Rows of a pass whose histories differ a lot, in groups that attend apart: otherwise every
+    row reads as many cache slots as the longest (a row of 4,000 tokens beside rows of 300 makes
+    each of them read 4,000). Longest first, a row starts a new group when it needs at most half
+    its group's slots. → ``[(rows [n], slots)]``, or None when grouping would save less than half
+    the keys read (one group, or little to gain). A masked key adds nothing to softmax attention,
+    so leaving it out changes no result."""
+    groups: list[tuple[list[int], int]] = []
+    for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
+        if groups and 2 * (lengths[b] + T) > groups[-1][1]:
+            groups[-1][0].append(b)
+        else:
+            groups.append(([b], lengths[b] + T))
+    padded = len(lengths) * (max(lengths, default=0) + T)
+    if len(groups) < 2 or 2 * sum(len(rows) * w for rows, w in groups) > padded:
+        return None
+    return [(torch.tensor(rows, device=device), w) for rows, w in groups]
 
 
 def step_mask(lengths: torch.Tensor, T: int, width: int, block_size: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clover.model.attention import Attention
+from clover.model.attention import Attention, row_groups
 from clover.model.cache import AttnCache, ModelCache, prefill_blocks
 from clover.model.compiled import compile_pass
 from clover.model.config import ATTN, CloverConfig
@@ -73,12 +73,12 @@ class DecoderLayer(nn.Module):
         # residuals added per stream: fresh tensors, not views of one (FSDP2 warns on views)
         return rc + y[: B * T].reshape(B, T, H), rn + y[B * T :].reshape(hn.shape), stats
 
-    def forward_step(self, h, rope, cache, lengths, n_commit, block_size, top=None, same=None):
-        """One decoding pass of this layer (``CloverForBlockDiffusion.step``); ``top`` and ``same``
-        as in ``Attention.forward_step``."""
+    def forward_step(self, h, rope, cache, lengths, n_commit, block_size, top=None, same=None, groups=None):
+        """One decoding pass of this layer (``CloverForBlockDiffusion.step``); ``top``, ``same`` and
+        ``groups`` as in ``Attention.forward_step``."""
         x = self.input_layernorm(h)
         if self.layer_type == ATTN:
-            y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size, top, same)
+            y = self.self_attn.forward_step(x, rope, cache, lengths, n_commit, block_size, top, same, groups)
         else:
             y = self.linear_attn.forward_step(x, cache, n_commit, block_size)
         return self._ffn(h + y, stats=False)[0]  # decoding: no balance loss, no routing statistics
@@ -277,18 +277,22 @@ class CloverForBlockDiffusion(nn.Module):
                 c.reserve(top + x.shape[1])  # the pass writes in place and never grows a cache
         # the compiled pass (``compile_passes``) takes the decoding passes, at most one block
         # committed; longer commits (prompts) run eager rather than compiling a shape per length
-        run = self.compiled_pass if self.compiled_pass is not None and n_c <= bs else CloverForBlockDiffusion._pass
-        return run(self, cache, x, n_c, n_d, bs, top, same)
+        if self.compiled_pass is not None and n_c <= bs:
+            return self.compiled_pass(self, cache, x, n_c, n_d, bs, top, same)
+        groups = None if same else row_groups(lengths, x.shape[1], x.device)
+        return CloverForBlockDiffusion._pass(self, cache, x, n_c, n_d, bs, top, same, groups)
 
-    def _pass(self, cache: ModelCache, x, n_c: int, n_d: int, bs: int, top: int, same: bool) -> torch.Tensor | None:
+    def _pass(self, cache: ModelCache, x, n_c: int, n_d: int, bs: int, top: int, same: bool,
+              groups=None) -> torch.Tensor | None:  # fmt: skip
         """``step``'s forward once its checks are done: no host sync, the attention caches already
-        large enough. ``top`` = max(cache.lengths), ``same`` = all lengths equal."""
+        large enough. ``top`` = max(cache.lengths), ``same`` = all lengths equal, ``groups`` rows
+        that attend apart (``attention.row_groups``)."""
         T = x.shape[1]
         h = self.model.embed_tokens(x)
         pos = cache.lengths[:, None] + torch.arange(T, device=x.device)
         rope = self._rope(pos, h.dtype)
         for layer, c in zip(self.model.layers, cache.layers):
-            h = layer.forward_step(h, rope, c, cache.lengths, n_c, bs, top, same)
+            h = layer.forward_step(h, rope, c, cache.lengths, n_c, bs, top, same, groups)
         h = self.model.norm(h)
         if n_c:
             cache.lengths = cache.lengths + n_c

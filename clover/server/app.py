@@ -22,7 +22,7 @@ from clover.api.errors import APIError, from_validation, server_error, too_large
 from clover.api.loading import PREFIX_CACHE_MB, load_engine
 from clover.api.protocol import model_limits
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S, ResponseStore
-from clover.engine import Engine
+from clover.engine import PREFILL_CHUNK, Engine
 from clover.server.agent import router as agent_router
 from clover.server.async_engine import AsyncEngine
 from clover.server.metrics import Metrics
@@ -48,6 +48,7 @@ def create_app(
     default_max_tokens: int = 256,
     threads: int | None = None,
     prefix_cache_mb: float = PREFIX_CACHE_MB,
+    prefill_chunk: int = PREFILL_CHUNK,
     device: str = "auto",
     dtype: str = "auto",
     compile: bool = False,
@@ -66,7 +67,8 @@ def create_app(
         engine = engine_or_model_dir
     else:
         engine = load_engine(
-            engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile, backend
+            engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile, backend,
+            prefill_chunk,
         )
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")

@@ -245,7 +245,7 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     out = tmp_path / "figures.json"
     args = argparse.Namespace(world_sizes="1", work_dir=str(tmp_path / "work"), malloc_mmap_threshold=0, json=str(out))
     assert bench_train.run(args) == 0
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text())["figures"]  # a result file (clover.bench.results)
     (peak,), (base,) = res["peak_rss_bytes"]["1"], res["baseline_rss_bytes"]["1"]
     assert 0 < base < peak and peak > res["param_bytes"]
     assert res["memory_model_bytes"]["1"] > 0
