@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from clover_sglang.sharding import TensorParallel, parallelize
 
 from clover.model import ATTN, GDN, CloverForBlockDiffusion, preset
-from clover_sglang.sharding import TensorParallel, parallelize
 
 TP = 2
 # hybrid layers with MoE, query/value heads split, attention's one KV head held by both ranks;
@@ -19,8 +19,13 @@ TP = 2
 CASES = {
     "moe": dict(),
     "dense": dict(
-        num_attention_heads=4, num_key_value_heads=2, linear_num_key_heads=1, num_experts=0,
-        intermediate_size=32, shift_logits=False, layer_types=[ATTN, GDN, ATTN, GDN],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        linear_num_key_heads=1,
+        num_experts=0,
+        intermediate_size=32,
+        shift_logits=False,
+        layer_types=[ATTN, GDN, ATTN, GDN],
     ),  # fmt: skip
 }
 
