@@ -26,7 +26,7 @@ CASES = {
         intermediate_size=32,
         shift_logits=False,
         layer_types=[ATTN, GDN, ATTN, GDN],
-    ),  # fmt: skip
+    ),
 }
 
 
