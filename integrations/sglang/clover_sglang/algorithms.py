@@ -108,9 +108,9 @@ _passes = [0]
 def dump_pass(forward_batch, full_logits: torch.Tensor, B: int, bs: int) -> None:
     """One pass's blocks ``[B, bs]``, start positions ``[B]`` and logits ``[B, bs, V]`` to LOGITS_DIR
     (by the first rank of a tensor-parallel group only: every rank has the same logits)."""
-    from sglang.srt.distributed import get_tensor_model_parallel_rank
+    from sglang.srt.runtime_context import get_parallel
 
-    if get_tensor_model_parallel_rank() != 0:
+    if get_parallel().tp_rank != 0:
         return
     out = Path(LOGITS_DIR)
     rec = {

@@ -59,30 +59,25 @@ def clover_config(hf_config) -> CloverConfig:
 
 
 def parallel_rank() -> tuple[int, int]:
-    """This process's (rank, size) in SGLang's tensor-parallel group; (0, 1) without one (a unit
-    test building the model alone). Refuses the parallel layouts the plugin does not implement."""
-    try:
-        from sglang.srt.distributed import (
-            get_pipeline_model_parallel_world_size,
-            get_tensor_model_parallel_rank,
-            get_tensor_model_parallel_world_size,
-        )
+    """This process's (rank, size) in SGLang's tensor-parallel group; (0, 1) when SGLang has
+    published no parallel layout (the model built outside a server). Refuses the layouts the
+    plugin does not implement."""
+    from sglang.srt.runtime_context import get_parallel
 
-        rank, size = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
-        pp = get_pipeline_model_parallel_world_size()
-    except Exception:  # no parallel state
+    p = get_parallel()
+    try:
+        rank, size, pp, attn_tp, ep = p.tp_rank, p.tp_size, p.pp_size, p.attn_tp_size, p.moe_ep_size
+    except (ValueError, RuntimeError):  # nothing published
         return 0, 1
     if pp != 1:
         raise NotImplementedError(f"clover-sglang does not run pipeline parallel (got --pp-size {pp})")
-    from sglang.srt.distributed import get_attn_tensor_model_parallel_world_size, get_moe_expert_parallel_world_size
-
-    if get_attn_tensor_model_parallel_world_size() != size:
+    if attn_tp != size:
         raise NotImplementedError(
             "clover-sglang shards attention over the whole tensor-parallel group: no --enable-dp-attention"
         )
-    if get_moe_expert_parallel_world_size() != 1:
+    if ep != 1:
         raise NotImplementedError(
-            "clover-sglang splits every expert's width across the tensor-parallel group: leave --ep-size at 1"
+            f"clover-sglang splits each expert's width over the tensor-parallel group: leave --ep-size at 1 (got {ep})"
         )
     return rank, size
 
