@@ -205,11 +205,12 @@ def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[lis
 
 
 def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: int, max_tokens: int,
-                   logit_prompts: int, python: str | None = None) -> dict:  # fmt: skip
+                   logit_prompts: int, python: str | None = None, tp_size: int = 1) -> dict:  # fmt: skip
     """``model`` (loaded from the checkpoint ``src``, on ``device``, f32) through Clover's engine
-    and, exported to a folder, served by SGLang under the matching Clover algorithm, on the first
-    ``n_prompts`` airspace test prompts at batch 1 and 16: tokens/s, TPF, same committed tokens,
-    and the largest relative logit error over every pass of ``logit_prompts`` prompts."""
+    and, exported to a folder, served by SGLang under the matching Clover algorithm (on
+    ``tp_size`` tensor-parallel ranks), on the first ``n_prompts`` airspace test prompts at batch 1
+    and 16: tokens/s, TPF, same committed tokens, and the largest relative logit error over every
+    pass of ``logit_prompts`` prompts."""
     from clover.bench.decode import airspace_cases, run_engine
     from clover.engine import SamplingParams
     from clover.export.hf_folder import export_hf
@@ -218,7 +219,7 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
     prompts = [ids for ids, _ in cases]
     params = SamplingParams(max_tokens=max_tokens, policy=policy)
     fig: dict = {"policy": policy, "prompts": len(prompts), "max_tokens": max_tokens, "device": device,
-                 "clover": {}, "sglang": {}}  # fmt: skip
+                 "tp_size": tp_size, "clover": {}, "sglang": {}}  # fmt: skip
     ref = None
     for batch in (1, 16):
         r = run_engine(model, tok, cases, params, batch)
@@ -229,7 +230,7 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
         export_hf(src, hf)
         passes = Path(work) / "passes"
         with SGLangServer(hf, policy, "cpu" if device == "cpu" else "cuda", logits_dir=passes,
-                          log=Path(work) / "server.log", python=python) as server:  # fmt: skip
+                          log=Path(work) / "server.log", python=python, tp_size=tp_size) as server:  # fmt: skip
             fig["sglang_start_s"] = server.start_s
             server.generate(prompts[:2], max_tokens)  # warm-up
             for batch in (1, 16):
