@@ -163,10 +163,10 @@ class TensorParallel:
     def shard(self, name: str, w: torch.Tensor) -> torch.Tensor:
         """This rank's slice of the full checkpoint tensor ``name`` (a Clover parameter name)."""
         key = _LAYER.sub("", name)
-        if key in self._parts:
+        if key in self._parts and self.size > 1:
             dim, parts = self._parts[key]
             return take(w, dim, parts, name)
-        if key in REPLICATED or name in REPLICATED:
+        if key in self._parts or key in REPLICATED or name in REPLICATED:  # (one rank holds all)
             return w
         raise KeyError(f"{name}: no tensor-parallel layout for this parameter (clover_sglang.sharding)")
 
