@@ -50,19 +50,41 @@ def free_port() -> int:
 
 
 def server_command(python: str, model_dir: str | Path, algorithm: str, port: int, device: str = "cpu",
-                   max_running: int = 16, algorithm_config: str | None = None) -> list[str]:  # fmt: skip
+                   max_running: int = 16, algorithm_config: str | None = None,
+                   tp_size: int = 1) -> list[str]:  # fmt: skip
     """``sglang.launch_server`` for a Clover folder (``clover export hf``) with a Clover algorithm;
-    on a CPU the flags of SGLang's CPU path (docs/sglang.md)."""
+    on a CPU the flags of SGLang's CPU path (docs/sglang.md). ``tp_size``: tensor-parallel ranks."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", "127.0.0.1",
            "--port", str(port), "--dllm-algorithm", ALGORITHMS.get(algorithm, algorithm),
            "--max-running-requests", str(max_running), "--tool-call-parser", TOOL_CALL_PARSER]  # fmt: skip
     if algorithm_config:
         cmd += ["--dllm-algorithm-config", str(algorithm_config)]
+    if tp_size != 1:
+        cmd += ["--tp-size", str(tp_size)]
     if device == "cpu":
         cmd += ["--device", "cpu", "--disable-overlap-schedule", "--disable-cuda-graph",
                 "--attention-backend", "torch_native", "--dtype", "float32",
                 "--mem-fraction-static", "0.05", "--max-total-tokens", "16384"]  # fmt: skip
     return cmd
+
+
+def cpu_parallel_env(tp_size: int, env: dict | None = None) -> dict:
+    """What SGLang's CPU path needs to run ``tp_size`` ranks on one machine (docs/sglang.md), unless
+    ``env`` sets it already: each rank's cores (past one rank per NUMA node SGLang asks for them),
+    and no NCCL library, so that the ranks sum over torch.distributed (gloo): torch's CUDA build
+    brings an NCCL library, which SGLang would load and then fail to bind to a CUDA device."""
+    env = env or {}
+    want = {"SGLANG_CPU_OMP_THREADS_BIND": cpu_bind(tp_size), "SGLANG_NCCL_SO_PATH": "no-nccl-on-a-cpu"}
+    return {k: v for k, v in want.items() if k not in env}
+
+
+def cpu_bind(ranks: int, cores: int | None = None) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND`` giving each of ``ranks`` ranks its own share of the cores
+    (``0-3|4-7``; ranks share cores when there are fewer cores than ranks)."""
+    cores = cores or os.cpu_count() or 1
+    per = max(1, cores // ranks)
+    spans = [((r * per) % cores, (r * per) % cores + per - 1) for r in range(ranks)]
+    return "|".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
 class SGLangServer:
@@ -71,14 +93,17 @@ class SGLangServer:
 
     def __init__(self, model_dir, algorithm: str = "prefix", device: str = "cpu", max_running: int = 16,
                  algorithm_config: str | None = None, logits_dir: str | Path | None = None,
-                 log: str | Path | None = None, timeout_s: float = 600, python: str | None = None):  # fmt: skip
+                 log: str | Path | None = None, timeout_s: float = 600, python: str | None = None,
+                 tp_size: int = 1):  # fmt: skip
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = server_command(python or sglang_python(), model_dir, algorithm, self.port, device, max_running,
-                                  algorithm_config)  # fmt: skip
+                                  algorithm_config, tp_size)  # fmt: skip
         self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         if device == "cpu":
             self.env["SGLANG_USE_CPU_ENGINE"] = "1"
+            if tp_size > 1:
+                self.env.update(cpu_parallel_env(tp_size, self.env))
         if logits_dir is not None:
             self.env["CLOVER_SGLANG_LOGITS_DIR"] = str(logits_dir)
         self.log = Path(log) if log else None
@@ -180,11 +205,12 @@ def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[lis
 
 
 def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: int, max_tokens: int,
-                   logit_prompts: int, python: str | None = None) -> dict:  # fmt: skip
+                   logit_prompts: int, python: str | None = None, tp_size: int = 1) -> dict:  # fmt: skip
     """``model`` (loaded from the checkpoint ``src``, on ``device``, f32) through Clover's engine
-    and, exported to a folder, served by SGLang under the matching Clover algorithm, on the first
-    ``n_prompts`` airspace test prompts at batch 1 and 16: tokens/s, TPF, same committed tokens,
-    and the largest relative logit error over every pass of ``logit_prompts`` prompts."""
+    and, exported to a folder, served by SGLang under the matching Clover algorithm (on
+    ``tp_size`` tensor-parallel ranks), on the first ``n_prompts`` airspace test prompts at batch 1
+    and 16: tokens/s, TPF, same committed tokens, and the largest relative logit error over every
+    pass of ``logit_prompts`` prompts."""
     from clover.bench.decode import airspace_cases, run_engine
     from clover.engine import SamplingParams
     from clover.export.hf_folder import export_hf
@@ -193,7 +219,7 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
     prompts = [ids for ids, _ in cases]
     params = SamplingParams(max_tokens=max_tokens, policy=policy)
     fig: dict = {"policy": policy, "prompts": len(prompts), "max_tokens": max_tokens, "device": device,
-                 "clover": {}, "sglang": {}}  # fmt: skip
+                 "tp_size": tp_size, "clover": {}, "sglang": {}}  # fmt: skip
     ref = None
     for batch in (1, 16):
         r = run_engine(model, tok, cases, params, batch)
@@ -204,7 +230,7 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
         export_hf(src, hf)
         passes = Path(work) / "passes"
         with SGLangServer(hf, policy, "cpu" if device == "cpu" else "cuda", logits_dir=passes,
-                          log=Path(work) / "server.log", python=python) as server:  # fmt: skip
+                          log=Path(work) / "server.log", python=python, tp_size=tp_size) as server:  # fmt: skip
             fig["sglang_start_s"] = server.start_s
             server.generate(prompts[:2], max_tokens)  # warm-up
             for batch in (1, 16):

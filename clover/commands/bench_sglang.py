@@ -24,6 +24,8 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logit-prompts", type=int, default=4,
                    help="prompts whose every pass is checked against PyTorch (and their TPF counted)")  # fmt: skip
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where both engines run")
+    p.add_argument("--tp-size", type=int, default=1,
+                   help="SGLang server's --tp-size: tensor-parallel ranks (GPUs; on a CPU, processes)")  # fmt: skip
     add_threads_arg(p)
     p.add_argument("--python", help="SGLang's Python (default: .venv-sglang/bin/python, `make sglang`)")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -47,7 +49,7 @@ def run_sglang(args) -> dict:
     model = load_model(src, device, torch.float32).eval()
     use_threads(args.threads, model.config)
     return measure_sglang(model, tok, src, args.policy, device, args.prompts, args.max_tokens, args.logit_prompts,
-                          args.python)  # fmt: skip
+                          args.python, args.tp_size)  # fmt: skip
 
 
 def run(args) -> int:
@@ -62,7 +64,8 @@ def run(args) -> int:
         f"SGLang {fig['sglang_tpf']:.2f} (SGLang runs one more forward per block: the commit)",
         f"SGLang server start {fig['sglang_start_s']:.0f} s; whole benchmark {time.time() - t0:.0f} s",
     ]
-    print_table(f"Clover vs SGLang ({fig['policy']}, {fig['device']}, {fig['max_tokens']} new tokens)",
+    tp = f", SGLang on {fig['tp_size']} tensor-parallel ranks" if fig["tp_size"] > 1 else ""
+    print_table(f"Clover vs SGLang ({fig['policy']}, {fig['device']}, {fig['max_tokens']} new tokens{tp})",
                 ["engine", "batch", "tokens/s", "same tokens"], rows, notes)  # fmt: skip
     write_json(args.json, fig)
     return 0 if fig["same_tokens"] == fig["prompts"] else 1

@@ -106,7 +106,12 @@ _passes = [0]
 
 
 def dump_pass(forward_batch, full_logits: torch.Tensor, B: int, bs: int) -> None:
-    """One pass's blocks ``[B, bs]``, start positions ``[B]`` and logits ``[B, bs, V]`` to LOGITS_DIR."""
+    """One pass's blocks ``[B, bs]``, start positions ``[B]`` and logits ``[B, bs, V]`` to LOGITS_DIR
+    (by the first rank of a tensor-parallel group only: every rank has the same logits)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    if get_parallel().tp_rank != 0:
+        return
     out = Path(LOGITS_DIR)
     rec = {
         "ids": forward_batch.input_ids.view(B, bs).cpu().clone(),

@@ -17,6 +17,10 @@ The history lives where each kind of layer keeps it:
 * GDN: the recurrent state and conv tail in ``GDNStatePool`` (``clover_sglang.state``), keyed by
   SGLang's request slot. A denoise pass reads it; only a commit forward advances it.
 
+Tensor parallel (``--tp-size N``): each rank builds Clover's modules for its share of the heads
+and expert widths and sums the row-parallel outputs over SGLang's tensor-parallel group
+(``clover_sglang.sharding``); its KV pool and GDN pool hold its own heads only.
+
 The math is Clover's own modules (``clover.model``): the same layers, norms, GDN mixer (memory
 slot, calibration, right conv), MoE or dense feed-forward and head as Clover's engine runs, so
 the logits are the engine's up to the attention kernel's rounding.
@@ -38,6 +42,7 @@ from torch import nn
 from clover.model.cache import GDNCache
 from clover.model.config import ATTN, CloverConfig
 from clover.model.model import CloverBackbone
+from clover_sglang.sharding import TensorParallel, parallelize
 from clover_sglang.state import GDNStatePool
 
 
@@ -53,18 +58,28 @@ def clover_config(hf_config) -> CloverConfig:
     return CloverConfig.from_dict(d)
 
 
-def check_parallel() -> None:
-    """Clover's layers here are unsharded: refuse tensor/pipeline parallel groups larger than one."""
-    try:
-        from sglang.srt.distributed import get_tensor_model_parallel_world_size
+def parallel_rank() -> tuple[int, int]:
+    """This process's (rank, size) in SGLang's tensor-parallel group; (0, 1) when SGLang has
+    published no parallel layout (the model built outside a server). Refuses the layouts the
+    plugin does not implement."""
+    from sglang.srt.runtime_context import get_parallel
 
-        tp = get_tensor_model_parallel_world_size()
-    except Exception:  # no parallel state (a unit test building the model alone)
-        tp = 1
-    if tp != 1:
+    p = get_parallel()
+    try:
+        rank, size, pp, attn_tp, ep = p.tp_rank, p.tp_size, p.pp_size, p.attn_tp_size, p.moe_ep_size
+    except (ValueError, RuntimeError):  # nothing published
+        return 0, 1
+    if pp != 1:
+        raise NotImplementedError(f"clover-sglang does not run pipeline parallel (got --pp-size {pp})")
+    if attn_tp != size:
         raise NotImplementedError(
-            f"clover-sglang runs Clover with --tp-size 1 (got {tp}); scale out with --dp-size instead"
+            "clover-sglang shards attention over the whole tensor-parallel group: no --enable-dp-attention"
         )
+    if ep != 1:
+        raise NotImplementedError(
+            f"clover-sglang splits each expert's width over the tensor-parallel group: leave --ep-size at 1 (got {ep})"
+        )
+    return rank, size
 
 
 class CloverForCausalLM(nn.Module):
@@ -72,8 +87,11 @@ class CloverForCausalLM(nn.Module):
         super().__init__()
         if quant_config is not None:
             raise NotImplementedError("clover-sglang serves full-precision Clover checkpoints only")
-        check_parallel()
-        self.cfg = clover_config(config)
+        rank, size = parallel_rank()
+        # this rank's share of the model (clover_sglang.sharding): heads and expert widths split,
+        # the rest replicated; self.cfg is that share's config
+        self.tp = TensorParallel(clover_config(config), rank, size)
+        self.cfg = self.tp.local
         self.config = config
         self.model = CloverBackbone(self.cfg)
         self.lm_head = nn.Linear(self.cfg.hidden_size, self.cfg.vocab_size, bias=False)
@@ -95,17 +113,23 @@ class CloverForCausalLM(nn.Module):
                 if t == ATTN
             }
         )
-        self.state = GDNStatePool(self.cfg)
+        self.state = GDNStatePool(self.cfg)  # this rank's GDN heads only
+        if size > 1:
+            from sglang.srt.distributed import tensor_model_parallel_all_reduce
+
+            parallelize(self, tensor_model_parallel_all_reduce)
 
     # -- loading ------------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Weights under their Clover names (``clover export hf``); every one must be present."""
+        """Weights under their Clover names (``clover export hf``), whole; every one must be present.
+        Each rank keeps its share (``TensorParallel.shard``)."""
         params = dict(self.named_parameters())
         seen = set()
         for name, w in weights:
             if name not in params:
                 raise KeyError(f"{name}: not a Clover parameter (is this a `clover export hf` folder?)")
             p = params[name]
+            w = self.tp.shard(name, w)
             if p.shape != w.shape:
                 raise ValueError(f"{name}: checkpoint shape {tuple(w.shape)}, model {tuple(p.shape)}")
             with torch.no_grad():

@@ -17,6 +17,9 @@ slot's length, or the history would be another request's or a stale one (a prefi
 SGLang's radix cache carries attention history but no GDN state, which is why the Clover
 algorithms turn that cache off); a block ending at the slot's length is that repeated commit,
 and reads ``prev``.
+
+Under tensor parallelism (``clover_sglang.sharding``) each rank's pool is built from its share's
+config and holds that rank's GDN heads only.
 """
 
 from __future__ import annotations

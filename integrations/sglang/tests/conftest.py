@@ -49,26 +49,30 @@ def cases(tokenizer):
     return [ids for ids, _ in airspace_cases(tokenizer, 50)]
 
 
-_servers: dict[str, object] = {}
+_servers: dict[tuple[str, int], object] = {}
 
 
 @pytest.fixture(scope="session")
 def server(hf_dir, tmp_path_factory):
-    """``server(algorithm)``: that algorithm's SGLang server, started on first use and kept
-    for the session (its passes are recorded while ``server.logits_dir`` exists)."""
+    """``server(algorithm, tp_size=1)``: that algorithm's SGLang server (``tp_size`` tensor-parallel
+    ranks), started on first use and kept for the session (its passes are recorded while
+    ``server.logits_dir`` exists)."""
     from clover.bench.sglang import SGLangServer
 
     logs = tmp_path_factory.mktemp("sglang")
 
-    def get(algorithm: str):
-        if algorithm not in _servers:
+    def get(algorithm: str, tp_size: int = 1):
+        key = (algorithm, tp_size)
+        if key not in _servers:
             for s in list(_servers.values()):  # one server at a time: the machine has few cores
                 s.__exit__()
             _servers.clear()
-            s = SGLangServer(hf_dir, algorithm, logits_dir=logs / f"{algorithm}-passes", log=logs / f"{algorithm}.log")
-            s.logits_dir = logs / f"{algorithm}-passes"
-            _servers[algorithm] = s.__enter__()
-        return _servers[algorithm]
+            name = algorithm if tp_size == 1 else f"{algorithm}-tp{tp_size}"
+            s = SGLangServer(hf_dir, algorithm, logits_dir=logs / f"{name}-passes", log=logs / f"{name}.log",
+                             tp_size=tp_size)  # fmt: skip
+            s.logits_dir = logs / f"{name}-passes"
+            _servers[key] = s.__enter__()
+        return _servers[key]
 
     yield get
     for s in _servers.values():

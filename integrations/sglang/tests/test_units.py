@@ -1,5 +1,6 @@
-"""The plugin's pieces without a server: the GDN state pool's history rules and the tool-call
-parser's streamed reading against its whole-reply reading."""
+"""The plugin's pieces without a server: the GDN state pool's history rules, the tool-call
+parser's streamed reading against its whole-reply reading, and the parallel layouts the model
+takes from SGLang."""
 
 from __future__ import annotations
 
@@ -57,3 +58,18 @@ def test_tool_calls_streamed_in_any_chunks_equal_the_whole_reply():
         assert [(c.name, json.loads(c.parameters), c.tool_index) for c in got] == [(*w, j) for j, w in enumerate(want)]
     text = CloverDetector().parse_streaming_increment("Sure. <tool_ca", tools)
     assert text.normal_text == "Sure. " and not text.calls  # a possible call start is held back
+
+
+def test_parallel_layouts_read_from_sglang_and_those_not_implemented_refused():
+    from clover_sglang.model import parallel_rank
+    from sglang.srt.runtime_context import get_parallel
+
+    assert parallel_rank() == (0, 1)  # no server: nothing published, one rank
+    p = get_parallel()
+    one = dict(tp_rank=1, tp_size=2, pp_size=1, attn_tp_size=2, moe_ep_size=1)
+    with p.override(**one):
+        assert parallel_rank() == (1, 2)
+    for change, flag in ((dict(pp_size=2), "--pp-size"), (dict(attn_tp_size=1), "dp-attention"),
+                         (dict(moe_ep_size=2), "--ep-size")):  # fmt: skip
+        with p.override(**{**one, **change}), pytest.raises(NotImplementedError, match=flag):
+            parallel_rank()
