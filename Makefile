@@ -38,7 +38,8 @@ test: setup  # -rs: every skip's reason in the summary; quiet already (pyproject
 	$(BIN)/python -m pytest -rs $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/python -m ruff check clover tests benchmarks
+	$(BIN)/python -m ruff check clover tests benchmarks integrations
+	$(BIN)/python -m ruff format --check clover tests benchmarks integrations
 
 bench: setup
 	$(BIN)/clover bench decode

@@ -25,18 +25,46 @@ from clover.engine import Engine, SamplingParams, closing
 from clover.engine.grammar import json_grammar
 
 SCHEMAS = {
-    "flat": {"type": "object", "properties": {"drone_id": {"type": "string"}, "task": {"enum": ["survey", "mapping",
-             "patrol"]}, "priority": {"type": "integer"}}, "required": ["drone_id", "task", "priority"],
-             "additionalProperties": False},
-    "nested": {"type": "object", "properties": {"legs": {"type": "array", "items": {"type": "object", "properties": {
-               "at": {"type": "string"}, "altitude_m": {"type": "number"}}, "required": ["at", "altitude_m"],
-               "additionalProperties": False}}, "note": {"type": "string"}}, "required": ["legs", "note"],
-               "additionalProperties": False},
-    "pattern": {"type": "object", "properties": {"drone_id": {"type": "string", "pattern": "^D-[0-9]+$"},
-                "zone": {"type": "string"}}, "required": ["drone_id", "zone"], "additionalProperties": False},
-}  # fmt: skip
-PROMPTS = ["Plan the next flight of drone 17 as JSON.", "Send UAV 4 to survey the north pier; answer in JSON.",
-           "Which drone covers Market Square? Reply as JSON.", "Give the status of drone 8 as JSON."]  # fmt: skip
+    "flat": {
+        "type": "object",
+        "properties": {
+            "drone_id": {"type": "string"},
+            "task": {"enum": ["survey", "mapping", "patrol"]},
+            "priority": {"type": "integer"},
+        },
+        "required": ["drone_id", "task", "priority"],
+        "additionalProperties": False,
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "legs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"at": {"type": "string"}, "altitude_m": {"type": "number"}},
+                    "required": ["at", "altitude_m"],
+                    "additionalProperties": False,
+                },
+            },
+            "note": {"type": "string"},
+        },
+        "required": ["legs", "note"],
+        "additionalProperties": False,
+    },
+    "pattern": {
+        "type": "object",
+        "properties": {"drone_id": {"type": "string", "pattern": "^D-[0-9]+$"}, "zone": {"type": "string"}},
+        "required": ["drone_id", "zone"],
+        "additionalProperties": False,
+    },
+}
+PROMPTS = [
+    "Plan the next flight of drone 17 as JSON.",
+    "Send UAV 4 to survey the north pier; answer in JSON.",
+    "Which drone covers Market Square? Reply as JSON.",
+    "Give the status of drone 8 as JSON.",
+]
 HOOKS = ("restrict", "fits", "check")
 
 
@@ -98,11 +126,21 @@ def run(engine: Engine, tok, n: int, max_tokens: int, on: bool) -> list[dict]:
                 ok += 1
             except (ValueError, jsonschema.ValidationError):
                 pass
-        rows.append({"schema": name, "closing": "on" if on else "off", "max_tokens": max_tokens, "requests": n,
-                     "valid": ok, "stop": stop, "tokens": tokens, "wall_s": round(wall, 2),
-                     "s_per_token": round(wall / max(tokens, 1), 4),
-                     "closing_us_per_token": round(1e6 * hooks / max(tokens, 1), 1),
-                     "closing_share_pct": round(100 * hooks / wall, 2) if wall else 0.0})  # fmt: skip
+        rows.append(
+            {
+                "schema": name,
+                "closing": "on" if on else "off",
+                "max_tokens": max_tokens,
+                "requests": n,
+                "valid": ok,
+                "stop": stop,
+                "tokens": tokens,
+                "wall_s": round(wall, 2),
+                "s_per_token": round(wall / max(tokens, 1), 4),
+                "closing_us_per_token": round(1e6 * hooks / max(tokens, 1), 1),
+                "closing_share_pct": round(100 * hooks / wall, 2) if wall else 0.0,
+            }
+        )
     return rows
 
 
@@ -120,8 +158,9 @@ def main() -> None:
     engine.generate(tok.encode("warm up"), SamplingParams(max_tokens=8))
     rows = [r for mt in args.max_tokens for on in (False, True) for r in run(engine, tok, args.n, mt, on)]
     cols = list(rows[0])
-    print_table("budget-aware closing: decoding under a schema, closing off and on", cols,
-                [[r[c] for c in cols] for r in rows])  # fmt: skip
+    print_table(
+        "budget-aware closing: decoding under a schema, closing off and on", cols, [[r[c] for c in cols] for r in rows]
+    )
     write_json(args.json, {"rows": rows})
 
 

@@ -55,16 +55,28 @@ def main() -> None:
     model.compile_passes()
     compile_s = warm_compiled(model)  # the first calls compile: denoise and fused at two lengths
     compiled = pass_ms(model, reps=20)
-    figures = {"model": args.preset or args.model or "bundled", "threads": args.threads,
-               "pass_ms_eager": eager, "pass_ms_compiled": compiled, "compile_s": compile_s,
-               "speedup": {k: eager[k] / compiled[k] for k in eager}, "stock_pass_ms": stock}  # fmt: skip
+    figures = {
+        "model": args.preset or args.model or "bundled",
+        "threads": args.threads,
+        "pass_ms_eager": eager,
+        "pass_ms_compiled": compiled,
+        "compile_s": compile_s,
+        "speedup": {k: eager[k] / compiled[k] for k in eager},
+        "stock_pass_ms": stock,
+    }
     rows = [[k, f"{eager[k]:.2f}", f"{compiled[k]:.2f}", f"{eager[k] / compiled[k]:.2f}x"] for k in eager]
     notes = [f"compiling (the first calls of each pass kind): {compile_s:.0f} s"]
     if stock is not None:
-        notes.append(f"stock llama.cpp, 32-token pass of the same-shape AR model: {stock:.2f} ms "
-                     f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})")  # fmt: skip
-    print_table(f"decoding passes, eager vs torch.compile ({figures['model']}, {args.threads} thread(s))",
-                ["pass", "eager ms", "compiled ms", "speed-up"], rows, notes)  # fmt: skip
+        notes.append(
+            f"stock llama.cpp, 32-token pass of the same-shape AR model: {stock:.2f} ms "
+            f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})"
+        )
+    print_table(
+        f"decoding passes, eager vs torch.compile ({figures['model']}, {args.threads} thread(s))",
+        ["pass", "eager ms", "compiled ms", "speed-up"],
+        rows,
+        notes,
+    )
     write_json(args.json, figures)  # a result file (clover.bench.results)
 
 

@@ -58,9 +58,14 @@ def main() -> None:
         torch.manual_seed(0)
         model = CloverForBlockDiffusion(cfg)
         tc = TrainConfig(
-            steps=args.steps, lr=2e-3, warmup=20, block_size=8, log_every=10**9, eval_every=10**9,
+            steps=args.steps,
+            lr=2e-3,
+            warmup=20,
+            block_size=8,
+            log_every=10**9,
+            eval_every=10**9,
             masking=MaskingConfig(complementary=True, samples=1),
-        )  # fmt: skip
+        )
         t0 = time.perf_counter()
         losses = [h["loss"] for h in Trainer(model, copy_batch, tc, None).fit(progress=False)]
         first, last = sum(losses[:10]) / 10, sum(losses[-20:]) / 20

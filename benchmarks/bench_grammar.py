@@ -88,8 +88,12 @@ def main() -> None:
                 valid += schema_valid(out.text)
             wall = time.perf_counter() - t0
             name = f"{policy}{' + grammar' if constrained else ''}"
-            r = {"exact_match": exact / len(data), "schema_valid": valid / len(data), "tpf": toks / passes,
-                 "tokens_per_s": toks / wall}  # fmt: skip
+            r = {
+                "exact_match": exact / len(data),
+                "schema_valid": valid / len(data),
+                "tpf": toks / passes,
+                "tokens_per_s": toks / wall,
+            }
             figures.update({f"{name.replace(' + ', '_')}_{k}": v for k, v in r.items()})
             rows.append(
                 [
@@ -100,8 +104,11 @@ def main() -> None:
                     r["tokens_per_s"],
                 ]
             )
-    print_table(f"tool calls free vs under the grammar ({len(data)} test prompts, batch 1, {args.threads} thread(s))",
-                ["mode", "exact match", "schema-valid calls", "TPF", "tokens/s"], rows)  # fmt: skip
+    print_table(
+        f"tool calls free vs under the grammar ({len(data)} test prompts, batch 1, {args.threads} thread(s))",
+        ["mode", "exact match", "schema-valid calls", "TPF", "tokens/s"],
+        rows,
+    )
     write_json(args.json, figures)
 
 

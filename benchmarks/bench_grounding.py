@@ -59,8 +59,32 @@ class WideTable(TokenTable):
 
 def source(n: int, rng: random.Random) -> str:
     """About ``n`` characters of operator-style text with the name in the middle."""
-    words = ["recall", "drone", "zone", "radius", "metres", "north", "at", "Harbour", "Pier", "Old", "wp", "Gate",
-             "survey", "the", "and", "of", "lift", "12.5", "N", "3.25", "W", "UAV-17", "#901", "please"]  # fmt: skip
+    words = [
+        "recall",
+        "drone",
+        "zone",
+        "radius",
+        "metres",
+        "north",
+        "at",
+        "Harbour",
+        "Pier",
+        "Old",
+        "wp",
+        "Gate",
+        "survey",
+        "the",
+        "and",
+        "of",
+        "lift",
+        "12.5",
+        "N",
+        "3.25",
+        "W",
+        "UAV-17",
+        "#901",
+        "please",
+    ]
     out: list[str] = []
     while sum(len(w) + 1 for w in out) < n // 2:
         out.append(rng.choice(words))
@@ -103,10 +127,23 @@ def main() -> None:
                 timing[label] = per_position(tg, states)
             ratio = timing["grounded"] / timing["plain"]
             key = f"{tname.split()[0]}_{n}"
-            figures[key] = {"grounded_ms": 1e3 * timing["grounded"], "plain_ms": 1e3 * timing["plain"],
-                            "ratio": ratio, "index_build_ms": 1e3 * build, "tokens": len(table.bytes)}  # fmt: skip
-            rows.append([tname, f"{n:,}", f"{1e3 * timing['grounded']:.2f}", f"{1e3 * timing['plain']:.2f}",
-                         f"{ratio:.2f}x", f"{1e3 * build:.1f}"])  # fmt: skip
+            figures[key] = {
+                "grounded_ms": 1e3 * timing["grounded"],
+                "plain_ms": 1e3 * timing["plain"],
+                "ratio": ratio,
+                "index_build_ms": 1e3 * build,
+                "tokens": len(table.bytes),
+            }
+            rows.append(
+                [
+                    tname,
+                    f"{n:,}",
+                    f"{1e3 * timing['grounded']:.2f}",
+                    f"{1e3 * timing['plain']:.2f}",
+                    f"{ratio:.2f}x",
+                    f"{1e3 * build:.1f}",
+                ]
+            )
     cols = ["token table", "source chars", "grounded ms", "plain string ms", "ratio", "index build ms"]
     print_table("allowed-token set per position of a copied name, computed uncached (one thread)", cols, rows)
     write_json(args.json, figures)

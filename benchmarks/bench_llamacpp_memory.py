@@ -42,8 +42,16 @@ def measure(lib_path: str, gguf: str) -> dict:
     lib.clover_model_get.restype = ctypes.c_int64
     lib.clover_model_get.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     i32, f32 = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
-    lib.clover_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p, i32, ctypes.c_int64, i32, ctypes.c_int64,
-                                ctypes.c_int64, f32]  # fmt: skip
+    lib.clover_step.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        i32,
+        ctypes.c_int64,
+        i32,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        f32,
+    ]
     stages = {"before load": _status()}
     m = lib.clover_model_load(gguf.encode(), 1)
     if not m:
@@ -79,8 +87,9 @@ def main() -> None:
         export_gguf(ROOT / "clover" / "assets" / "default", gguf, a.type)
         size = gguf.stat().st_size / 2**20
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        out = subprocess.run([sys.executable, __file__, "--child", lib, str(gguf)], capture_output=True, text=True,
-                             env=env, check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", lib, str(gguf)], capture_output=True, text=True, env=env, check=True
+        )
     stages = json.loads(out.stdout)
     print(f"GGUF file ({a.type}): {size:.1f} MiB; library {lib}")
     print(f"{'stage':<14} {'VmRSS':>8} {'RssAnon':>8} {'RssFile':>8}  (MiB)")

@@ -92,7 +92,7 @@ def moe_figures(tokens=(16, 64, 512), reps=20):
                 with torch.no_grad():
                     out[f"moe_{label}_{name}_{n}tok_ms"] = 1e3 * _time(lambda fn=fn: fn(h, w, i), reps)
                 if n == tokens[-1] and name != "dense":
-                    bwd = lambda fn=fn: fn(h, w, i).square().sum().backward()  # noqa: E731
+                    bwd = lambda fn=fn: fn(h, w, i).square().sum().backward()
                     out[f"moe_{label}_{name}_{n}tok_fwd_bwd_ms"] = 1e3 * _time(bwd, max(1, reps // 4))
     return out
 

@@ -67,28 +67,46 @@ def main() -> None:
                 per[name]["wall"][turn].append(time.perf_counter() - t0)
                 per[name]["ttft"][turn].append(out.stats["ttft_s"])
                 answers[name] = out.token_ids
-                history[name] += [{"role": "assistant", "content": out.text},
-                                  {"role": "tool", "content": RESULTS[turn % len(RESULTS)]}]  # fmt: skip
+                history[name] += [
+                    {"role": "assistant", "content": out.text},
+                    {"role": "tool", "content": RESULTS[turn % len(RESULTS)]},
+                ]
                 if name == "off":
                     prompt_tokens[turn] += len(ids)
             same &= answers["on"] == answers["off"]
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs)
     rows, figures = [], {"conversations": args.conversations, "turns": args.turns, "same_answers": same}
     for t in range(args.turns):
         off, on = mean(per["off"]["ttft"][t]), mean(per["on"]["ttft"][t])
         w_off, w_on = mean(per["off"]["wall"][t]), mean(per["on"]["wall"][t])
-        rows.append([str(t + 1), round(prompt_tokens[t] / args.conversations), off * 1e3, on * 1e3, off / on,
-                     w_off * 1e3, w_on * 1e3])  # fmt: skip
-        figures[f"turn{t + 1}"] = {"prompt_tokens": prompt_tokens[t] / args.conversations,
-                                   "ttft_ms_off": off * 1e3, "ttft_ms_on": on * 1e3,
-                                   "wall_ms_off": w_off * 1e3, "wall_ms_on": w_on * 1e3}  # fmt: skip
+        rows.append(
+            [
+                str(t + 1),
+                round(prompt_tokens[t] / args.conversations),
+                off * 1e3,
+                on * 1e3,
+                off / on,
+                w_off * 1e3,
+                w_on * 1e3,
+            ]
+        )
+        figures[f"turn{t + 1}"] = {
+            "prompt_tokens": prompt_tokens[t] / args.conversations,
+            "ttft_ms_off": off * 1e3,
+            "ttft_ms_on": on * 1e3,
+            "wall_ms_off": w_off * 1e3,
+            "wall_ms_on": w_on * 1e3,
+        }
     figures.update(engines["on"].prefix_cache.stats())
     print_table(
         f"agent loop, prefix cache off vs on ({args.conversations} conversations, batch 1, {args.threads} thread(s))",
-        ["turn", "prompt tokens", "TTFT off ms", "TTFT on ms", "TTFT speed-up", "turn off ms", "turn on ms"], rows,
-        notes=[f"answers identical with and without the cache: {same}",
-               f"prompt tokens not recomputed: {engines['on'].prefix_cache.hit_tokens} of {sum(prompt_tokens)}"],
-    )  # fmt: skip
+        ["turn", "prompt tokens", "TTFT off ms", "TTFT on ms", "TTFT speed-up", "turn off ms", "turn on ms"],
+        rows,
+        notes=[
+            f"answers identical with and without the cache: {same}",
+            f"prompt tokens not recomputed: {engines['on'].prefix_cache.hit_tokens} of {sum(prompt_tokens)}",
+        ],
+    )
     write_json(args.json, figures)
     print(json.dumps({k: figures[k] for k in ("same_answers", "prefix_cache_hit_tokens")}))
 

@@ -40,8 +40,11 @@ def _rss_mib() -> float:
 def _send(port: int, body: dict) -> socket.socket:
     data = json.dumps(body).encode()
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)  # fmt: skip
+    s.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+        + data
+    )
     return s
 
 
@@ -52,8 +55,14 @@ def one(port: int, i: int, max_tokens: int) -> list[str]:
     full). Returns the outcome of each attempt."""
     rng = random.Random(i)
     kind = ("slow", "disconnect", "plain")[i % 3]
-    body = {"model": "clover", "messages": MSG, "max_tokens": max_tokens, "stream": kind != "plain",
-            "ignore_eos": True, "temperature": 0}  # fmt: skip
+    body = {
+        "model": "clover",
+        "messages": MSG,
+        "max_tokens": max_tokens,
+        "stream": kind != "plain",
+        "ignore_eos": True,
+        "temperature": 0,
+    }
     outcomes = []
     while True:
         s = _send(port, body)
@@ -122,10 +131,22 @@ def main() -> None:
     print(f"{a.requests} requests in {wall:.0f} s: {counts}")
     print(f"VmRSS before {before:.1f} MiB, after {after:.1f} MiB: {change:+.2f} % (target within 5 %)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"requests": a.requests, "warmup": a.warmup, "clients": a.clients,
-                                            "max_tokens": a.max_tokens, "outcomes": counts, "rss_before_mib": before,
-                                            "rss_after_mib": after, "change_percent": round(change, 2),
-                                            "wall_s": round(wall, 1)}, indent=1))  # fmt: skip
+        Path(a.json).write_text(
+            json.dumps(
+                {
+                    "requests": a.requests,
+                    "warmup": a.warmup,
+                    "clients": a.clients,
+                    "max_tokens": a.max_tokens,
+                    "outcomes": counts,
+                    "rss_before_mib": before,
+                    "rss_after_mib": after,
+                    "change_percent": round(change, 2),
+                    "wall_s": round(wall, 1),
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

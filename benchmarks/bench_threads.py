@@ -49,8 +49,12 @@ def child(model: str, threads: int, max_tokens: int, prompts: int) -> dict:
     outs = engine.generate_batch(cases, params)
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
-    return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-            "active_params": m.num_parameters()["active_params"]}  # fmt: skip
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "active_params": m.num_parameters()["active_params"],
+    }
 
 
 def run_case(model, threads, wait, args) -> dict:
@@ -86,8 +90,10 @@ def main() -> None:
     for spinners in [int(s) for s in args.spinners.split(",")]:
         # each spinner a program of its own (its own session): the scheduler shares the CPU between
         # sessions first, so spinners in the case's own session would favour more threads
-        spin = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=args.case_timeout * 8)], start_new_session=True)
-                for _ in range(spinners)]  # fmt: skip
+        spin = [
+            subprocess.Popen([sys.executable, "-c", SPIN.format(s=args.case_timeout * 8)], start_new_session=True)
+            for _ in range(spinners)
+        ]
         try:
             for rep in range(args.repeat):  # repeats interleaved, so a change of load touches every case
                 for model in args.models.split(","):
@@ -106,8 +112,11 @@ def main() -> None:
 
     speed = lambda r: f"{r['tokens_per_s']:.3g}" if "tokens_per_s" in r else f"timed out ({r['timed_out_s']} s)"
     rows = [[r["model"], r["spinners"], r["threads"], r["wait"], f"{r['loadavg_1m']:.1f}", speed(r)] for r in results]
-    print_table(f"decode tokens/s at batch 1 by torch threads ({os.cpu_count()} CPUs)",
-                ["model", "spinners", "threads", "OMP wait", "load (1 min)", "tokens/s"], rows)  # fmt: skip
+    print_table(
+        f"decode tokens/s at batch 1 by torch threads ({os.cpu_count()} CPUs)",
+        ["model", "spinners", "threads", "OMP wait", "load (1 min)", "tokens/s"],
+        rows,
+    )
     write_json(args.json, {"cpu_count": os.cpu_count(), "results": results})
 
 

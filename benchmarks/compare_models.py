@@ -42,12 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         models[name] = path or None
     t0 = time.perf_counter()
     res = compare.compare(models, a.n, a.cases, policy, a.device, a.threads, a.case_n, a.block_size)
-    res["_settings"] = {"n": a.n, "cases": a.cases, "case_n": a.case_n, "policy": a.policy, "block_size": a.block_size,
-                        "wall_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    res["_settings"] = {
+        "n": a.n,
+        "cases": a.cases,
+        "case_n": a.case_n,
+        "policy": a.policy,
+        "block_size": a.block_size,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
     columns, rows = table(res)
     print(markdown_table(columns, rows))
-    record_table("models side by side: exact match per set, tokens per pass and per second on validation", columns,
-                 rows)  # fmt: skip
+    record_table(
+        "models side by side: exact match per set, tokens per pass and per second on validation", columns, rows
+    )
     write_json(a.json, res)  # a result file (clover.bench.results): the command, commit, machine, this table
     return 0
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
-from clover.bench.results import RESULTS_DIR, read_result, render  # noqa: E402
+from clover.bench.results import RESULTS_DIR, read_result, render
 
 ROOT = Path(__file__).parents[1]
 OPEN = re.compile(r"^<!-- results: (?P<spec>.+?) -->\s*$")
@@ -168,8 +168,9 @@ def _rerun(names: list[str], root: Path = ROOT) -> int:
         print(f"docs_tables: {n}: {command}", file=sys.stderr)
         code = subprocess.run(rerun_argv(command), cwd=root).returncode
         if code:
-            print(f"docs_tables: {n}: exit status {code}; its result file is left as the command left it",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"docs_tables: {n}: exit status {code}; its result file is left as the command left it", file=sys.stderr
+            )
             return code
     return 0
 
@@ -179,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a marked table is stale")
     ap.add_argument("--list", action="store_true", help="list the result files: command, commit, date, pages, tables")
     ap.add_argument(
-        "--rerun", nargs="+", metavar="NAME", help="run these result files' commands again (NAME: a file's stem, "
-        "or all), then regenerate every marked table"
-    )  # fmt: skip
+        "--rerun",
+        nargs="+",
+        metavar="NAME",
+        help="run these result files' commands again (NAME: a file's stem, or all), then regenerate every marked table",
+    )
     args = ap.parse_args(argv)
     if args.list:
         _list()

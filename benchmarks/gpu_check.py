@@ -51,21 +51,36 @@ SEEDS_REFERENCE_TOK_S = 515
 
 # sizes: (GPU run, dry run)
 SIZES = {
-    "invariant": {"gpu": dict(preset="small", block_size=32, batch=2, length=200, prompt=45),
-                  "dry": dict(preset="tiny", block_size=8, batch=2, length=37, prompt=5)},
+    "invariant": {
+        "gpu": dict(preset="small", block_size=32, batch=2, length=200, prompt=45),
+        "dry": dict(preset="tiny", block_size=8, batch=2, length=37, prompt=5),
+    },
     "fla": {"gpu": dict(B=2, T=512, H=8, dk=128, dv=128), "dry": dict(B=1, T=100, H=2, dk=16, dv=16)},
-    "sglang": {"gpu": dict(prompts=32, max_tokens=64, timeout_s=300),
-               "dry": dict(prompts=4, max_tokens=16, timeout_s=120)},
-    "speed": {"gpu": dict(preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128,
-                          history=512),
-              "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32, history=64)},
-}  # fmt: skip
+    "sglang": {
+        "gpu": dict(prompts=32, max_tokens=64, timeout_s=300),
+        "dry": dict(prompts=4, max_tokens=16, timeout_s=120),
+    },
+    "speed": {
+        "gpu": dict(
+            preset="qwen3.6-35b-a3b", prefill_tokens=4096, prompt=128, ar_tokens=64, fixed_tokens=128, history=512
+        ),
+        "dry": dict(preset="tiny", prefill_tokens=1024, prompt=64, ar_tokens=16, fixed_tokens=32, history=64),
+    },
+}
 # of --budget-s; fla's first calls compile and autotune its Triton kernels (tens of seconds), and
 # the speed section takes whatever the others leave
 BUDGET_SHARE = {"invariant": 0.15, "fla": 0.22, "sglang": 0.2, "speed": 0.43}
 BATCHES = (1, 16)
-SGLANG_KEYS = ("same_tokens", "prompts", "sglang_tokens_per_s", "clover_tokens_per_s", "sglang_tpf", "clover_tpf",
-               "max_rel_logit_err", "sglang_start_s")
+SGLANG_KEYS = (
+    "same_tokens",
+    "prompts",
+    "sglang_tokens_per_s",
+    "clover_tokens_per_s",
+    "sglang_tpf",
+    "clover_tpf",
+    "max_rel_logit_err",
+    "sglang_start_s",
+)
 BLOCK, FIXED_STEPS = 32, 8
 
 
@@ -130,8 +145,12 @@ def check_invariant(out: dict, device: torch.device, size: dict, left) -> None:
             m = place_model(copy.deepcopy(ref), device, dtype)
             train, steps = _gen_blocks(m, x0, xt, size["prompt"], bs, device)
             e_train, e_step, e_both = _block_err(m, train, steps, ref_train, bs)
-            out[name] = {"device": str(device), "forward_train_max_abs_err": e_train, "step_max_abs_err": e_step,
-                         "train_vs_step_max_abs_err": e_both}  # fmt: skip
+            out[name] = {
+                "device": str(device),
+                "forward_train_max_abs_err": e_train,
+                "step_max_abs_err": e_step,
+                "train_vs_step_max_abs_err": e_both,
+            }
             del m
 
 
@@ -139,7 +158,7 @@ def check_invariant(out: dict, device: torch.device, size: dict, left) -> None:
 def _fla_chunk():
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception:  # noqa: BLE001 - not installed, or no Triton/GPU for it
+    except Exception:
         return None
     return chunk_gated_delta_rule
 
@@ -174,12 +193,17 @@ def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
         left()
         try:
             with torch.no_grad():
-                o, S = chunk(*(t.to(device, torch.bfloat16) for t in (q, k, v)), g=g.to(device, torch.float32),
-                             beta=beta.to(device, torch.float32), scale=scale,
-                             initial_state=S0.to(device, torch.float32), output_final_state=True)  # fmt: skip
+                o, S = chunk(
+                    *(t.to(device, torch.bfloat16) for t in (q, k, v)),
+                    g=g.to(device, torch.float32),
+                    beta=beta.to(device, torch.float32),
+                    scale=scale,
+                    initial_state=S0.to(device, torch.float32),
+                    output_final_state=True,
+                )
             sync(device)
             kern.update(o_max_abs_err=_err(o, ref_o), state_max_abs_err=_err(S, ref_last))
-        except Exception as e:  # noqa: BLE001 - recorded; the model's own path below still runs
+        except Exception as e:
             kern["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     probe = q[:1, :1].to(device, torch.bfloat16)
     pick = getattr(ops, "_fla_kernels", lambda x: None)  # the dispatch's own choice of kernel
@@ -193,7 +217,7 @@ def check_fla(out: dict, device: torch.device, size: dict, left) -> None:
                 o, S = delta_rule(*args, S0.to(device, torch.float32), bounds, scale)
             sync(device)
             out[name] = {"o_max_abs_err": _err(o, ref_o), "state_max_abs_err": _err(S, ref_S)}
-        except Exception as e:  # noqa: BLE001 - one dtype that fails leaves the other's figure
+        except Exception as e:
             out[name] = {"o_max_abs_err": None, "state_max_abs_err": None, "error": f"{type(e).__name__}: {e}"}
 
 
@@ -216,8 +240,13 @@ def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
     from clover.engine import SamplingParams
 
     n = size["ar_tokens"] if policy == "ar" else size["fixed_tokens"]
-    params = SamplingParams(max_tokens=n, block_size=BLOCK, policy=policy, ignore_eos=True,
-                            steps_per_block=FIXED_STEPS if policy == "fixed" else None)  # fmt: skip
+    params = SamplingParams(
+        max_tokens=n,
+        block_size=BLOCK,
+        policy=policy,
+        ignore_eos=True,
+        steps_per_block=FIXED_STEPS if policy == "fixed" else None,
+    )
     gen = torch.Generator().manual_seed(batch)
     V = model.config.vocab_size
     prompts = [torch.randint(0, V - 1, (size["prompt"],), generator=gen).tolist() for _ in range(batch)]
@@ -228,8 +257,14 @@ def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
     passes = max(o.stats["forward_passes"] for o in outs)
-    return {"batch": batch, "policy": policy, "tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall,
-            "tpf": tokens / batch / passes if passes else None}  # fmt: skip
+    return {
+        "batch": batch,
+        "policy": policy,
+        "tokens": tokens,
+        "seconds": wall,
+        "tokens_per_s": tokens / wall,
+        "tpf": tokens / batch / passes if passes else None,
+    }
 
 
 def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
@@ -275,9 +310,16 @@ def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
         del prompt
     engine = Engine(model, max_batch_size=max(BATCHES))
     for policy in ("ar", "fixed"):  # warm-up: the decode shapes of each policy once
-        engine.generate_batch([list(range(1, BLOCK + 1))], SamplingParams(max_tokens=BLOCK, block_size=BLOCK,
-                              policy=policy, steps_per_block=FIXED_STEPS if policy == "fixed" else None,
-                              ignore_eos=True))  # fmt: skip
+        engine.generate_batch(
+            [list(range(1, BLOCK + 1))],
+            SamplingParams(
+                max_tokens=BLOCK,
+                block_size=BLOCK,
+                policy=policy,
+                steps_per_block=FIXED_STEPS if policy == "fixed" else None,
+                ignore_eos=True,
+            ),
+        )
     peak()
     for b in BATCHES:  # batch 1 of both policies first: the figures that matter most if time runs out
         for policy in ("ar", "fixed"):
@@ -336,8 +378,21 @@ def check_sglang(out: dict, device: torch.device, size: dict, left) -> None:
     """``clover bench sglang`` on this device in a subprocess (SGLang starts its own processes)."""
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / "sglang.json"
-        cmd = [sys.executable, "-m", "clover", "bench", "sglang", "--device", device.type, "--json", str(path),
-               "--prompts", str(size["prompts"]), "--max-tokens", str(size["max_tokens"])]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "clover",
+            "bench",
+            "sglang",
+            "--device",
+            device.type,
+            "--json",
+            str(path),
+            "--prompts",
+            str(size["prompts"]),
+            "--max-tokens",
+            str(size["max_tokens"]),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=size["timeout_s"])
         if r.returncode != 0:
             raise RuntimeError(f"clover bench sglang exited {r.returncode}: {(r.stderr or r.stdout)[-400:]}")
@@ -349,32 +404,66 @@ def check_sglang(out: dict, device: torch.device, size: dict, left) -> None:
 # -- driver ------------------------------------------------------------------------------------------
 def _template(dry: bool) -> dict:
     """Every key the JSON has, in both modes (None until measured)."""
-    per = {"device": None, "forward_train_max_abs_err": None, "step_max_abs_err": None,
-           "train_vs_step_max_abs_err": None}  # fmt: skip
+    per = {
+        "device": None,
+        "forward_train_max_abs_err": None,
+        "step_max_abs_err": None,
+        "train_vs_step_max_abs_err": None,
+    }
     run = {"batch": None, "policy": None, "tokens": None, "seconds": None, "tokens_per_s": None, "tpf": None}
     mode = "dry" if dry else "gpu"
     base = {"status": "not run", "seconds": None, "note": None}
     return {
-        "invariant": {**base, **SIZES["invariant"][mode], "reference": "fp64 on the CPU, same weights",
-                      "reference_max_abs_logit": None, "fp64_train_vs_step": None,
-                      "fp32": dict(per), "bf16": dict(per)},
-        "fla": {**base, "candidate": None, "reference": "delta_rule_chunked, fp64 on the CPU", "shape": None,
-                "chunk_kernel": {"kernel": "fla chunk_gated_delta_rule, bf16 q/k/v", "o_max_abs_err": None,
-                                 "state_max_abs_err": None, "error": None},
-                "fp32": {"o_max_abs_err": None, "state_max_abs_err": None},
-                "bf16": {"o_max_abs_err": None, "state_max_abs_err": None}},
-        "speed": {**base, **SIZES["speed"][mode], "dtype": "bfloat16", "block_size": BLOCK,
-                  "fixed_steps_per_block": FIXED_STEPS, "params": None, "weights_gib": None, "init_s": None,
-                  "prefill": {"tokens": None, "seconds": None, "tokens_per_s": None},
-                  "decode": {f"{p}_b{b}": dict(run) for b in BATCHES for p in ("ar", "fixed")},
-                  "compiled": {"pass_ms_eager": None, "pass_ms_compiled": None, "compile_s_compiled": None,
-                               "pass_ms_graphs": None, "compile_s_graphs": None, "bytes_per_pass": None,
-                               "bandwidth_bound_ms": None},
-                  "peak_memory_gib": None, "seeds_reference_tok_s": SEEDS_REFERENCE_TOK_S,
-                  "seeds_reference_note": "the published reference point for this shape (35B-A3B) decoding on one "
-                  "H200, tokens/s; not measured here: compare with the decode rows at the TPF it was measured at"},
+        "invariant": {
+            **base,
+            **SIZES["invariant"][mode],
+            "reference": "fp64 on the CPU, same weights",
+            "reference_max_abs_logit": None,
+            "fp64_train_vs_step": None,
+            "fp32": dict(per),
+            "bf16": dict(per),
+        },
+        "fla": {
+            **base,
+            "candidate": None,
+            "reference": "delta_rule_chunked, fp64 on the CPU",
+            "shape": None,
+            "chunk_kernel": {
+                "kernel": "fla chunk_gated_delta_rule, bf16 q/k/v",
+                "o_max_abs_err": None,
+                "state_max_abs_err": None,
+                "error": None,
+            },
+            "fp32": {"o_max_abs_err": None, "state_max_abs_err": None},
+            "bf16": {"o_max_abs_err": None, "state_max_abs_err": None},
+        },
+        "speed": {
+            **base,
+            **SIZES["speed"][mode],
+            "dtype": "bfloat16",
+            "block_size": BLOCK,
+            "fixed_steps_per_block": FIXED_STEPS,
+            "params": None,
+            "weights_gib": None,
+            "init_s": None,
+            "prefill": {"tokens": None, "seconds": None, "tokens_per_s": None},
+            "decode": {f"{p}_b{b}": dict(run) for b in BATCHES for p in ("ar", "fixed")},
+            "compiled": {
+                "pass_ms_eager": None,
+                "pass_ms_compiled": None,
+                "compile_s_compiled": None,
+                "pass_ms_graphs": None,
+                "compile_s_graphs": None,
+                "bytes_per_pass": None,
+                "bandwidth_bound_ms": None,
+            },
+            "peak_memory_gib": None,
+            "seeds_reference_tok_s": SEEDS_REFERENCE_TOK_S,
+            "seeds_reference_note": "the published reference point for this shape (35B-A3B) decoding on one "
+            "H200, tokens/s; not measured here: compare with the decode rows at the TPF it was measured at",
+        },
         "sglang": {**base, **{k: None for k in SGLANG_KEYS}},
-    }  # fmt: skip
+    }
 
 
 def _run_section(name: str, fn, out: dict, device, size: dict, budget_s: float) -> None:
@@ -400,7 +489,7 @@ def _run_section(name: str, fn, out: dict, device, size: dict, budget_s: float) 
     except Overrun:
         out["status"] = "timeout"
         out["note"] = f"stopped after its {budget_s:.0f} s budget; the figures above were measured before that"
-    except Exception as e:  # noqa: BLE001 - recorded; the next section still runs
+    except Exception as e:
         out["status"] = "error"
         out["note"] = f"{type(e).__name__}: {str(e)[:400]}"
     finally:
@@ -414,13 +503,18 @@ def _run_section(name: str, fn, out: dict, device, size: dict, budget_s: float) 
 def _rows(res: dict) -> list[list]:
     inv, fla, sp = res["sections"]["invariant"], res["sections"]["fla"], res["sections"]["speed"]
     scale = inv["reference_max_abs_logit"]
-    rel = lambda e: f"{e / scale:.2g} of max |logit|" if e is not None and scale else ""  # noqa: E731
-    rows = [["invariant", "status", inv["status"], inv["note"] or f"{inv['preset']} preset, block {inv['block_size']}"],
-            ["invariant", "max |logit|, fp64 cpu", scale, "the reference"],
-            ["invariant", "fp64 cpu: train vs step", inv["fp64_train_vs_step"], "the invariant in fp64"]]  # fmt: skip
+    rel = lambda e: f"{e / scale:.2g} of max |logit|" if e is not None and scale else ""
+    rows = [
+        ["invariant", "status", inv["status"], inv["note"] or f"{inv['preset']} preset, block {inv['block_size']}"],
+        ["invariant", "max |logit|, fp64 cpu", scale, "the reference"],
+        ["invariant", "fp64 cpu: train vs step", inv["fp64_train_vs_step"], "the invariant in fp64"],
+    ]
     for d in ("fp32", "bf16"):
-        for k, what in (("forward_train_max_abs_err", "train vs fp64"), ("step_max_abs_err", "step vs fp64"),
-                        ("train_vs_step_max_abs_err", "train vs step")):  # fmt: skip
+        for k, what in (
+            ("forward_train_max_abs_err", "train vs fp64"),
+            ("step_max_abs_err", "step vs fp64"),
+            ("train_vs_step_max_abs_err", "train vs step"),
+        ):
             rows.append(["invariant", f"{inv[d]['device']} {d}: {what}", inv[d][k], rel(inv[d][k])])
     rows.append(["fla", "status", fla["status"], fla["note"] or fla["shape"] or ""])
     ck = fla["chunk_kernel"]
@@ -431,28 +525,51 @@ def _rows(res: dict) -> list[list]:
             rows.append(
                 ["fla", f"delta_rule {d}: {what} vs fp64", fla[d][k], fla[d].get("error") or fla["candidate"] or ""]
             )
-    rows += [["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
-             ["speed", "weights GiB", sp["weights_gib"],
-              f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s"],
-             ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"],
-              "batch 1"]]  # fmt: skip
+    rows += [
+        ["speed", "status", sp["status"], sp["note"] or f"{sp['preset']}, random bf16 weights"],
+        [
+            "speed",
+            "weights GiB",
+            sp["weights_gib"],
+            f"{sp['params'] or 0:.4g} params, built in {sp['init_s'] or 0:.1f} s",
+        ],
+        ["speed", f"prefill tok/s at {sp['prefill']['tokens']}", sp["prefill"]["tokens_per_s"], "batch 1"],
+    ]
     for key, r in sp["decode"].items():
         rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])
     cp = sp["compiled"]
     for k, what in (("pass_ms_eager", "eager"), ("pass_ms_compiled", "compiled"), ("pass_ms_graphs", "CUDA graphs")):
         rows.append(["speed", f"pass ms, {what}", cp[k], f"batch 1, {BLOCK}-position denoise after {sp['history']}"])
-    rows.append(["speed", "bandwidth bound ms", cp["bandwidth_bound_ms"],
-                 f"{(cp['bytes_per_pass'] or 0) / 1e9:.1f} GB read per pass (experts a block reaches)"])  # fmt: skip
-    rows += [["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],
-             ["speed", "seeds_reference_tok_s", sp["seeds_reference_tok_s"],
-              "published reference for this shape on one H200 (not measured here)"]]  # fmt: skip
+    rows.append(
+        [
+            "speed",
+            "bandwidth bound ms",
+            cp["bandwidth_bound_ms"],
+            f"{(cp['bytes_per_pass'] or 0) / 1e9:.1f} GB read per pass (experts a block reaches)",
+        ]
+    )
+    rows += [
+        ["speed", "peak GPU memory GiB", sp["peak_memory_gib"], "torch.cuda.max_memory_allocated"],
+        [
+            "speed",
+            "seeds_reference_tok_s",
+            sp["seeds_reference_tok_s"],
+            "published reference for this shape on one H200 (not measured here)",
+        ],
+    ]
     sg = res["sections"]["sglang"]
     rows.append(["sglang", "status", sg["status"], sg["note"] or "clover bench sglang, the bundled model"])
     if sg["status"] == "ok":
-        rows += [["sglang", "same tokens", f"{sg['same_tokens']}/{sg['prompts']}", "as Clover's engine, batch 1, 16"],
-                 ["sglang", "tokens/s at batch 16", sg["sglang_tokens_per_s"],
-                  f"Clover's engine {sg['clover_tokens_per_s']:.4g}"],
-                 ["sglang", "max relative logit error", sg["max_rel_logit_err"], "vs PyTorch"]]  # fmt: skip
+        rows += [
+            ["sglang", "same tokens", f"{sg['same_tokens']}/{sg['prompts']}", "as Clover's engine, batch 1, 16"],
+            [
+                "sglang",
+                "tokens/s at batch 16",
+                sg["sglang_tokens_per_s"],
+                f"Clover's engine {sg['clover_tokens_per_s']:.4g}",
+            ],
+            ["sglang", "max relative logit error", sg["max_rel_logit_err"], "vs PyTorch"],
+        ]
     return [[a, b, "-" if c is None else (f"{c:.3g}" if isinstance(c, float) else str(c)), d] for a, b, c, d in rows]
 
 
@@ -500,8 +617,11 @@ def main() -> int:
         "seconds": None,
         "sections": _template(args.dry_run),
     }
-    print(f"gpu_check: {res['device_name']} ({device}), torch {res['torch']}, CUDA {res['cuda']}, fla {res['fla']}, "
-          f"{res['threads']} CPU thread(s){', dry run' if args.dry_run else ''}", flush=True)  # fmt: skip
+    print(
+        f"gpu_check: {res['device_name']} ({device}), torch {res['torch']}, CUDA {res['cuda']}, fla {res['fla']}, "
+        f"{res['threads']} CPU thread(s){', dry run' if args.dry_run else ''}",
+        flush=True,
+    )
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     no_sglang = "the dry run leaves SGLang to `make test-sglang`" if args.dry_run else sglang_available()
@@ -523,7 +643,7 @@ def main() -> int:
             path.write_text(json.dumps(res, indent=1) + "\n")
         print(f"gpu_check: {name}: {out['status']} in {out['seconds'] or 0:.1f} s", flush=True)
     print_rows(f"gpu_check ({res['device_name']}, {res['seconds']:.0f} s)", _rows(res), f"JSON: {path}")
-    skippable = lambda n, s: n == "sglang" and s["status"] == "skipped" and no_sglang  # noqa: E731
+    skippable = lambda n, s: n == "sglang" and s["status"] == "skipped" and no_sglang
     return 0 if all(s["status"] == "ok" or skippable(n, s) for n, s in res["sections"].items()) else 1
 
 

@@ -160,8 +160,11 @@ def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rules", default="threshold@0.9,prefix@0.9,prefix@0.93,prefix@0.95,prefix@0.97,sure-first@0.9,"
-                   "run-product@0.9,digits@0.9,digits@0.95,digits+far0.1@0.9,digits+far0.01@0.9")  # fmt: skip
+    p.add_argument(
+        "--rules",
+        default="threshold@0.9,prefix@0.9,prefix@0.93,prefix@0.95,prefix@0.97,sure-first@0.9,"
+        "run-product@0.9,digits@0.9,digits@0.95,digits+far0.1@0.9,digits+far0.01@0.9",
+    )
     p.add_argument("--split", default="validation")
     p.add_argument("--n", type=int, default=200, help="tool-call turns (half as many of words and conversations)")
     p.add_argument("--small-talk", default="benchmarks/small_talk.txt", help="one message a line")
@@ -172,16 +175,24 @@ def main() -> None:
     set_threads(args.threads)
     model, tok = load_model_dir(None, args.threads)
     digit = torch.tensor([any(c.isdigit() for c in tok.decode([i])) for i in range(model.config.vocab_size)])
-    for rule in (RunProduct(), SureFirst(), Digits("digits", digit), Digits("digits+far0.1", digit, 0.1),
-                 Digits("digits+far0.01", digit, 0.01)):  # fmt: skip
+    for rule in (
+        RunProduct(),
+        SureFirst(),
+        Digits("digits", digit),
+        Digits("digits+far0.1", digit, 0.1),
+        Digits("digits+far0.01", digit, 0.01),
+    ):
         if rule.name not in POLICIES:
             register(rule)
     prompts, kinds, items = _prompts(tok, args.split, args.n)
     ref = _decode(model, tok, prompts, SamplingParams(max_tokens=320, policy="ar"))
     ref_ids = [o.token_ids for o in ref["outs"]]
     template = getattr(tok, "chat_template", None)
-    talk = [tok.encode(render_chat([{"role": "user", "content": m}], AIRSPACE_TOOLS, True, template))
-            for m in open(args.small_talk, encoding="utf-8").read().splitlines() if m.strip()]  # fmt: skip
+    talk = [
+        tok.encode(render_chat([{"role": "user", "content": m}], AIRSPACE_TOOLS, True, template))
+        for m in open(args.small_talk, encoding="utf-8").read().splitlines()
+        if m.strip()
+    ]
     talk_ref = [o.token_ids for o in _decode(model, tok, talk, SamplingParams(max_tokens=64, policy="ar"))["outs"]]
     figures, rows = {}, []
     for rule in ["ar"] + [r for r in args.rules.split(",") if r]:
@@ -197,17 +208,27 @@ def main() -> None:
         same = sum(o.token_ids == r for o, r in zip(res["outs"], ref_ids)) / len(ref_ids)
         params = SamplingParams(max_tokens=64, policy=name or "ar", threshold=float(tau or 0.9))
         talked = sum(o.token_ids == r for o, r in zip(_decode(model, tok, talk, params)["outs"], talk_ref))
-        figures[rule] = {**{k: sum(v) / len(v) for k, v in acc.items()}, "same_as_ar": same, "tpf": res["tpf"],
-                         "small_talk_same_as_ar": talked}  # fmt: skip
+        figures[rule] = {
+            **{k: sum(v) / len(v) for k, v in acc.items()},
+            "same_as_ar": same,
+            "tpf": res["tpf"],
+            "small_talk_same_as_ar": talked,
+        }
         rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"], talked])
     heads = [f"{k} ({kinds.count(k)})" for k in dict.fromkeys(kinds)]
-    print_table(f"commit rules on the {args.split} split against ar (accuracy %)",
-                ["rule", *heads, "same tokens as ar %", "TPF", f"small talk as ar ({len(talk)})"], rows)  # fmt: skip
+    print_table(
+        f"commit rules on the {args.split} split against ar (accuracy %)",
+        ["rule", *heads, "same tokens as ar %", "TPF", f"small talk as ar ({len(talk)})"],
+        rows,
+    )
     if args.calibration:
         cal = _calibration(model, tok, prompts, ref_ids, 0.3)
         figures["calibration"] = cal
-        print_table("extensions of prefix τ 0.3 whose context matched ar: how often the token differs from ar's",
-                    ["token", "confidence", "extensions", "differ"], cal)  # fmt: skip
+        print_table(
+            "extensions of prefix τ 0.3 whose context matched ar: how often the token differs from ar's",
+            ["token", "confidence", "extensions", "differ"],
+            cal,
+        )
     write_json(args.json, figures)
 
 

@@ -52,7 +52,7 @@ OP_KINDS = [
             "aten::argsort",
         ),
         "softmax / top-k / sort",
-    ),  # fmt: skip
+    ),
     (
         (
             "aten::cat",
@@ -67,7 +67,7 @@ OP_KINDS = [
             "aten::masked_fill",
         ),
         "copies, gathers, where",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -131,17 +131,30 @@ def main() -> int:
     kinds["python / framework (no operator running)"] = max(0.0, wall_us - ops_us)
     tokens = sum(len(o.token_ids) for o in outs)
     passes = sum(o.stats["forward_passes"] for o in outs)
-    title = (f"where decode time goes: {args.policy}, batch {args.batch}, {len(cases)} prompts, {tokens} tokens, "
-             f"{passes} passes, {args.threads} thread(s), profiled wall {wall_us / 1e6:.2f} s")  # fmt: skip
+    title = (
+        f"where decode time goes: {args.policy}, batch {args.batch}, {len(cases)} prompts, {tokens} tokens, "
+        f"{passes} passes, {args.threads} thread(s), profiled wall {wall_us / 1e6:.2f} s"
+    )
     rows = sorted(regions.items(), key=lambda kv: -kv[1])
     print_table(title, ["region", "ms", "share"], [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in rows])
     krows = sorted(kinds.items(), key=lambda kv: -kv[1])
-    print_table("the same time by operator kind", ["operator kind", "ms", "share"],
-                [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in krows])  # fmt: skip
-    write_json(args.json, {
-        "policy": args.policy, "batch": args.batch, "tokens": tokens, "passes": passes, "wall_s": wall_us / 1e6,
-        "regions_share": {k: v / wall_us for k, v in rows}, "op_kinds_share": {k: v / wall_us for k, v in krows},
-    })  # fmt: skip
+    print_table(
+        "the same time by operator kind",
+        ["operator kind", "ms", "share"],
+        [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in krows],
+    )
+    write_json(
+        args.json,
+        {
+            "policy": args.policy,
+            "batch": args.batch,
+            "tokens": tokens,
+            "passes": passes,
+            "wall_s": wall_us / 1e6,
+            "regions_share": {k: v / wall_us for k, v in rows},
+            "op_kinds_share": {k: v / wall_us for k, v in krows},
+        },
+    )
     return 0
 
 

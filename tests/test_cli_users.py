@@ -248,8 +248,10 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
 def test_generate_with_a_regex_or_a_choice(capsys):
     import re
 
-    for extra, ok in [(["--choice", "yes", "--choice", "no"], lambda t: t in ("yes", "no")),
-                      (["--regex", r"D-\d{1,3}"], lambda t: re.fullmatch(r"D-\d{1,3}", t))]:  # fmt: skip
+    for extra, ok in [
+        (["--choice", "yes", "--choice", "no"], lambda t: t in ("yes", "no")),
+        (["--regex", r"D-\d{1,3}"], lambda t: re.fullmatch(r"D-\d{1,3}", t)),
+    ]:
         with pytest.raises(SystemExit) as e:
             main(["generate", "Recall drone 17.", "--chat", "--threads", "1", "--max-tokens", "6", "--json", *extra])
         assert e.value.code == 0
@@ -279,8 +281,9 @@ def test_a_reader_gone_early_is_no_traceback():
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "clover", "tools", "airspace2", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover", "tools", "airspace2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()  # the reader is gone before the first write (start-up takes longer than this)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err

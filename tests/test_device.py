@@ -49,7 +49,7 @@ def test_every_loading_command_takes_device_and_dtype(argv):
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
 def test_cuda_without_a_gpu_is_one_line_before_anything_loads(argv, no_gpu, monkeypatch, capsys):
     import clover.api.loading
-    import clover.server.app  # noqa: F401 - imported now, so that it keeps the real load_engine
+    import clover.server.app
 
     def loaded(*a, **k):
         raise AssertionError("a model was loaded")
@@ -102,8 +102,10 @@ def test_server_serves_a_bf16_model():
     app = create_app(None, threads=1, device="cpu", dtype="bfloat16")
     assert app.state.clover.model.lm_head.weight.dtype == torch.bfloat16
     with LiveServer(app) as srv:
-        r = httpx.post(f"{srv.url}/v1/chat/completions", timeout=60,
-                       json={"model": "clover", "messages": [{"role": "user", "content": "recall drone 17"}],
-                             "max_tokens": 16})  # fmt: skip
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            timeout=60,
+            json={"model": "clover", "messages": [{"role": "user", "content": "recall drone 17"}], "max_tokens": 16},
+        )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] > 0

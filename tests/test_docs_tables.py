@@ -137,8 +137,12 @@ def test_print_table_records_what_it_prints_and_write_json_keeps_it(tmp_path, ca
     r = json.loads((tmp_path / "r" / "out.json").read_text())
     assert r["command"] == "clover bench x --json out.json" and r["figures"] == {"ar": 102.456}
     (t,) = r["tables"]
-    assert t == {"title": "speed", "columns": ["decoder", "tok/s", "share"],
-                 "rows": [["ar", "102", "5 %"], ["[b]prefix", "167", "1"]], "notes": ["a note"]}  # fmt: skip
+    assert t == {
+        "title": "speed",
+        "columns": ["decoder", "tok/s", "share"],
+        "rows": [["ar", "102", "5 %"], ["[b]prefix", "167", "1"]],
+        "notes": ["a note"],
+    }
     assert all(c in printed for row in t["rows"] for c in row)  # the cells as printed
     assert r["machine"]["cores"] == os.cpu_count() and r["date"].endswith("Z")
     assert r["commit"] is None or len(r["commit"]) == 40

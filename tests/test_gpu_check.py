@@ -13,8 +13,14 @@ ROOT = Path(__file__).parents[1]
 def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
-    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)  # fmt: skip
+    r = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["dry_run"] and d["device"] == "cpu" and "gpu_check" in r.stdout and "seeds_reference_tok_s" in r.stdout
@@ -26,8 +32,12 @@ def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
     for key in ("reference_max_abs_logit", "fp64_train_vs_step"):
         assert key in s["invariant"]
     for d_ in ("fp32", "bf16"):
-        assert set(s["invariant"][d_]) == {"device", "forward_train_max_abs_err", "step_max_abs_err",
-                                           "train_vs_step_max_abs_err"}  # fmt: skip
+        assert set(s["invariant"][d_]) == {
+            "device",
+            "forward_train_max_abs_err",
+            "step_max_abs_err",
+            "train_vs_step_max_abs_err",
+        }
         assert set(s["fla"][d_]) == {"o_max_abs_err", "state_max_abs_err"}
     assert set(s["fla"]["chunk_kernel"]) == {"kernel", "o_max_abs_err", "state_max_abs_err", "error"}
     assert s["fla"]["chunk_kernel"]["error"]  # no fla on a CPU: said, not measured

@@ -13,8 +13,14 @@ ROOT = Path(__file__).parents[1]
 def test_dry_run_trains_compares_and_leaves_at_most_8_files(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "OUT": str(out)}
-    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_train.sh"), "--dry-run"], capture_output=True,
-                       text=True, timeout=600, cwd=tmp_path, env=env)  # fmt: skip
+    r = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_train.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert len(files) <= 8 and "gpu_train.json" in files and "model/model.safetensors" in files, files

@@ -128,8 +128,13 @@ def test_no_generic_layer_imports_the_airspace_task():
     """ops, model, engine, api and server (and data, train, convert) reach the airspace demo only
     through the task seam, ``clover.data.task``, which imports a task's module by the name
     ``TASKS`` gives it, on first use; so importing the server loads no task."""
-    wrong = [(m, n) for m, path in MODULES.items() if _part(m) in GENERIC
-             for n in _imports(path, deferred=True) if _part(n) == "airspace"]  # fmt: skip
+    wrong = [
+        (m, n)
+        for m, path in MODULES.items()
+        if _part(m) in GENERIC
+        for n in _imports(path, deferred=True)
+        if _part(n) == "airspace"
+    ]
     assert wrong == []
     loaded = _imported_after("import clover.server.app, clover.api.llm")
     assert not [m for m in loaded if m.startswith("clover.airspace")]

@@ -29,11 +29,15 @@ def test_the_rule():
     # a small model: one thread, idle machine or not
     for load in (0.0, 3.0, 40.0):
         assert T.default_threads(small, cores=8, load=load) == (
-            1, f"{small / 1e6:.3g} M active parameters: a small model decodes fastest on one")
+            1,
+            f"{small / 1e6:.3g} M active parameters: a small model decodes fastest on one",
+        )
     # a large one: the physical cores other programs leave idle, at least one
     assert T.default_threads(large, cores=8, load=0.4) == (8, "20 M active parameters: one per physical core")
     assert T.default_threads(large, cores=8, load=0.6) == (
-        7, "20 M active parameters: one per physical core left idle (8 cores, load 0.6)")
+        7,
+        "20 M active parameters: one per physical core left idle (8 cores, load 0.6)",
+    )
     assert T.default_threads(large, cores=8, load=2.5)[0] == 5
     assert T.default_threads(large, cores=2, load=1.2)[0] == 1
     assert T.default_threads(large, cores=2, load=9.0)[0] == 1
@@ -77,11 +81,13 @@ def test_openmp_waits_passively_in_every_clover_process():
     import subprocess
     import sys
 
-    code = ("import atexit, os, sys\n"
-            "import clover.cli\n"
-            "early = 'torch' in sys.modules\n"
-            "atexit.register(lambda: print(early, os.environ.get('OMP_WAIT_POLICY'), file=sys.stderr))\n"
-            "clover.cli.main(['info', '--json'])\n")  # fmt: skip
+    code = (
+        "import atexit, os, sys\n"
+        "import clover.cli\n"
+        "early = 'torch' in sys.modules\n"
+        "atexit.register(lambda: print(early, os.environ.get('OMP_WAIT_POLICY'), file=sys.stderr))\n"
+        "clover.cli.main(['info', '--json'])\n"
+    )
     for env, want in (({}, "False PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "False ACTIVE")):
         base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
         r = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True)
@@ -99,8 +105,10 @@ def test_applied_to_the_bundled_model_and_said_once(capsys):
     torch.set_num_threads(2)
     assert T.apply_threads(model, None) == 1 and torch.get_num_threads() == 1
     err = capsys.readouterr().err.splitlines()
-    assert err == ["clover: 1 CPU thread (1.75 M active parameters: a small model decodes fastest on one; "
-                   "--threads N or CLOVER_THREADS=N to change)"]  # fmt: skip
+    assert err == [
+        "clover: 1 CPU thread (1.75 M active parameters: a small model decodes fastest on one; "
+        "--threads N or CLOVER_THREADS=N to change)"
+    ]
 
 
 @pytest.mark.parametrize("command", ["generate", "chat", "serve", "eval", "agent"])

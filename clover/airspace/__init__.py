@@ -16,8 +16,21 @@ from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
 from clover.data.task import Task
 
-__all__ = ["TASK", "AgentResult", "CallRecord", "Drone", "LocalModel", "Mission", "ModelReply", "OpenAIModel",
-           "Waypoint", "World", "Zone", "execute", "run_agent"]  # fmt: skip
+__all__ = [
+    "TASK",
+    "AgentResult",
+    "CallRecord",
+    "Drone",
+    "LocalModel",
+    "Mission",
+    "ModelReply",
+    "OpenAIModel",
+    "Waypoint",
+    "World",
+    "Zone",
+    "execute",
+    "run_agent",
+]
 
 
 def _recipes() -> dict[str, type]:

@@ -406,8 +406,8 @@ def example(
     mix = mix or MIX
     ctx = Ctx(rng, split, pieces)
     kind = rng.choices(list(mix), weights=list(mix.values()))[0]
-    user = lambda text: {"role": "user", "content": text}  # noqa: E731
-    said = lambda text: {"role": "assistant", "content": text}  # noqa: E731
+    user = lambda text: {"role": "user", "content": text}
+    said = lambda text: {"role": "assistant", "content": text}
     if kind in ("tool_call", "compound"):
         text, calls = _actions(ctx, max_actions if kind == "compound" else 1)
         ex = _chat(
@@ -455,9 +455,12 @@ _FINAL_MIX = MIX | {"no_tools": 0.1}
 
 
 def multi_turn(
-    rng: random.Random, split: str, max_actions: int = 5, mix: dict[str, float] | None = None,
+    rng: random.Random,
+    split: str,
+    max_actions: int = 5,
+    mix: dict[str, float] | None = None,
     pieces: tuple[str, ...] = (),
-) -> dict:  # fmt: skip
+) -> dict:
     """A conversation of 2-4 user turns: 1-3 earlier exchanges, then the turn to answer (an
     ``example`` of ``mix``, default :data:`MIX` and a tenth of chats without tools), as an agent
     loop or a chat client sends it. The earlier assistant turns carry OpenAI's ``weight: 0``
@@ -577,7 +580,7 @@ def field_scores(pred_calls: list[dict], gold_calls: list[dict]) -> dict[str, li
     for g in map(plain_call, gold_calls):
         args = g["arguments"] if isinstance(g["arguments"], dict) else {}
         same = [i for i in free if pred[i]["name"] == g["name"]]
-        agree = lambda i: sum(_norm(_args(pred[i]).get(k)) == _norm(v) for k, v in args.items())  # noqa: E731
+        agree = lambda i: sum(_norm(_args(pred[i]).get(k)) == _norm(v) for k, v in args.items())
         m = max(same, key=agree) if same else None
         add("tool", m is not None)
         got = _args(pred[m]) if m is not None else {}
@@ -611,5 +614,5 @@ def _norm(v):
 def score_tool_calls(pred_calls: list[dict], gold_calls: list[dict]) -> bool:
     """Exact match: the same multiset of (name, arguments), the order of parallel calls ignored,
     numbers compared as numbers. Calls may be ``{"name", "arguments"}`` or OpenAI-format."""
-    key = lambda c: repr((c["name"], _norm(c["arguments"])))  # noqa: E731
+    key = lambda c: repr((c["name"], _norm(c["arguments"])))
     return sorted(key(plain_call(c)) for c in pred_calls) == sorted(key(plain_call(c)) for c in gold_calls)

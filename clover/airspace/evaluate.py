@@ -238,13 +238,15 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
     at = [0]
     for s in sets:
         at.append(at[-1] + len(s))
-    part = lambda i: outs[at[i] : at[i + 1]]  # noqa: E731
+    part = lambda i: outs[at[i] : at[i + 1]]
     calls = _tool_call_figures(part(0), exs, label, errors, scoring)
     t_ok = _right_by(part(1), texts, "kind", scoring.reply_right)
     m_ok = _right_by(part(2), convs, "final_kind", scoring.reply_right)  # by the last turn's kind
     p_ok = [plain_right(o.text) for o in part(3)]
-    g_ok = [parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
-            for o, g in zip(outs[at[-1] :], groups)]  # fmt: skip
+    g_ok = [
+        parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
+        for o, g in zip(outs[at[-1] :], groups)
+    ]
     tokens = sum(len(o.token_ids) for o in outs)
     forwards = sum(o.stats.get("forward_passes", 0) for o in outs)
     right = sum(calls["right"]) + sum(map(sum, t_ok.values())) + sum(map(sum, m_ok.values())) + sum(p_ok) + sum(g_ok)
@@ -293,8 +295,12 @@ def names_copied(outs, exs: list[dict], scoring: Scoring) -> dict[str, float]:
     tally = {"held out": [0, 0], "trained": [0, 0]}
     for o, e in zip(outs, exs):
         gold = [v for c in gold_calls(e) for v in c["arguments"].values() if isinstance(v, str)]
-        said = {v for c in parse_assistant(o.text or "")[1] for v in plain_call(c)["arguments"].values()
-                if isinstance(v, str)}  # fmt: skip
+        said = {
+            v
+            for c in parse_assistant(o.text or "")[1]
+            for v in plain_call(c)["arguments"].values()
+            if isinstance(v, str)
+        }
         for family, name in scoring.names(e):
             if name in gold:
                 t = tally["held out" if scoring.held_out(family) else "trained"]
@@ -322,8 +328,7 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
-            errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred,
-                           "text": o.text})  # fmt: skip
+            errors.append({"policy": label, "message": message, "gold": gold, "predicted": pred, "text": o.text})
     return {
         "right": ok,
         "exact_match": sum(ok) / max(1, len(ok)),
@@ -350,13 +355,14 @@ def _world_ids(calls: list[dict]) -> list[dict]:
 def ungrounded_args(calls: list[dict], tools: list[dict] | None, sources: dict[str, str]) -> tuple[int, int]:
     """(grounded arguments in ``calls``, those whose value is not in their source): a string that
     is no span of it, a number not written in it (``clover.engine.grounding``'s rules)."""
-    props = {t["function"]["name"]: (t["function"].get("parameters") or {}).get("properties") or {}
-             for t in tools or []}  # fmt: skip
+    props = {
+        t["function"]["name"]: (t["function"].get("parameters") or {}).get("properties") or {} for t in tools or []
+    }
     spans: dict[str, SpanIndex] = {}
     n = bad = 0
     for c in calls:
         args = c.get("arguments")
-        for k, v in (args.items() if isinstance(args, dict) else ()):
+        for k, v in args.items() if isinstance(args, dict) else ():
             src = source_of((props.get(c.get("name")) or {}).get(k, {}).get("x-grounded", False))
             if src is None:
                 continue

@@ -112,14 +112,20 @@ def run_agent(
             before = world.copy()
             result = execute(world, name, args) if name in offered else {"error": f"tool {name!r} is not offered"}
             done.append(CallRecord(step, name, args, result, before.diff(world)))
-            transcript.append({"role": "tool", "tool_call_id": call.get("id") or f"call_{i}",
-                               "content": json.dumps(result, ensure_ascii=False)})  # fmt: skip
+            transcript.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.get("id") or f"call_{i}",
+                    "content": json.dumps(result, ensure_ascii=False),
+                }
+            )
         records += done
         if on_step is not None:
             on_step(step, reply, done)
         if not calls:
-            return AgentResult(transcript, world, step, time.perf_counter() - t0, passes, reply.content or "",
-                               "reply", records)  # fmt: skip
+            return AgentResult(
+                transcript, world, step, time.perf_counter() - t0, passes, reply.content or "", "reply", records
+            )
     return AgentResult(transcript, world, max_steps, time.perf_counter() - t0, passes, None, "step_limit", records)
 
 
@@ -128,8 +134,16 @@ class LocalModel:
     """Clover in this process: ``llm`` is a ``clover.api.llm.LLM``, or what ``LLM(...)`` takes (a
     checkpoint directory, a cached repo id, an ``Engine``; None: the bundled model)."""
 
-    def __init__(self, llm=None, *, policy: str | None = None, threshold: float | None = None,
-                 max_tokens: int = MAX_TOKENS, threads: int | None = None, **request):  # fmt: skip
+    def __init__(
+        self,
+        llm=None,
+        *,
+        policy: str | None = None,
+        threshold: float | None = None,
+        max_tokens: int = MAX_TOKENS,
+        threads: int | None = None,
+        **request,
+    ):
         from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
         from clover.data.task import model_task
 
@@ -151,9 +165,18 @@ class OpenAIModel:
     ``model``: the id to send (default: the first the server lists). ``policy`` / ``threshold``
     are Clover's own body fields, sent only when given (another server would not know them)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None, *,
-                 policy: str | None = None, threshold: float | None = None, max_tokens: int = MAX_TOKENS,
-                 timeout: float = 300, client=None):  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        policy: str | None = None,
+        threshold: float | None = None,
+        max_tokens: int = MAX_TOKENS,
+        timeout: float = 300,
+        client=None,
+    ):
         if client is None:
             try:
                 import openai
@@ -166,8 +189,14 @@ class OpenAIModel:
         self.extra = {k: v for k, v in (("policy", policy), ("threshold", threshold)) if v is not None}
 
     def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
-        r = self.client.chat.completions.create(model=self.model, messages=messages, tools=tools, temperature=0,
-                                                max_tokens=self.max_tokens, extra_body=self.extra or None)  # fmt: skip
+        r = self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            tools=tools,
+            temperature=0,
+            max_tokens=self.max_tokens,
+            extra_body=self.extra or None,
+        )
         m = r.choices[0].message
         calls = [c.model_dump(exclude_none=True) for c in m.tool_calls or []]
         stats = (r.model_extra or {}).get("clover") or {}

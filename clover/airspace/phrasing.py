@@ -50,8 +50,32 @@ PREFIXES = ("North", "South", "East", "West", "Upper", "Lower", "Old", "New", "C
 # message (the held-out words of validation and test are real words the model never saw).
 COINED_SHARE = 0.5
 COINED_SHARE_PIECES = 0.7  # with the tokenizer's word pieces to coin from (``coined_word``)
-_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr", "r", "s", "st", "t",
-           "tr", "v", "w", "z")  # fmt: skip
+_ONSETS = (
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "w",
+    "z",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
 _CODAS = ("", "", "", "n", "r", "l", "k", "s", "th", "x", "m", "nd", "rt")
 

@@ -141,10 +141,16 @@ class AirspaceArRecipe(AirspaceRecipe):
     )
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            steps=3_000, lr=2e-3, warmup=100, block_size=1, eval_every=200, ckpt_every=50, log_every=10,
+            steps=3_000,
+            lr=2e-3,
+            warmup=100,
+            block_size=1,
+            eval_every=200,
+            ckpt_every=50,
+            log_every=10,
             micro_batches=4,
         )
-    )  # fmt: skip
+    )
     batch_size: int = 32
     max_len: int = 1024
     decision_frac: float = 0.3

@@ -93,8 +93,11 @@ def task_success(task: Task, result: AgentResult) -> bool:
     every drone the gold calls query was queried (successfully) by the agent."""
     if result.world != task.gold_world:
         return False
-    asked = {json.dumps(c.arguments if isinstance(c.arguments, dict) else _loads(c.arguments), sort_keys=True)
-             for c in result.calls if c.name in READ_ONLY and c.ok}  # fmt: skip
+    asked = {
+        json.dumps(c.arguments if isinstance(c.arguments, dict) else _loads(c.arguments), sort_keys=True)
+        for c in result.calls
+        if c.name in READ_ONLY and c.ok
+    }
     return all(json.dumps(c["arguments"], sort_keys=True) in asked for c in task.gold if c["name"] in READ_ONLY)
 
 

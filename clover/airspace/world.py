@@ -177,15 +177,21 @@ class World:
         for k, v in d["drones"].items():
             where = f"world.drones[{k!r}]"
             v = _record(v, where, _DRONE_FIELDS)
-            v["waypoints"] = [Waypoint(**_record(w, f"{where}.waypoints[{i}]", _WAYPOINT_FIELDS))
-                              for i, w in enumerate(v["waypoints"])]  # fmt: skip
-            v["mission"] = None if v["mission"] is None else Mission(**_record(v["mission"], f"{where}.mission",
-                                                                                _MISSION_FIELDS))  # fmt: skip
+            v["waypoints"] = [
+                Waypoint(**_record(w, f"{where}.waypoints[{i}]", _WAYPOINT_FIELDS))
+                for i, w in enumerate(v["waypoints"])
+            ]
+            v["mission"] = (
+                None if v["mission"] is None else Mission(**_record(v["mission"], f"{where}.mission", _MISSION_FIELDS))
+            )
             drone = Drone(**v)
             if drone.id != k:
                 raise ValueError(f"{where}.id must be its key, got {drone.id!r}")
-            for lat, lon in [(drone.lat, drone.lon), (drone.base_lat, drone.base_lon),
-                             *((w.lat, w.lon) for w in drone.waypoints)]:  # fmt: skip
+            for lat, lon in [
+                (drone.lat, drone.lon),
+                (drone.base_lat, drone.base_lon),
+                *((w.lat, w.lon) for w in drone.waypoints),
+            ]:
                 _on_earth(lat, lon, where)
             drones[k] = drone
         return cls(clock=d["clock"], zones=zones, drones=drones)
@@ -224,8 +230,10 @@ class World:
         margin = min(0.06, half / 2)  # a drone's waypoints lie within 0.05 degrees of it
 
         def spot() -> tuple[float, float]:
-            return (round(clat + rng.uniform(-half + margin, half - margin), 4),
-                    round(clon + rng.uniform(-half + margin, half - margin), 4))  # fmt: skip
+            return (
+                round(clat + rng.uniform(-half + margin, half - margin), 4),
+                round(clon + rng.uniform(-half + margin, half - margin), 4),
+            )
 
         for d in self.drones.values():
             lat, lon = spot()
@@ -307,8 +315,10 @@ class World:
                 wa = a.waypoints[i] if i < len(a.waypoints) else None
                 wb = b.waypoints[i] if i < len(b.waypoints) else None
                 if wa != wb:
-                    out.append(f"{did} waypoint {i + 1}: {wa.describe() if wa else 'none'} -> "
-                               f"{wb.describe() if wb else 'none'}")  # fmt: skip
+                    out.append(
+                        f"{did} waypoint {i + 1}: {wa.describe() if wa else 'none'} -> "
+                        f"{wb.describe() if wb else 'none'}"
+                    )
         return out
 
 
@@ -316,8 +326,18 @@ _NUM, _OPT_STR = (int, float), (str, type(None))
 _ZONE_FIELDS = {"name": str, "lat": _NUM, "lon": _NUM, "radius_m": int, "start_time": _OPT_STR, "end_time": _OPT_STR}
 _WAYPOINT_FIELDS = {"lat": _NUM, "lon": _NUM, "altitude_m": int}
 _MISSION_FIELDS = {"id": str, "type": str, "target": str}
-_DRONE_FIELDS = {"id": str, "lat": _NUM, "lon": _NUM, "altitude_m": int, "base_lat": _NUM, "base_lon": _NUM,
-                 "battery_pct": int, "status": str, "waypoints": list, "mission": (dict, type(None))}  # fmt: skip
+_DRONE_FIELDS = {
+    "id": str,
+    "lat": _NUM,
+    "lon": _NUM,
+    "altitude_m": int,
+    "base_lat": _NUM,
+    "base_lon": _NUM,
+    "battery_pct": int,
+    "status": str,
+    "waypoints": list,
+    "mission": (dict, type(None)),
+}
 
 
 def _record(v, where: str, fields: dict) -> dict:
@@ -381,8 +401,16 @@ def _random_drone(rng: random.Random, did: str, airborne: bool = False) -> Drone
     status = rng.choice(AIRBORNE if airborne else STATES)
     grounded = status in ("on the ground", "charging")
     battery = rng.randint(30, 100) if airborne else rng.randint(5, 100)
-    d = Drone(did, lat, lon, 0 if grounded else rng.randint(3, 30) * 10, _near(rng, lat, 0.03, 90),
-              _near(rng, lon, 0.03, 180), battery, status)  # fmt: skip
+    d = Drone(
+        did,
+        lat,
+        lon,
+        0 if grounded else rng.randint(3, 30) * 10,
+        _near(rng, lat, 0.03, 90),
+        _near(rng, lon, 0.03, 180),
+        battery,
+        status,
+    )
     if grounded:
         d.lat, d.lon = d.base_lat, d.base_lon
     d.waypoints = [_random_waypoint(rng, lat, lon) for _ in range(rng.randint(3, 12))]
@@ -413,8 +441,14 @@ def mission_id(drone_id: str, mission_type: str, target: str) -> str:
 
 
 # -- checking a call against its schema -----------------------------------------------------------
-_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,), "object": (dict,),
-          "array": (list,)}  # fmt: skip
+_TYPES = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
 
 
 def check_arguments(parameters: dict, arguments) -> tuple[dict | None, str | None]:
@@ -494,8 +528,15 @@ def _check_position(lat: float, lon: float) -> None:
         raise ToolError(f"lon must be between -180 and 180, got {lon}")
 
 
-def create_no_fly_zone(world: World, zone_name: str, lat: float, lon: float, radius_m: int,
-                       start_time: str | None = None, end_time: str | None = None) -> dict:  # fmt: skip
+def create_no_fly_zone(
+    world: World,
+    zone_name: str,
+    lat: float,
+    lon: float,
+    radius_m: int,
+    start_time: str | None = None,
+    end_time: str | None = None,
+) -> dict:
     if not zone_name.strip():
         raise ToolError("zone_name must not be empty")
     _check_position(lat, lon)
@@ -517,8 +558,9 @@ def lift_no_fly_zone(world: World, zone_name: str) -> dict:
     return {"zone_name": zone_name, "status": "lifted"}
 
 
-def update_waypoint(world: World, drone_id: str, waypoint_index: int, lat: float, lon: float,
-                    altitude_m: int | None = None) -> dict:  # fmt: skip
+def update_waypoint(
+    world: World, drone_id: str, waypoint_index: int, lat: float, lon: float, altitude_m: int | None = None
+) -> dict:
     d = _drone(world, drone_id)
     n = len(d.waypoints)
     if not 1 <= waypoint_index <= n:
@@ -558,13 +600,21 @@ def recall_drone(world: World, drone_id: str) -> dict:
 
 def get_drone_status(world: World, drone_id: str) -> dict:
     d = _drone(world, drone_id)
-    out = {"drone_id": drone_id, "battery_pct": d.battery_pct, "lat": d.lat, "lon": d.lon,
-           "altitude_m": d.altitude_m, "state": d.status}  # fmt: skip
+    out = {
+        "drone_id": drone_id,
+        "battery_pct": d.battery_pct,
+        "lat": d.lat,
+        "lon": d.lon,
+        "altitude_m": d.altitude_m,
+        "state": d.status,
+    }
     if d.mission:
         out["mission"] = f"{d.mission.type} of {d.mission.target} ({d.mission.id})"
     return out
 
 
-_TOOLS = {f.__name__: f for f in (create_no_fly_zone, lift_no_fly_zone, update_waypoint, assign_mission,
-                                  recall_drone, get_drone_status)}  # fmt: skip
+_TOOLS = {
+    f.__name__: f
+    for f in (create_no_fly_zone, lift_no_fly_zone, update_waypoint, assign_mission, recall_drone, get_drone_status)
+}
 READ_ONLY = frozenset({"get_drone_status"})

@@ -86,13 +86,24 @@ class Plan:
 
     def params(self) -> SamplingParams:
         if self.layout is not None:
-            return SamplingParams(max_tokens=self.max_new, block_size=self.block_size, logprobs=0,
-                                  grammar=choice_grammar(self.layout), **self.knobs)  # fmt: skip
+            return SamplingParams(
+                max_tokens=self.max_new,
+                block_size=self.block_size,
+                logprobs=0,
+                grammar=choice_grammar(self.layout),
+                **self.knobs,
+            )
         allowed = {i: [t] for i, t in enumerate(self.forced) if t >= 0}
         allowed.update({s.index: list(s.option_ids) for s in self.slots})
         k = max(len(s.option_ids) for s in self.slots)  # every option's probability comes back
-        return SamplingParams(max_tokens=len(self.forced), block_size=self.block_size, allowed=allowed,
-                              stop_token_ids=[], logprobs=k, **self.knobs)  # fmt: skip
+        return SamplingParams(
+            max_tokens=len(self.forced),
+            block_size=self.block_size,
+            allowed=allowed,
+            stop_token_ids=[],
+            logprobs=k,
+            **self.knobs,
+        )
 
     @property
     def max_tokens(self) -> int:
@@ -195,26 +206,39 @@ def _grammar_plan(prompt: list[int], layout, first: int, config, block_size, kno
     """Multi-token options: the answer region under a choice grammar (the first prefix is in the prompt)."""
     for i, (_, opts) in enumerate(layout):
         if any("\n" in o for o in opts):
-            raise DecisionError(f"question {first + i + 1}: an option may not contain a line break",
-                                f"questions.{first + i}.options")  # fmt: skip
+            raise DecisionError(
+                f"question {first + i + 1}: an option may not contain a line break", f"questions.{first + i}.options"
+            )
     parts = [("" if i == 0 else prefix, opts) for i, (prefix, opts) in enumerate(layout)]
     bound = sum(len(p.encode()) + max(len(o.encode()) for o in opts) for p, opts in parts) + 1
-    return Plan(prompt, [], [], block_size or config.block_size, {**DEFAULT_KNOBS, **(knobs or {})},
-                layout=parts, first=first, max_new=bound)  # fmt: skip
+    return Plan(
+        prompt,
+        [],
+        [],
+        block_size or config.block_size,
+        {**DEFAULT_KNOBS, **(knobs or {})},
+        layout=parts,
+        first=first,
+        max_new=bound,
+    )
 
 
-def plan_joint(tokenizer, config, group: DecisionGroup, block_size: int | None = None,
-               knobs: dict | None = None) -> list[Plan]:  # fmt: skip
+def plan_joint(
+    tokenizer, config, group: DecisionGroup, block_size: int | None = None, knobs: dict | None = None
+) -> list[Plan]:
     """All questions in one request: every answer slot in one block."""
     return [_plan(tokenizer, config, group, "joint", 0, block_size, knobs)]
 
 
-def plan_independent(tokenizer, config, group: DecisionGroup, block_size: int | None = None,
-                     knobs: dict | None = None) -> list[Plan]:  # fmt: skip
+def plan_independent(
+    tokenizer, config, group: DecisionGroup, block_size: int | None = None, knobs: dict | None = None
+) -> list[Plan]:
     """One request per question (its own prompt: the context and that question alone)."""
     bs = block_size or config.block_size
-    return [_plan(tokenizer, config, single_question(group, i), "independent", i, bs, knobs)
-            for i in range(len(group.questions))]  # fmt: skip
+    return [
+        _plan(tokenizer, config, single_question(group, i), "independent", i, bs, knobs)
+        for i in range(len(group.questions))
+    ]
 
 
 PLANS = {"joint": plan_joint, "independent": plan_independent}
@@ -259,14 +283,36 @@ def grammar_answers(group: DecisionGroup, plan: Plan, out, tokenizer) -> list[tu
 
         fits = [j for j, o in enumerate(opts) if text.startswith(o.encode(), at) and ends_here(o)]
         if not fits:  # cut short (max tokens): no answer
-            res.append((qi, {"index": qi, "question": q.text, "option": None, "option_index": None,
-                             "probability": 0.0, "probabilities": {}}))  # fmt: skip
+            res.append(
+                (
+                    qi,
+                    {
+                        "index": qi,
+                        "question": q.text,
+                        "option": None,
+                        "option_index": None,
+                        "probability": 0.0,
+                        "probabilities": {},
+                    },
+                )
+            )
             continue
         j = max(fits, key=lambda j: len(opts[j]))
         end = at + len(opts[j].encode())
         p = math.exp(sum(lp for a, b, lp in spans if a < end and b > at))
-        res.append((qi, {"index": qi, "question": q.text, "option": q.options[j], "option_index": j,
-                         "probability": p, "probabilities": {q.options[j]: p}}))  # fmt: skip
+        res.append(
+            (
+                qi,
+                {
+                    "index": qi,
+                    "question": q.text,
+                    "option": q.options[j],
+                    "option_index": j,
+                    "probability": p,
+                    "probabilities": {q.options[j]: p},
+                },
+            )
+        )
         at = end
     return res
 
@@ -285,9 +331,13 @@ def answers(group: DecisionGroup, plans: list[Plan], outs, probs, tokenizer=None
             tok = gen[s.index] if s.index < len(gen) else None
             k = s.option_ids.index(tok) if tok in s.option_ids else max(range(len(p)), key=p.__getitem__)
             res[s.question] = {
-                "index": s.question, "question": q.text, "option": q.options[k], "option_index": k,
-                "probability": p[k], "probabilities": dict(zip(q.options, p)),
-            }  # fmt: skip
+                "index": s.question,
+                "question": q.text,
+                "option": q.options[k],
+                "option_index": k,
+                "probability": p[k],
+                "probabilities": dict(zip(q.options, p)),
+            }
     return res
 
 
@@ -309,18 +359,30 @@ def plan_request(
         raise as_api_error(e) from None
     longest = max(len(p.prompt_ids) for p in plans)
     if longest > limits.max_prompt_tokens:
-        raise too_large(f"the decision prompt is {longest} tokens; this server accepts at most "
-                        f"{limits.max_prompt_tokens}", code="prompt_too_long", param="context")  # fmt: skip
+        raise too_large(
+            f"the decision prompt is {longest} tokens; this server accepts at most {limits.max_prompt_tokens}",
+            code="prompt_too_long",
+            param="context",
+        )
     over = max(plans, key=lambda p: len(p.prompt_ids) + p.max_tokens)  # the answers must fit in the context too
     if len(over.prompt_ids) + over.max_tokens > limits.context:
-        raise bad_request(f"the decision prompt ({len(over.prompt_ids)} tokens) and its answers (up to "
-                          f"{over.max_tokens} tokens) exceed the model's context of {limits.context}",
-                          "context", "context_length_exceeded")  # fmt: skip
+        raise bad_request(
+            f"the decision prompt ({len(over.prompt_ids)} tokens) and its answers (up to "
+            f"{over.max_tokens} tokens) exceed the model's context of {limits.context}",
+            "context",
+            "context_length_exceeded",
+        )
     return group, plans, items
 
 
-def decide_sync(engine, tokenizer, group: DecisionGroup, mode: str = "joint", block_size: int | None = None,
-                knobs: dict | None = None) -> dict:  # fmt: skip
+def decide_sync(
+    engine,
+    tokenizer,
+    group: DecisionGroup,
+    mode: str = "joint",
+    block_size: int | None = None,
+    knobs: dict | None = None,
+) -> dict:
     """The whole thing in the calling thread, with ``engine`` to itself (benchmarks, scripts)."""
     t0 = time.perf_counter()
     plans = PLANS[mode](tokenizer, engine.model.config, group, block_size, knobs)
@@ -339,9 +401,9 @@ def result(group: DecisionGroup, mode: str, plans: list[Plan], outs, t0: float, 
             "wall_s": t1 - t0,
             "requests": len(plans),
             "forward_passes": sum(o.stats.get("forward_passes", 0) for o in outs),
-        },  # fmt: skip
+        },
         "usage": {
             "prompt_tokens": sum(len(p.prompt_ids) for p in plans),
             "completion_tokens": sum(len(g) for g in gen),
-        },  # fmt: skip
+        },
     }

@@ -150,8 +150,9 @@ class LLM:
         try:
             preps = [self._prepare(conv, tools, request) for conv in convs]
             n = [len(p[1]) for p in preps]
-            outs = self.engine.generate_batch([p.prompt_ids for p, ps in preps for _ in ps],
-                                              [sp for _, ps in preps for sp in ps])  # fmt: skip
+            outs = self.engine.generate_batch(
+                [p.prompt_ids for p, ps in preps for _ in ps], [sp for _, ps in preps for sp in ps]
+            )
         except APIError as e:
             raise RequestError(e) from None
         except RequestError:
@@ -159,8 +160,10 @@ class LLM:
         except ValueError as e:  # the engine's own checks (a block size the model cannot take, ...)
             raise RequestError(as_api_error(e)) from None
         at = [sum(n[:i]) for i in range(len(n) + 1)]
-        answers = [chat_response(new_id("chatcmpl"), self.model_name, p, outs[at[i] : at[i + 1]], self.tokenizer)
-                   for i, (p, _) in enumerate(preps)]  # fmt: skip
+        answers = [
+            chat_response(new_id("chatcmpl"), self.model_name, p, outs[at[i] : at[i + 1]], self.tokenizer)
+            for i, (p, _) in enumerate(preps)
+        ]
         return answers if batched else answers[0]
 
     def _chat_stream(self, messages, tools, request: dict) -> Iterator[dict]:
@@ -169,8 +172,15 @@ class LLM:
         except APIError as e:
             raise RequestError(e) from None
         opts = request.get("stream_options") or {}
-        chunks = ChatStream(new_id("chatcmpl"), self.model_name, prep, len(params), self.tokenizer,
-                            bool(opts.get("include_usage")), bool(opts.get("include_steps")))  # fmt: skip
+        chunks = ChatStream(
+            new_id("chatcmpl"),
+            self.model_name,
+            prep,
+            len(params),
+            self.tokenizer,
+            bool(opts.get("include_usage")),
+            bool(opts.get("include_steps")),
+        )
         return self._stream(chunks, [(prep.prompt_ids, p) for p in params])
 
     def _stream(self, chunks: ChatStream | TextStream, items: list[tuple[list[int], SamplingParams]]) -> Iterator[dict]:
@@ -219,8 +229,9 @@ class LLM:
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             heads = [self.tokenizer.decode(p.prompt_ids) for p in preps for _ in range(n)] if req.echo else None
-            chunks = TextStream(new_id("cmpl"), self.model_name, preps[0], n, self.tokenizer, len(items),
-                                include_usage, heads)  # fmt: skip
+            chunks = TextStream(
+                new_id("cmpl"), self.model_name, preps[0], n, self.tokenizer, len(items), include_usage, heads
+            )
             return self._stream(chunks, items)
         try:
             outs = self.engine.generate_batch([i[0] for i in items], [i[1] for i in items])

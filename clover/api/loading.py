@@ -69,8 +69,14 @@ def gguf_tokenizer(model):
         return CloverTokenizer.load(d)
 
 
-def load_model_dir(model_dir=None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False,
-                   backend: str = "auto"):  # fmt: skip
+def load_model_dir(
+    model_dir=None,
+    threads: int | None = None,
+    device="auto",
+    dtype="auto",
+    compile: bool = False,
+    backend: str = "auto",
+):
     """A checkpoint directory or cached repo id (default: the bundled model) → (model, tokenizer
     or None when the directory has no ``tokenizer.json``), the model on ``device`` in ``dtype``
     (``resolve_device``, ``resolve_dtype``; ``auto`` keeps a quantized checkpoint on the CPU,
@@ -127,5 +133,6 @@ def load_engine(
     model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile, backend)
     if tokenizer is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
-    return Engine(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb,
-                  prefill_chunk=prefill_chunk)
+    return Engine(
+        model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb, prefill_chunk=prefill_chunk
+    )

@@ -105,8 +105,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         prefill = f"{TOOL_OPEN}{NAME_OPEN}{name}"
         names = [name]
     if prefill and grammar is not None:
-        raise bad_request(f"{asked} (structured output) cannot be combined with tool_choice required or named",
-                          asked)  # fmt: skip
+        raise bad_request(f"{asked} (structured output) cannot be combined with tool_choice required or named", asked)
     if tools and choice != "none" and grammar is None:  # calls: offered names, arguments valid for their schemas
         grammar = tools_grammar(tools, names, prefill, req.parallel_tool_calls is not False)
     if choice == "none":
@@ -114,9 +113,12 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     if grammar is not None and req.grounded is not False:  # x-grounded values: copied from this conversation
         grammar = grammar.with_sources(source_texts(chat_messages(req)))
         if prefill and not grammar.can_call():
-            raise bad_request("tool_choice asks for a call, but no offered tool can be called: a required x-grounded "
-                              "argument has no value in the conversation to copy (send grounded: false to decode "
-                              "without grounding)", "tool_choice")  # fmt: skip
+            raise bad_request(
+                "tool_choice asks for a call, but no offered tool can be called: a required x-grounded "
+                "argument has no value in the conversation to copy (send grounded: false to decode "
+                "without grounding)",
+                "tool_choice",
+            )
     text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
 
@@ -128,17 +130,22 @@ def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str, templ
     messages = chat_messages(req)
     cont = bool(req.continue_final_message)
     if cont and req.add_generation_prompt:
-        raise bad_request("continue_final_message and add_generation_prompt cannot both be true",
-                          "continue_final_message")  # fmt: skip
+        raise bad_request(
+            "continue_final_message and add_generation_prompt cannot both be true", "continue_final_message"
+        )
     if not cont:
         gen = req.add_generation_prompt is not False
         return render_chat(messages, tools, gen, template) + prefill
     if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
-        raise bad_request("continue_final_message needs the last message to be an assistant message with text "
-                          "(the beginning of the answer)", "continue_final_message")  # fmt: skip
+        raise bad_request(
+            "continue_final_message needs the last message to be an assistant message with text "
+            "(the beginning of the answer)",
+            "continue_final_message",
+        )
     if prefill:
-        raise bad_request("continue_final_message cannot be combined with tool_choice required or named",
-                          "continue_final_message")  # fmt: skip
+        raise bad_request(
+            "continue_final_message cannot be combined with tool_choice required or named", "continue_final_message"
+        )
     text = render_chat(messages, tools, False, template)
     return text[: -len(IM_END + "\n")]  # the final turn stays open
 
@@ -186,15 +193,20 @@ def chat_stop_ids(tokenizer) -> list[int] | None:
     return [eot] if eot is not None else None
 
 
-def model_limits(config, max_prompt_tokens: int | None = None, max_tools: int = 128,
-                 default_max_tokens: int = 256) -> Limits:  # fmt: skip
+def model_limits(
+    config, max_prompt_tokens: int | None = None, max_tools: int = 128, default_max_tokens: int = 256
+) -> Limits:
     """The request bounds for a model: its context, block sizes and vocabulary."""
     context = config.max_position_embeddings
     return Limits(
-        max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1), context=context,
-        max_block_size=config.max_block_size, block_size=config.block_size, vocab_size=config.vocab_size,
-        max_tools=max_tools, default_max_tokens=default_max_tokens,
-    )  # fmt: skip
+        max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1),
+        context=context,
+        max_block_size=config.max_block_size,
+        block_size=config.block_size,
+        vocab_size=config.vocab_size,
+        max_tools=max_tools,
+        default_max_tokens=default_max_tokens,
+    )
 
 
 def _text_parts(m: dict, i: int) -> dict:
@@ -207,11 +219,14 @@ def _text_parts(m: dict, i: int) -> dict:
         kind = part.get("type", "text")
         key = "refusal" if kind == "refusal" and m["role"] == "assistant" else "text"
         if kind != key:
-            raise bad_request(f"messages[{i}]: content part type {kind!r} is not supported: this model reads "
-                              "text only", f"messages.{i}.content")  # fmt: skip
+            raise bad_request(
+                f"messages[{i}]: content part type {kind!r} is not supported: this model reads text only",
+                f"messages.{i}.content",
+            )
         if not isinstance(part.get(key), str):
-            raise bad_request(f"messages[{i}]: a {kind!r} content part needs {key!r} as a string",
-                              f"messages.{i}.content")  # fmt: skip
+            raise bad_request(
+                f"messages[{i}]: a {kind!r} content part needs {key!r} as a string", f"messages.{i}.content"
+            )
         parts.append({**part, "type": "text", "text": part[key]})
     return {**m, "content": parts}
 
@@ -221,15 +236,19 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
     if req.suffix:
         raise bad_request("suffix is not supported", "suffix")
     if req.best_of not in (None, req.n or 1):  # every sample drawn is returned: none is ranked away
-        raise bad_request(f"best_of={req.best_of} is not supported: this server returns every sample it draws, so "
-                          f"best_of must equal n ({req.n or 1})", "best_of")  # fmt: skip
+        raise bad_request(
+            f"best_of={req.best_of} is not supported: this server returns every sample it draws, so "
+            f"best_of must equal n ({req.n or 1})",
+            "best_of",
+        )
     p = req.prompt
     batch = [p] if isinstance(p, str) or (p and all(isinstance(x, int) for x in p)) else list(p)
     if not batch:
         raise bad_request("the prompt is empty", "prompt")
     if len(batch) * (req.n or 1) > MAX_CHOICES:
-        raise bad_request(f"{len(batch)} prompts × n={req.n or 1} is more than {MAX_CHOICES} choices per request",
-                          "prompt")  # fmt: skip
+        raise bad_request(
+            f"{len(batch)} prompts × n={req.n or 1} is more than {MAX_CHOICES} choices per request", "prompt"
+        )
     out = []
     for q in batch:
         if isinstance(q, str):
@@ -245,8 +264,10 @@ def prepare_completions(req: CompletionRequest, tokenizer, limits: Limits) -> li
     """A text completion request → one Prepared per prompt (its grammar, when one is asked, on each)."""
     check_common(req, limits)
     if req.echo and req.stream and req.logprobs is not None:
-        raise bad_request("echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): "
-                          "send stream: false", "echo")  # fmt: skip
+        raise bad_request(
+            "echo with logprobs is not streamed (the prompt's logprobs come with the whole answer): send stream: false",
+            "echo",
+        )
     grammar, _ = request_grammar(req)
     prompts = completion_prompts(req, tokenizer, limits)
     preps = [prepare(req, ids, limits, None, req.max_tokens) for ids in prompts]
@@ -273,8 +294,13 @@ def logprobs_wanted(req: Sampling) -> int | None:
     return getattr(req, "logprobs", None)
 
 
-def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids: list[int] | None = None,
-            max_tokens: int | None = None) -> Prepared:  # fmt: skip
+def prepare(
+    req: Sampling,
+    prompt_ids: list[int],
+    limits: Limits,
+    stop_token_ids: list[int] | None = None,
+    max_tokens: int | None = None,
+) -> Prepared:
     """Length checks and SamplingParams; every problem is an APIError (400 / 413)."""
     n = len(prompt_ids)
     if n == 0:
@@ -282,8 +308,9 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
     if n > limits.max_prompt_tokens:
         raise too_large(
             f"the prompt is {n} tokens; this server accepts at most {limits.max_prompt_tokens}",
-            code="prompt_too_long", param="messages" if isinstance(req, ChatRequest) else "prompt",
-        )  # fmt: skip
+            code="prompt_too_long",
+            param="messages" if isinstance(req, ChatRequest) else "prompt",
+        )
     room = limits.context - n
     if room <= 0:
         raise too_large(f"the prompt is {n} tokens; the model's context is {limits.context}", code="prompt_too_long")
@@ -291,28 +318,36 @@ def prepare(req: Sampling, prompt_ids: list[int], limits: Limits, stop_token_ids
         name = "max_completion_tokens" if getattr(req, "max_completion_tokens", None) else "max_tokens"
         raise bad_request(
             f"prompt ({n} tokens) + {name} ({max_tokens}) exceeds the model's context of {limits.context}",
-            name, "context_length_exceeded",
-        )  # fmt: skip
+            name,
+            "context_length_exceeded",
+        )
     if max_tokens is None:
         max_tokens = min(limits.default_max_tokens, room)
     knobs = {
-        **decoding_values(req), "logprobs": logprobs_wanted(req),
-        "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
+        **decoding_values(req),
+        "logprobs": logprobs_wanted(req),
+        "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty,
         "logit_bias": _logit_bias(req.logit_bias, limits.vocab_size),
-        "repetition_penalty": req.repetition_penalty, "min_p": req.min_p, "min_tokens": req.min_tokens,
+        "repetition_penalty": req.repetition_penalty,
+        "min_p": req.min_p,
+        "min_tokens": req.min_tokens,
         "ignore_eos": req.ignore_eos,
-    }  # fmt: skip
+    }
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if req.stop_token_ids and limits.vocab_size and not all(0 <= t < limits.vocab_size for t in req.stop_token_ids):
-        raise bad_request(f"stop_token_ids must be token ids of this model (0..{limits.vocab_size - 1})",
-                          "stop_token_ids")  # fmt: skip
+        raise bad_request(
+            f"stop_token_ids must be token ids of this model (0..{limits.vocab_size - 1})", "stop_token_ids"
+        )
     # ignore_eos: the chat's end-of-turn ids do not stop either; the client's own stop_token_ids do
     stops = [*([] if req.ignore_eos else stop_token_ids or []), *(req.stop_token_ids or [])]
     try:
         params = SamplingParams(
-            max_tokens=max_tokens, stop=stop, stop_token_ids=stops or None,
+            max_tokens=max_tokens,
+            stop=stop,
+            stop_token_ids=stops or None,
             **{k: v for k, v in knobs.items() if v is not None},
-        )  # fmt: skip
+        )
     except ValueError as e:
         raise bad_request(str(e), getattr(e, "param", None)) from None
     if getattr(req, "echo", False) and params.logprobs is not None:  # the prompt's own logprobs too
@@ -382,8 +417,9 @@ def reply_words(text: str, names: Collection[str] | None, partial: bool = False)
     return text
 
 
-def assistant_message(text: str, parse_tools: bool, max_calls: int | None = None,
-                      names: frozenset[str] | None = None) -> tuple[str | None, list[dict]]:  # fmt: skip
+def assistant_message(
+    text: str, parse_tools: bool, max_calls: int | None = None, names: frozenset[str] | None = None
+) -> tuple[str | None, list[dict]]:
     """Full assistant text (prefill included) → (content, OpenAI tool_calls). With tools on offer
     the content is the reply's words only (``reply_words``): a call that does not parse, or names
     a function not in ``names``, is neither a tool call nor content."""
@@ -410,23 +446,36 @@ def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput
     """One choice per output (``n`` samples of the same prompt)."""
     choices = []
     for i, out in enumerate(outs):
-        content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
-                                           prep.tool_names)  # fmt: skip
+        content, calls = assistant_message(
+            prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls, prep.tool_names
+        )
         message: dict = {"role": "assistant", "content": content}
         if calls and prep.legacy:
             message["function_call"] = calls[0]["function"]
         elif calls:
             message["tool_calls"] = calls
-        choices.append({"index": i, "message": message, "finish_reason": finish_reason(out, calls, prep.legacy),
-                        "logprobs": chat_logprobs(out.logprobs, tokenizer)})  # fmt: skip
+        choices.append(
+            {
+                "index": i,
+                "message": message,
+                "finish_reason": finish_reason(out, calls, prep.legacy),
+                "logprobs": chat_logprobs(out.logprobs, tokenizer),
+            }
+        )
     return {
-        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": choices, "usage": usage(outs, len(outs)), "clover": clover_stats(outs[0], prep.block_size),
-    }  # fmt: skip
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(outs, len(outs)),
+        "clover": clover_stats(outs[0], prep.block_size),
+    }
 
 
-def completion_response(rid: str, model: str, preps: list[Prepared], outs: list[RequestOutput], tokenizer,
-                        n: int = 1, echo: bool = False) -> dict:  # fmt: skip
+def completion_response(
+    rid: str, model: str, preps: list[Prepared], outs: list[RequestOutput], tokenizer, n: int = 1, echo: bool = False
+) -> dict:
     """Choice ``k * n + i``: sample i of prompt k (OpenAI's order). ``echo``: each text starts with
     its prompt, and its logprobs with the prompt's (the first token's null)."""
     choices = []
@@ -438,12 +487,23 @@ def completion_response(rid: str, model: str, preps: list[Prepared], outs: list[
         gen = completion_logprobs(entries, tokenizer, len(head))
         if lp is not None and gen is not None:
             lp = {k: lp[k] + gen[k] for k in lp}
-        choices.append({"index": i, "text": head + (out.text or ""), "finish_reason": finish_reason(out, []),
-                        "logprobs": gen if lp is None else lp})  # fmt: skip
+        choices.append(
+            {
+                "index": i,
+                "text": head + (out.text or ""),
+                "finish_reason": finish_reason(out, []),
+                "logprobs": gen if lp is None else lp,
+            }
+        )
     return {
-        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-        "choices": choices, "usage": usage(outs, n), "clover": clover_stats(outs[0], preps[0].block_size),
-    }  # fmt: skip
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage(outs, n),
+        "clover": clover_stats(outs[0], preps[0].block_size),
+    }
 
 
 # -- logprobs (each generated token's log-probability when the engine chose it) --------------------
@@ -452,8 +512,11 @@ def _finite(lp: float) -> float:
 
 
 def _token_entry(tokenizer, token_id: int, logprob: float) -> dict:
-    return {"token": tokenizer.decode([token_id]), "logprob": _finite(logprob),
-            "bytes": list(tokenizer.token_bytes(token_id))}  # fmt: skip
+    return {
+        "token": tokenizer.decode([token_id]),
+        "logprob": _finite(logprob),
+        "bytes": list(tokenizer.token_bytes(token_id)),
+    }
 
 
 def chat_logprobs(entries: list[TokenLogprob] | None, tokenizer) -> dict | None:
@@ -461,15 +524,18 @@ def chat_logprobs(entries: list[TokenLogprob] | None, tokenizer) -> dict | None:
     if entries is None:
         return None
     content = [
-        {**_token_entry(tokenizer, e.token_id, e.logprob),
-         "top_logprobs": [_token_entry(tokenizer, t, q) for t, q in e.top]}
+        {
+            **_token_entry(tokenizer, e.token_id, e.logprob),
+            "top_logprobs": [_token_entry(tokenizer, t, q) for t, q in e.top],
+        }
         for e in entries
-    ]  # fmt: skip
+    ]
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(entries: list[TokenLogprob | None] | None, tokenizer, offset: int = 0,
-                        token_ids: list[int] | None = None) -> dict | None:  # fmt: skip
+def completion_logprobs(
+    entries: list[TokenLogprob | None] | None, tokenizer, offset: int = 0, token_ids: list[int] | None = None
+) -> dict | None:
     """Legacy completions shape: parallel lists, ``text_offset`` counted from ``offset`` (characters).
     A None entry (an echoed prompt's first token: nothing before it) has null logprobs;
     ``token_ids`` names the tokens when entries may be None."""
@@ -497,8 +563,14 @@ def echoed(out: RequestOutput, tokenizer) -> tuple[str, dict | None]:
 
 def step_record(ev: StepEvent, tokenizer) -> dict:
     """A denoise pass for the playground: positions committed in it and their token texts."""
-    return {"type": "step", "block_start": ev.block_start, "step": ev.step, "positions": ev.positions,
-            "tokens": ev.tokens, "pieces": [tokenizer.decode([t]) for t in ev.tokens]}  # fmt: skip
+    return {
+        "type": "step",
+        "block_start": ev.block_start,
+        "step": ev.step,
+        "positions": ev.positions,
+        "tokens": ev.tokens,
+        "pieces": [tokenizer.decode([t]) for t in ev.tokens],
+    }
 
 
 def start_record(prep: Prepared, tokenizer) -> dict:
@@ -506,8 +578,13 @@ def start_record(prep: Prepared, tokenizer) -> dict:
     P, bs = len(prep.prompt_ids), prep.block_size
     start = P // bs * bs
     tail = prep.prompt_ids[start:]
-    return {"type": "start", "prompt_tokens": P, "block_size": bs, "block_start": start,
-            "prompt_tail": [tokenizer.decode([t]) for t in tail]}  # fmt: skip
+    return {
+        "type": "start",
+        "prompt_tokens": P,
+        "block_size": bs,
+        "block_start": start,
+        "prompt_tail": [tokenizer.decode([t]) for t in tail],
+    }
 
 
 class AssistantStream:
@@ -518,8 +595,9 @@ class AssistantStream:
     once its ``</tool_call>`` is final; ``finish`` flushes what only the end decides.
     """
 
-    def __init__(self, prefill: str, parse_tools: bool, max_calls: int | None = None,
-                 names: frozenset[str] | None = None):  # fmt: skip
+    def __init__(
+        self, prefill: str, parse_tools: bool, max_calls: int | None = None, names: frozenset[str] | None = None
+    ):
         self.text = prefill
         self.parse_tools = parse_tools
         self.max_calls = max_calls

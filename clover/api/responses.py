@@ -36,8 +36,12 @@ from clover.engine import Event, Finished, RequestOutput, TextDelta, TokenLogpro
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")
 # chat parameter names (as prepare_chat reports them) → their Responses names
-PARAMS = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
-          "response_format": "text.format", "messages": "input"}  # fmt: skip
+PARAMS = {
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "messages": "input",
+}
 LOGPROBS = "message.output_text.logprobs"  # the ``include`` entry that asks for the text's logprobs
 # fields Clover cannot honour and must not silently drop (the answer would differ from what was asked)
 STATEFUL = ("conversation", "prompt")
@@ -85,8 +89,11 @@ def _text(content, param: str) -> str | list[dict]:
             parts.append({"type": "text", "text": part["refusal"]})
             continue
         if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise bad_request(f"{param}.{j}: content part type {kind!r} is not supported: this model reads text "
-                              "only (input_text / output_text)", f"{param}.{j}.type")  # fmt: skip
+            raise bad_request(
+                f"{param}.{j}: content part type {kind!r} is not supported: this model reads text "
+                "only (input_text / output_text)",
+                f"{param}.{j}.type",
+            )
         parts.append({"type": "text", "text": part["text"]})
     return parts
 
@@ -118,10 +125,14 @@ def _messages(req: ResponsesRequest, items: list[dict]) -> list[dict]:
             msgs.append({"role": role, "content": _text(item.get("content"), f"input.{i}.content")})
         elif kind == "function_call":
             if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
-                raise bad_request(f"input[{i}]: a function_call item needs call_id, name and arguments as strings",
-                                  f"input.{i}")  # fmt: skip
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}  # fmt: skip
+                raise bad_request(
+                    f"input[{i}]: a function_call item needs call_id, name and arguments as strings", f"input.{i}"
+                )
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
             if msgs and msgs[-1]["role"] == "assistant":  # calls that follow an assistant message join it
                 msgs[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -129,14 +140,16 @@ def _messages(req: ResponsesRequest, items: list[dict]) -> list[dict]:
         elif kind == "function_call_output":
             out = item.get("output")
             if not isinstance(item.get("call_id"), str) or not isinstance(out, (str, list)):
-                raise bad_request(f"input[{i}]: a function_call_output item needs call_id and output",
-                                  f"input.{i}")  # fmt: skip
+                raise bad_request(f"input[{i}]: a function_call_output item needs call_id and output", f"input.{i}")
             msgs.append({"role": "tool", "tool_call_id": item["call_id"], "content": _text(out, f"input.{i}.output")})
         elif kind == "reasoning":  # never produced here; a client replaying another model's turn
             continue
         else:
-            raise bad_request(f"input[{i}]: item type {kind!r} is not supported (message, function_call and "
-                              "function_call_output are)", f"input.{i}.type")  # fmt: skip
+            raise bad_request(
+                f"input[{i}]: item type {kind!r} is not supported (message, function_call and "
+                "function_call_output are)",
+                f"input.{i}.type",
+            )
     if not msgs:
         raise bad_request("input is empty", "input")
     return msgs
@@ -148,8 +161,10 @@ def _tools(tools: list[dict] | None) -> list[dict] | None:
     out = []
     for i, t in enumerate(tools):
         if t.get("type") != "function":
-            raise bad_request(f"tools[{i}]: tool type {t.get('type')!r} is not supported: this server runs function "
-                              "tools only", f"tools.{i}.type")  # fmt: skip
+            raise bad_request(
+                f"tools[{i}]: tool type {t.get('type')!r} is not supported: this server runs function tools only",
+                f"tools.{i}.type",
+            )
         src = t["function"] if isinstance(t.get("function"), dict) and "name" not in t else t  # chat's nested form too
         fn = {k: src[k] for k in ("name", "description", "parameters", "strict") if src.get(k) is not None}
         out.append({"type": "function", "function": fn})
@@ -163,8 +178,11 @@ def _tool_choice(choice):
         return {"type": "function", "function": {"name": choice["name"]}}
     if choice.get("type") == "function" and isinstance((choice.get("function") or {}).get("name"), str):
         return choice  # chat's nested form
-    raise bad_request(f"tool_choice {json.dumps(choice)} is not supported: use auto, none, required or "
-                      '{"type": "function", "name": ...}', "tool_choice")  # fmt: skip
+    raise bad_request(
+        f"tool_choice {json.dumps(choice)} is not supported: use auto, none, required or "
+        '{"type": "function", "name": ...}',
+        "tool_choice",
+    )
 
 
 def _response_format(text: dict | None) -> dict | None:
@@ -177,8 +195,9 @@ def _response_format(text: dict | None) -> dict | None:
     if kind == "json_schema":
         spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
         return {"type": "json_schema", "json_schema": spec}
-    raise bad_request(f"text.format type {kind!r} is not supported (text, json_object, json_schema are)",
-                      "text.format.type")  # fmt: skip
+    raise bad_request(
+        f"text.format type {kind!r} is not supported (text, json_object, json_schema are)", "text.format.type"
+    )
 
 
 def to_chat(req: ResponsesRequest, model: str, items: list[dict] | None = None) -> ChatRequest:
@@ -186,8 +205,9 @@ def to_chat(req: ResponsesRequest, model: str, items: list[dict] | None = None) 
     ``items``: the conversation (default ``input_items(req)``); after ``previous_response_id``, that
     response's input and output, then this request's input."""
     if req.previous_response_id is not None and items is None:
-        raise bad_request("previous_response_id needs a server that stores responses", "previous_response_id",
-                          "unsupported_parameter")  # fmt: skip
+        raise bad_request(
+            "previous_response_id needs a server that stores responses", "previous_response_id", "unsupported_parameter"
+        )
     for param in STATEFUL:
         if getattr(req, param) is None:
             continue
@@ -200,13 +220,18 @@ def to_chat(req: ResponsesRequest, model: str, items: list[dict] | None = None) 
         raise bad_request(f"{param} is not supported: {why}", param, "unsupported_parameter")
     want_lp = LOGPROBS in (req.include or [])
     body = {
-        "model": req.model or model, "messages": _messages(req, input_items(req) if items is None else items),
+        "model": req.model or model,
+        "messages": _messages(req, input_items(req) if items is None else items),
         "tools": _tools(req.tools),
-        "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
-        "max_completion_tokens": req.max_output_tokens, "response_format": _response_format(req.text),
-        "logprobs": want_lp or None, "top_logprobs": req.top_logprobs if want_lp else None, **decoding_values(req),
+        "tool_choice": _tool_choice(req.tool_choice),
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "max_completion_tokens": req.max_output_tokens,
+        "response_format": _response_format(req.text),
+        "logprobs": want_lp or None,
+        "top_logprobs": req.top_logprobs if want_lp else None,
+        **decoding_values(req),
         "grounded": req.grounded,
-    }  # fmt: skip
+    }
     try:
         return ChatRequest.model_validate({k: v for k, v in body.items() if v is not None})
     except ValidationError as e:
@@ -231,8 +256,9 @@ def _status(out: RequestOutput) -> str:
     return "incomplete" if out.finish_reason == "length" else "completed"
 
 
-def message_item(text: str, status: str = "completed", item_id: str | None = None,
-                 logprobs: list[dict] | None = None) -> dict:  # fmt: skip
+def message_item(
+    text: str, status: str = "completed", item_id: str | None = None, logprobs: list[dict] | None = None
+) -> dict:
     part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
     return {"type": "message", "id": item_id or _id("msg"), "status": status, "role": "assistant", "content": [part]}
 
@@ -262,40 +288,70 @@ def _before_calls(text: str) -> int | None:
 def call_item(call: dict, status: str = "completed") -> dict:
     """An OpenAI chat tool call → a ``function_call`` output item."""
     fn = call["function"]
-    return {"type": "function_call", "id": _id("fc"), "call_id": call["id"].replace("call-", "call_", 1),
-            "name": fn["name"], "arguments": fn["arguments"], "status": status}  # fmt: skip
+    return {
+        "type": "function_call",
+        "id": _id("fc"),
+        "call_id": call["id"].replace("call-", "call_", 1),
+        "name": fn["name"],
+        "arguments": fn["arguments"],
+        "status": status,
+    }
 
 
 def output_items(prep: Prepared, out: RequestOutput, tokenizer=None) -> list[dict]:
     """The answer's items: its text as a message (none when it is only calls), then each call."""
-    content, calls = assistant_message(prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls,
-                                       prep.tool_names)  # fmt: skip
+    content, calls = assistant_message(
+        prep.prefill + (out.text or ""), prep.parse_tools, prep.max_calls, prep.tool_names
+    )
     status = _status(out)
     lps = text_logprobs(out.logprobs, tokenizer, _before_calls(out.text or "") if calls else None)
     items = [message_item(content or "", status, logprobs=lps)] if content or not calls else []
     return items + [call_item(c) for c in calls]
 
 
-def response_body(rid: str, model: str, req: ResponsesRequest, prep: Prepared, created: int,
-                  output: list[dict], out: RequestOutput | None = None) -> dict:  # fmt: skip
+def response_body(
+    rid: str,
+    model: str,
+    req: ResponsesRequest,
+    prep: Prepared,
+    created: int,
+    output: list[dict],
+    out: RequestOutput | None = None,
+) -> dict:
     """The ``response`` object; without ``out`` it is still in progress."""
     status = "in_progress" if out is None else _status(out)
     body = {
-        "id": rid, "object": "response", "created_at": created, "status": status, "error": None,
+        "id": rid,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": req.instructions, "max_output_tokens": req.max_output_tokens, "model": model,
-        "output": output, "parallel_tool_calls": req.parallel_tool_calls is not False,
-        "temperature": prep.params.temperature, "top_p": prep.params.top_p, "tool_choice": req.tool_choice or "auto",
-        "tools": req.tools or [], "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
-        "store": req.store is not False, "previous_response_id": req.previous_response_id, "usage": None,
-    }  # fmt: skip
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "temperature": prep.params.temperature,
+        "top_p": prep.params.top_p,
+        "tool_choice": req.tool_choice or "auto",
+        "tools": req.tools or [],
+        "text": req.text or {"format": {"type": "text"}},
+        "metadata": req.metadata or {},
+        "store": req.store is not False,
+        "previous_response_id": req.previous_response_id,
+        "usage": None,
+    }
     if out is not None:
         u = usage(out)
         body["completed_at"] = int(time.time())
-        body["usage"] = {"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
-                         "total_tokens": u["total_tokens"],
-                         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                         "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+        body["usage"] = {
+            "input_tokens": u["prompt_tokens"],
+            "output_tokens": u["completion_tokens"],
+            "total_tokens": u["total_tokens"],
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
         body["clover"] = clover_stats(out, prep.block_size)
     return body
 
@@ -340,8 +396,10 @@ class EventStream:
         self.output.append(self.msg)
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         at = {"item_id": self.msg["id"], "output_index": len(self.output) - 1}
-        return [self.event("response.output_item.added", output_index=at["output_index"], item=dict(self.msg)),
-                self.event("response.content_part.added", **at, content_index=0, part=part)]  # fmt: skip
+        return [
+            self.event("response.output_item.added", output_index=at["output_index"], item=dict(self.msg)),
+            self.event("response.content_part.added", **at, content_index=0, part=part),
+        ]
 
     def feed(self, delta: dict) -> list[dict]:
         """One chat delta; a text delta carries the logprobs ``pending`` (of the tokens committed since)."""
@@ -354,8 +412,16 @@ class EventStream:
             room = len(self.text) - sum(len(e["token"]) for e in self.logprobs) if self.prep.parse_tools else None
             lps = text_logprobs(self.pending, self.tokenizer, room)
             self.pending, self.logprobs = self.pending[len(lps) :], self.logprobs + lps
-            evs.append(self.event("response.output_text.delta", item_id=self.msg["id"], delta=delta["content"],
-                                  output_index=self.output.index(self.msg), content_index=0, logprobs=lps))  # fmt: skip
+            evs.append(
+                self.event(
+                    "response.output_text.delta",
+                    item_id=self.msg["id"],
+                    delta=delta["content"],
+                    output_index=self.output.index(self.msg),
+                    content_index=0,
+                    logprobs=lps,
+                )
+            )
         if delta.get("tool_calls"):
             self.pending = []  # a call's tokens: not the message's
         for call in delta.get("tool_calls") or []:
@@ -363,11 +429,16 @@ class EventStream:
             args, i = item["arguments"], len(self.output)
             self.output.append(item)
             at = {"item_id": item["id"], "output_index": i}
-            evs += [self.event("response.output_item.added", output_index=i,
-                               item={**item, "arguments": "", "status": "in_progress"}),
-                    self.event("response.function_call_arguments.delta", **at, delta=args),
-                    self.event("response.function_call_arguments.done", **at, arguments=args, name=item["name"]),
-                    self.event("response.output_item.done", output_index=i, item=item)]  # fmt: skip
+            evs += [
+                self.event(
+                    "response.output_item.added",
+                    output_index=i,
+                    item={**item, "arguments": "", "status": "in_progress"},
+                ),
+                self.event("response.function_call_arguments.delta", **at, delta=args),
+                self.event("response.function_call_arguments.done", **at, arguments=args, name=item["name"]),
+                self.event("response.output_item.done", output_index=i, item=item),
+            ]
         return evs
 
     def finish(self, out: RequestOutput) -> list[dict]:
@@ -381,11 +452,11 @@ class EventStream:
             part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": self.logprobs}
             at = {"item_id": self.msg["id"], "output_index": self.output.index(self.msg)}
             self.msg.update(status=status, content=[part])
-            evs += [self.event("response.output_text.done", **at, content_index=0, text=self.text,
-                               logprobs=self.logprobs),
-                    self.event("response.content_part.done", **at, content_index=0, part=part),
-                    self.event("response.output_item.done", output_index=at["output_index"],
-                               item=self.msg)]  # fmt: skip
+            evs += [
+                self.event("response.output_text.done", **at, content_index=0, text=self.text, logprobs=self.logprobs),
+                self.event("response.content_part.done", **at, content_index=0, part=part),
+                self.event("response.output_item.done", output_index=at["output_index"], item=self.msg),
+            ]
         body = self.body = response_body(self.rid, self.model, self.req, self.prep, self.created, self.output, out)
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return evs + [self.event(kind, response=body)]

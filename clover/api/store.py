@@ -53,8 +53,14 @@ class Stored:
 
 
 class ResponseStore:
-    def __init__(self, path: str | None = None, max_entries: int = MAX_ENTRIES, max_mb: float = MAX_MB,
-                 ttl_s: float = TTL_S, clock=time.time):  # fmt: skip
+    def __init__(
+        self,
+        path: str | None = None,
+        max_entries: int = MAX_ENTRIES,
+        max_mb: float = MAX_MB,
+        ttl_s: float = TTL_S,
+        clock=time.time,
+    ):
         if max_entries < 1 or max_mb <= 0 or ttl_s <= 0:
             raise ValueError("the response store needs max_entries >= 1, max_mb > 0 and ttl_s > 0")
         self.path, self.max_entries, self.max_bytes, self.ttl_s = path, max_entries, int(max_mb * 2**20), ttl_s
@@ -78,8 +84,9 @@ class ResponseStore:
             return
         with self.db:
             self.db.execute("DELETE FROM gone WHERE id = ?", (rid,))
-            self.db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            (rid, owner, now, now, size, b, i))  # fmt: skip
+            self.db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)", (rid, owner, now, now, size, b, i)
+            )
         self._evict(keep=rid)
 
     def delete(self, rid: str, owner: str | None) -> None:
@@ -91,8 +98,9 @@ class ResponseStore:
         with self.db:
             self.db.execute("DELETE FROM responses WHERE id = ?", (rid,))
             self.db.execute("INSERT OR REPLACE INTO gone VALUES (?, ?, ?, ?)", (rid, owner, reason, self.clock()))
-            self.db.execute("DELETE FROM gone WHERE id IN (SELECT id FROM gone ORDER BY at DESC LIMIT -1 OFFSET ?)",
-                            (GONE_KEPT,))  # fmt: skip
+            self.db.execute(
+                "DELETE FROM gone WHERE id IN (SELECT id FROM gone ORDER BY at DESC LIMIT -1 OFFSET ?)", (GONE_KEPT,)
+            )
 
     def _evict(self, keep: str | None = None) -> None:
         """Expired responses out; then the least recently used while over a bound."""
@@ -103,8 +111,9 @@ class ResponseStore:
             n, total = self.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM responses").fetchone()
             if n <= self.max_entries and total <= self.max_bytes:
                 return
-            row = self.db.execute("SELECT id, owner FROM responses WHERE id != ? ORDER BY used LIMIT 1",
-                                  (keep or "",)).fetchone()  # fmt: skip
+            row = self.db.execute(
+                "SELECT id, owner FROM responses WHERE id != ? ORDER BY used LIMIT 1", (keep or "",)
+            ).fetchone()
             if row is None:
                 return
             bound = f"{self.max_entries} responses" if n > self.max_entries else f"{self.max_bytes} bytes"
@@ -123,8 +132,11 @@ class ResponseStore:
         gone = self.db.execute("SELECT owner, reason FROM gone WHERE id = ?", (rid,)).fetchone()
         if gone is not None and gone[0] == owner:
             raise not_found(rid, f"response {rid!r} is no longer stored: {gone[1]}")
-        raise not_found(rid, f"no response with id {rid!r} is stored (responses are kept only when the request "
-                             "had store set, which is the default)")  # fmt: skip
+        raise not_found(
+            rid,
+            f"no response with id {rid!r} is stored (responses are kept only when the request "
+            "had store set, which is the default)",
+        )
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

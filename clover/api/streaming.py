@@ -37,15 +37,17 @@ class ChatStream:
     each engine event of choice ``i``, ``end()`` last (the usage chunk when asked for).
     ``steps``: Clover's per-pass records (``clover`` chunks), what the playground draws."""
 
-    def __init__(self, rid: str, model: str, prep: Prepared, n: int, tokenizer, include_usage: bool = False,
-                 steps: bool = False):  # fmt: skip
+    def __init__(
+        self, rid: str, model: str, prep: Prepared, n: int, tokenizer, include_usage: bool = False, steps: bool = False
+    ):
         self.rid, self.model, self.prep, self.tokenizer = rid, model, prep, tokenizer
         self.created = int(time.time())
         self.include_usage, self.steps = include_usage, steps
         self.want_lp = prep.params.logprobs is not None
         self.pending: list[list] = [[] for _ in range(n)]  # per choice: logprobs not yet sent
-        self.streams = [AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names)
-                        for _ in range(n)]  # fmt: skip
+        self.streams = [
+            AssistantStream(prep.prefill, prep.parse_tools, prep.max_calls, prep.tool_names) for _ in range(n)
+        ]
         self.outs: list = []
 
     def chunk(self, i: int = 0, delta: dict | None = None, reason: str | None = None, **extra) -> dict:
@@ -54,8 +56,14 @@ class ChatStream:
             lp = chat_logprobs(self.pending[i], self.tokenizer) if self.want_lp and self.pending[i] else None
             self.pending[i] = []
             choices = [{"index": i, "delta": delta, "finish_reason": reason, "logprobs": lp}]
-        d = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-             "choices": choices, **extra}  # fmt: skip
+        d = {
+            "id": self.rid,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
         if self.include_usage:
             d.setdefault("usage", None)
         return d
@@ -92,8 +100,17 @@ class TextStream:
     """The chunks of one text-completion request (choice ``k * n + i``: sample i of prompt k).
     ``heads``: with ``echo``, each choice's prompt text, sent as its first chunk."""
 
-    def __init__(self, rid: str, model: str, prep: Prepared, n: int, tokenizer, choices: int,
-                 include_usage: bool = False, heads: list[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        prep: Prepared,
+        n: int,
+        tokenizer,
+        choices: int,
+        include_usage: bool = False,
+        heads: list[str] | None = None,
+    ):
         self.rid, self.model, self.prep, self.tokenizer, self.n = rid, model, prep, tokenizer, n
         self.created = int(time.time())
         self.include_usage, self.heads = include_usage, heads
@@ -106,8 +123,14 @@ class TextStream:
             lp = completion_logprobs(logprobs, self.tokenizer, self.offset[i]) if logprobs is not None else None
             choices = [{"index": i, "text": text, "finish_reason": reason, "logprobs": lp}]
             self.offset[i] += len(text)
-        d = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.model,
-             "choices": choices, **extra}  # fmt: skip
+        d = {
+            "id": self.rid,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
         if self.include_usage:
             d.setdefault("usage", None)
         return d

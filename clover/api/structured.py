@@ -42,10 +42,12 @@ def tools_grammar(tools: list[dict] | None, names=None, prefill: str = "", paral
     if not tools:
         return None
     schemas = {
-        t["function"]["name"]: clean_schema(t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})",
-                                            f"tools.{i}.function.parameters")
-        for i, t in enumerate(tools) if names is None or t["function"]["name"] in names
-    }  # fmt: skip
+        t["function"]["name"]: clean_schema(
+            t["function"].get("parameters"), f"tools[{i}] ({t['function']['name']})", f"tools.{i}.function.parameters"
+        )
+        for i, t in enumerate(tools)
+        if names is None or t["function"]["name"] in names
+    }
     try:  # agents send the same tools every turn: compiled once (and its token sets cached with it)
         return _tool_grammar(json.dumps(schemas, sort_keys=True), prefill, parallel, not prefill)
     except GrammarError:
@@ -73,10 +75,23 @@ _regex = lru_cache(maxsize=64)(regex_grammar)
 
 # the structured-output fields clients send besides response_format, and where each comes from:
 # vLLM's guided_* (and structured_outputs since 0.10), SGLang's regex / json_schema / ebnf
-_EXTRAS = {"guided_json": "json", "guided_choice": "choice", "guided_regex": "regex", "guided_grammar": "grammar",
-           "json_schema": "json", "regex": "regex", "ebnf": "grammar"}  # fmt: skip
-_STRUCTURED_OUTPUTS = {"json": "json", "json_object": "json_object", "choice": "choice", "regex": "regex",
-                       "grammar": "grammar", "structural_tag": "structural_tag"}  # fmt: skip
+_EXTRAS = {
+    "guided_json": "json",
+    "guided_choice": "choice",
+    "guided_regex": "regex",
+    "guided_grammar": "grammar",
+    "json_schema": "json",
+    "regex": "regex",
+    "ebnf": "grammar",
+}
+_STRUCTURED_OUTPUTS = {
+    "json": "json",
+    "json_object": "json_object",
+    "choice": "choice",
+    "regex": "regex",
+    "grammar": "grammar",
+    "structural_tag": "structural_tag",
+}
 
 
 def request_grammar(req) -> tuple[Grammar | None, str | None]:
@@ -105,8 +120,11 @@ def request_grammar(req) -> tuple[Grammar | None, str | None]:
     if kind == "response_format":
         return response_grammar(v), param
     if kind in ("grammar", "structural_tag"):
-        raise bad_request(f"{param}: grammars in EBNF / Lark and structural tags are not supported; constrain the "
-                          "output with a JSON schema, a choice of strings or a regular expression", param)  # fmt: skip
+        raise bad_request(
+            f"{param}: grammars in EBNF / Lark and structural tags are not supported; constrain the "
+            "output with a JSON schema, a choice of strings or a regular expression",
+            param,
+        )
     if kind == "json_object":
         return _schema_grammar('{"type": "object"}'), param
     if kind == "choice":
@@ -166,10 +184,12 @@ def response_grammar(fmt: dict | None) -> Grammar | None:
     if kind == "json_object":
         return _schema_grammar('{"type": "object"}')
     if kind != "json_schema":
-        raise bad_request(f"response_format type {kind!r} is not supported: use text, json_object or json_schema",
-                          "response_format")  # fmt: skip
+        raise bad_request(
+            f"response_format type {kind!r} is not supported: use text, json_object or json_schema", "response_format"
+        )
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
-        raise bad_request("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
-                          "response_format")  # fmt: skip
+        raise bad_request(
+            "response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}", "response_format"
+        )
     return schema_grammar(spec.get("schema", True), "response_format json_schema", "response_format")

@@ -226,9 +226,15 @@ class LlamaCppModel:
         out = np.empty((len(d), self.vocab_size), dtype=np.float32) if len(d) else None
         i32 = ctypes.POINTER(ctypes.c_int32)
         rc = self._lib.clover_step(
-            self._h, cache._h, c.ctypes.data_as(i32), len(c), d.ctypes.data_as(i32), len(d), bs,
+            self._h,
+            cache._h,
+            c.ctypes.data_as(i32),
+            len(c),
+            d.ctypes.data_as(i32),
+            len(d),
+            bs,
             out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if out is not None else None,
-        )  # fmt: skip
+        )
         if rc != 0:
             raise ValueError(_error(self._lib))
         return out
@@ -324,8 +330,11 @@ class LlamaCppClover:
         """The checkpoint's tokenizer files as the GGUF file carries them (``tokenizer.json`` from
         ``tokenizer.huggingface.json``, ``tokenizer_config.json`` from ``clover.tokenizer_config``,
         ``chat_template.jinja`` from ``tokenizer.chat_template``): name → text, those present."""
-        keys = {"tokenizer.json": "tokenizer.huggingface.json", "tokenizer_config.json": "clover.tokenizer_config",
-                "chat_template.jinja": "tokenizer.chat_template"}  # fmt: skip
+        keys = {
+            "tokenizer.json": "tokenizer.huggingface.json",
+            "tokenizer_config.json": "clover.tokenizer_config",
+            "chat_template.jinja": "tokenizer.chat_template",
+        }
         files = {name: self.native.metadata(key) for name, key in keys.items()}
         return {name: text for name, text in files.items() if text}
 
@@ -381,31 +390,53 @@ def config_mismatches(c: CloverConfig, native: LlamaCppModel) -> list[str]:
     ``name: config X, file Y`` each."""
     attn = [t == ATTN for t in c.layer_types]
     want = {
-        "n_vocab": c.vocab_size, "n_layer": c.num_hidden_layers, "n_embd": c.hidden_size,
-        "block_size": c.block_size, "max_block_size": c.max_block_size, "shift_logits": int(c.shift_logits),
-        "mask_token_id": c.mask_token_id, "n_expert": c.num_experts,
-        "n_expert_used": c.num_experts_per_tok if c.num_experts else 0, "n_attention": sum(attn),
-    }  # fmt: skip
+        "n_vocab": c.vocab_size,
+        "n_layer": c.num_hidden_layers,
+        "n_embd": c.hidden_size,
+        "block_size": c.block_size,
+        "max_block_size": c.max_block_size,
+        "shift_logits": int(c.shift_logits),
+        "mask_token_id": c.mask_token_id,
+        "n_expert": c.num_experts,
+        "n_expert_used": c.num_experts_per_tok if c.num_experts else 0,
+        "n_attention": sum(attn),
+    }
     if any(attn):
-        want.update(n_head=c.num_attention_heads, n_head_kv=c.num_key_value_heads, head_dim=c.head_dim,
-                    rope_dims=int(c.head_dim * c.partial_rotary_factor))  # fmt: skip
+        want.update(
+            n_head=c.num_attention_heads,
+            n_head_kv=c.num_key_value_heads,
+            head_dim=c.head_dim,
+            rope_dims=int(c.head_dim * c.partial_rotary_factor),
+        )
     if not all(attn):
-        want.update(conv_k=c.linear_conv_kernel_dim, hk=c.linear_num_key_heads, hv=c.linear_num_value_heads,
-                    dk=c.linear_key_head_dim, dv=c.linear_value_head_dim, right_conv=int(c.gdn_right_conv),
-                    calibration=int(c.gdn_block_calibration))  # fmt: skip
+        want.update(
+            conv_k=c.linear_conv_kernel_dim,
+            hk=c.linear_num_key_heads,
+            hv=c.linear_num_value_heads,
+            dk=c.linear_key_head_dim,
+            dv=c.linear_value_head_dim,
+            right_conv=int(c.gdn_right_conv),
+            calibration=int(c.gdn_block_calibration),
+        )
     if c.num_experts:
         want.update(n_ff_exp=c.moe_intermediate_size, n_ff_shexp=c.shared_expert_intermediate_size)
     else:
         want.update(n_ff=c.intermediate_size)
     wrong = [f"{k}: config {v}, file {native.get(k)}" for k, v in want.items() if native.get(k) != v]
     if sum(attn) == want["n_attention"] and native.get("n_layer") == len(attn):
-        wrong += [f"layer {i}: config {'attention' if a else 'gdn'}, file the other"
-                  for i, a in enumerate(attn) if native.get(f"is_attention.{i}") != int(a)]  # fmt: skip
+        wrong += [
+            f"layer {i}: config {'attention' if a else 'gdn'}, file the other"
+            for i, a in enumerate(attn)
+            if native.get(f"is_attention.{i}") != int(a)
+        ]
     if c.gdn_block_mixing != "bidirectional":
         wrong.append(f"gdn_block_mixing: config {c.gdn_block_mixing!r}, file 'bidirectional'")
     if c.quantization is not None:
         wrong.append("quantization: config has a header, file holds GGUF types")
     floats = {"eps": c.rms_norm_eps} | ({"rope_base": c.rope_theta} if any(attn) else {})
-    wrong += [f"{k}: config {v}, file {native.get_float(k)}" for k, v in floats.items()
-              if np.float32(v) != np.float32(native.get_float(k))]  # fmt: skip
+    wrong += [
+        f"{k}: config {v}, file {native.get_float(k)}"
+        for k, v in floats.items()
+        if np.float32(v) != np.float32(native.get_float(k))
+    ]
     return wrong

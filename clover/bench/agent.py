@@ -18,8 +18,16 @@ def run_policy(model, tasks, max_steps: int) -> dict:
     rows = []
     for task in tasks:
         r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
-        rows.append({"kind": task.kind, "ok": task_success(task, r), "wall_s": r.wall_s, "steps": r.steps,
-                     "forward_passes": r.forward_passes or 0, "stopped": r.stopped})  # fmt: skip
+        rows.append(
+            {
+                "kind": task.kind,
+                "ok": task_success(task, r),
+                "wall_s": r.wall_s,
+                "steps": r.steps,
+                "forward_passes": r.forward_passes or 0,
+                "stopped": r.stopped,
+            }
+        )
     n = max(1, len(rows))
     kinds = {}
     for row in rows:

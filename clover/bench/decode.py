@@ -173,9 +173,11 @@ def measure_decoders(model, tokenizer, cases, configs, sizes, speed_prompts: int
     by_batch: dict[int, dict] = {}
     for b in sizes:
         speed_cases = cases if b == big else cases[: max(b, speed_prompts)]
-        res = full if b == big else {
-            k: run_engine(model, tokenizer, speed_cases, configs[k], b) for k in ("ar", DEFAULT_NAME)
-        }
+        res = (
+            full
+            if b == big
+            else {k: run_engine(model, tokenizer, speed_cases, configs[k], b) for k in ("ar", DEFAULT_NAME)}
+        )
         if b == sizes[0]:
             res = dict(res, unfused=run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b, fuse=False))
         if hf is not None:
@@ -191,18 +193,26 @@ def headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict
     b1, d, ar = by_batch[sizes[0]], DEFAULT_NAME, "ar"
     unfused = b1["unfused"]  # thr: the threshold policy at the sweep's last threshold (the old headline)
     return dict(
-        default_policy=DEFAULT_POLICY, default_threshold=DEFAULT_THRESHOLD,
-        default_exact_match=full[d]["exact_match"], default_tpf=full[d]["tpf"],
-        default_tokens_per_s=b1[d]["tokens_per_s"], ar_tokens_per_s=b1[ar]["tokens_per_s"],
-        speedup_vs_ar=b1[d]["tokens_per_s"] / b1[ar]["tokens_per_s"], ar_exact_match=full[ar]["exact_match"],
+        default_policy=DEFAULT_POLICY,
+        default_threshold=DEFAULT_THRESHOLD,
+        default_exact_match=full[d]["exact_match"],
+        default_tpf=full[d]["tpf"],
+        default_tokens_per_s=b1[d]["tokens_per_s"],
+        ar_tokens_per_s=b1[ar]["tokens_per_s"],
+        speedup_vs_ar=b1[d]["tokens_per_s"] / b1[ar]["tokens_per_s"],
+        ar_exact_match=full[ar]["exact_match"],
         hf_tokens_per_s=b1["hf"]["tokens_per_s"] if hf is not None else None,
         speedup_vs_hf=b1[d]["tokens_per_s"] / b1["hf"]["tokens_per_s"] if hf is not None else None,
-        threshold_tokens_per_s=by_batch[sizes[-1]][thr]["tokens_per_s"], threshold_tpf=full[thr]["tpf"],
+        threshold_tokens_per_s=by_batch[sizes[-1]][thr]["tokens_per_s"],
+        threshold_tpf=full[thr]["tpf"],
         threshold_exact_match=full[thr]["exact_match"],
-        unfused_tokens_per_s=unfused["tokens_per_s"], fused_speedup=b1[d]["tokens_per_s"] / unfused["tokens_per_s"],
-        fused_forward_calls=b1[d]["forward_calls"], unfused_forward_calls=unfused["forward_calls"],
-        fused_same_tokens=unfused["ids"] == b1[d]["ids"], headline=d,
-    )  # fmt: skip
+        unfused_tokens_per_s=unfused["tokens_per_s"],
+        fused_speedup=b1[d]["tokens_per_s"] / unfused["tokens_per_s"],
+        fused_forward_calls=b1[d]["forward_calls"],
+        unfused_forward_calls=unfused["forward_calls"],
+        fused_same_tokens=unfused["ids"] == b1[d]["ids"],
+        headline=d,
+    )
 
 
 def compiled_figures(

@@ -84,8 +84,19 @@ def twin_gguf(config, tok_dir: Path, work: Path, types, tool: Path) -> dict[str,
         "import conversion.base as b; b.TextModel.get_vocab_base_pre = lambda self, t: 'qwen2';"
         "import convert_hf_to_gguf as c; c.main()"
     )
-    cmd = [sys.executable, "-c", code, str(src / "convert_hf_to_gguf.py"), str(src / "gguf-py"), str(hf),
-           "--outfile", str(files["f32"]), "--outtype", "f32", "--no-mtp"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        code,
+        str(src / "convert_hf_to_gguf.py"),
+        str(src / "gguf-py"),
+        str(hf),
+        "--outfile",
+        str(files["f32"]),
+        "--outtype",
+        "f32",
+        "--no-mtp",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"convert_hf_to_gguf.py failed: {r.stderr.strip()[-2000:]}")
@@ -115,13 +126,13 @@ def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
         den = torch.randint(4, vocab, (1, B), generator=g)
         cache = native.new_cache()
         native.step(cache, commit=hist, block_size=B)
-        step = lambda: native.step(cache, denoise=den, block_size=B)  # noqa: E731
+        step = lambda: native.step(cache, denoise=den, block_size=B)
         step()  # warm-up
         out["llamacpp"][B] = median_ms(step, reps)
         if torch_model is not None:
             with torch.inference_mode():
                 tc = torch_model.prefill(hist, B)[0]
-                step = lambda: torch_model.step(tc, denoise=den, block_size=B)  # noqa: E731
+                step = lambda: torch_model.step(tc, denoise=den, block_size=B)
                 step()  # warm-up
                 out["torch"][B] = median_ms(step, reps)
     return out
@@ -237,8 +248,16 @@ def measure_llamacpp(args) -> dict:
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
 
-    keys = ("pass_ms", "pass_efficiency", "llamacpp_tokens_per_s", "torch_tokens_per_s",
-            "twin_llamacpp_tokens_per_s", "speedup_vs_twin", "max_rel_logit_err_f32", "exact_match")  # fmt: skip
+    keys = (
+        "pass_ms",
+        "pass_efficiency",
+        "llamacpp_tokens_per_s",
+        "torch_tokens_per_s",
+        "twin_llamacpp_tokens_per_s",
+        "speedup_vs_twin",
+        "max_rel_logit_err_f32",
+        "exact_match",
+    )
     fig: dict = {k: {} for k in keys}
     fig.update(threads=args.threads, history=HISTORY, sizes=list(SIZES), types=list(TYPES))
     tool = None if args.no_stock else stock_tool()

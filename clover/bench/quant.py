@@ -95,13 +95,18 @@ def measure_quant(args) -> tuple[dict, list[list]]:
                     em[policy] = r["exact_match"]
                 figures["exact_match"][prec] = em
             ratio = figures["bytes"][which][prec] / figures["bytes"][which]["fp32"]
-            rows.append([which, prec, f"{figures['bytes'][which][prec] / 1e6:.1f} ({ratio:.2f}x)",
-                         *(speed[f"{p}@{b}"] for b in (1, args.batch) for p in ("ar", "threshold")),
-                         *(f"{100 * em[p]:.1f}" if em else "-" for p in ("ar", "threshold"))])  # fmt: skip
+            rows.append(
+                [
+                    which,
+                    prec,
+                    f"{figures['bytes'][which][prec] / 1e6:.1f} ({ratio:.2f}x)",
+                    *(speed[f"{p}@{b}"] for b in (1, args.batch) for p in ("ar", "threshold")),
+                    *(f"{100 * em[p]:.1f}" if em else "-" for p in ("ar", "threshold")),
+                ]
+            )
             del model
         b16 = figures["bytes"][which]["bf16"]
-        rows.append([which, "bf16", f"{b16 / 1e6:.1f} ({b16 / figures['bytes'][which]['fp32']:.2f}x)"]
-                    + ["-"] * 6)  # fmt: skip
+        rows.append([which, "bf16", f"{b16 / 1e6:.1f} ({b16 / figures['bytes'][which]['fp32']:.2f}x)"] + ["-"] * 6)
     figures["targets"] = _targets(figures, args.batch)
     return figures, rows
 

@@ -50,8 +50,12 @@ def cell(v) -> str:
 
 def record_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> dict:
     """Keep a table for the next result file (cells as printed) and return it."""
-    t = {"title": str(title), "columns": [str(c) for c in columns], "rows": [[cell(v) for v in r] for r in rows],
-         "notes": [str(n) for n in notes]}  # fmt: skip
+    t = {
+        "title": str(title),
+        "columns": [str(c) for c in columns],
+        "rows": [[cell(v) for v in r] for r in rows],
+        "notes": [str(n) for n in notes],
+    }
     _tables.append(t)
     return t
 
@@ -113,8 +117,12 @@ def _cpu_model() -> str:
 def machine() -> dict:
     """The machine a result was measured on. torch's version and threads only when the command
     loaded torch (importing it here would cost a listing command seconds)."""
-    m = {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
-         "python": platform.python_version()}  # fmt: skip
+    m = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
     torch = sys.modules.get("torch")
     if torch is not None:
         m["torch"] = torch.__version__

@@ -54,16 +54,25 @@ def model_for(model, long_prompt: int, max_tokens: int):
     torch.manual_seed(0)
     w = model.lm_head.weight
     other = CloverForBlockDiffusion(cfg).to(device=w.device, dtype=w.dtype).eval()
-    note = (f"random weights of the model's shape with context {need} (its own context, "
-            f"{model.config.max_position_embeddings}, is shorter than the prompt)")  # fmt: skip
+    note = (
+        f"random weights of the model's shape with context {need} (its own context, "
+        f"{model.config.max_position_embeddings}, is shorter than the prompt)"
+    )
     return other, note
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_prompt: int = 4000,
-            long_tokens: int = 32, clock: str = "wall") -> dict:  # fmt: skip
+def measure(
+    model,
+    tokenizer,
+    prefill_chunk: int | None,
+    streams: int = 8,
+    long_prompt: int = 4000,
+    long_tokens: int = 32,
+    clock: str = "wall",
+) -> dict:
     """One engine over ``model`` with this ``prefill_chunk`` (0: whole prompts): the streams' gaps
     alone, while the long prompt is prefilled, and while it decodes its first block (see the
     module's docstring). ``clock``: ``wall`` (what a client sees) or ``cpu``, this process's CPU
@@ -74,7 +83,7 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
     now = CLOCKS[clock]
 
     rnd = random.Random(0)
-    ids = lambda n: [rnd.randrange(4, model.config.vocab_size) for _ in range(n)]  # noqa: E731 - past special ids
+    ids = lambda n: [rnd.randrange(4, model.config.vocab_size) for _ in range(n)]
     engine = Engine(model, tokenizer, max_batch_size=streams + 1, prefill_chunk=prefill_chunk)
     engine.generate(ids(STREAM_PROMPT), SamplingParams(max_tokens=64, ignore_eos=True))  # one-off costs, untimed
     # the streams decode well past the long prompt's first block, within the context
@@ -90,15 +99,23 @@ def measure(model, tokenizer, prefill_chunk: int | None, streams: int = 8, long_
     steps.until(lambda: all(s.times[-1] > t_first for s in runs.values()))  # each stream's gap over it closes
     for r in [*runs, rid]:
         engine.abort(r)
-    gaps = lambda f, lo, hi: [g for s in runs.values() for g in f(s, lo, hi)]  # noqa: E731
+    gaps = lambda f, lo, hi: [g for s in runs.values() for g in f(s, lo, hi)]
     alone = gaps(Stream.gaps_within, alone_from, t_long)
     during = gaps(Stream.gaps_over, t_long, t_joined)
     first_block = gaps(Stream.gaps_over, t_joined, t_first)
-    return {"prefill_chunk": engine.scheduler.prefill_chunk or 0, "clock": clock, "max_gap_ms_alone": 1e3 * max(alone),
-            "median_gap_ms_alone": 1e3 * sorted(alone)[len(alone) // 2], "max_gap_ms_long_prompt": 1e3 * max(during),
-            "gap_ratio": max(during) / max(alone), "max_gap_ms_long_first_block": 1e3 * max(first_block),
-            "long_prompt_prefill_s": t_joined - t_long, "long_prompt_ttft_s": t_first - t_long,
-            "gaps_alone": len(alone), "gaps_long_prompt": len(during)}  # fmt: skip
+    return {
+        "prefill_chunk": engine.scheduler.prefill_chunk or 0,
+        "clock": clock,
+        "max_gap_ms_alone": 1e3 * max(alone),
+        "median_gap_ms_alone": 1e3 * sorted(alone)[len(alone) // 2],
+        "max_gap_ms_long_prompt": 1e3 * max(during),
+        "gap_ratio": max(during) / max(alone),
+        "max_gap_ms_long_first_block": 1e3 * max(first_block),
+        "long_prompt_prefill_s": t_joined - t_long,
+        "long_prompt_ttft_s": t_first - t_long,
+        "gaps_alone": len(alone),
+        "gaps_long_prompt": len(during),
+    }
 
 
 class _Stepper:

@@ -49,22 +49,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(python: str, model_dir: str | Path, algorithm: str, port: int, device: str = "cpu",
-                   max_running: int = 16, algorithm_config: str | None = None,
-                   tp_size: int = 1) -> list[str]:  # fmt: skip
+def server_command(
+    python: str,
+    model_dir: str | Path,
+    algorithm: str,
+    port: int,
+    device: str = "cpu",
+    max_running: int = 16,
+    algorithm_config: str | None = None,
+    tp_size: int = 1,
+) -> list[str]:
     """``sglang.launch_server`` for a Clover folder (``clover export hf``) with a Clover algorithm;
     on a CPU the flags of SGLang's CPU path (docs/sglang.md). ``tp_size``: tensor-parallel ranks."""
-    cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", "127.0.0.1",
-           "--port", str(port), "--dllm-algorithm", ALGORITHMS.get(algorithm, algorithm),
-           "--max-running-requests", str(max_running), "--tool-call-parser", TOOL_CALL_PARSER]  # fmt: skip
+    cmd = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dllm-algorithm",
+        ALGORITHMS.get(algorithm, algorithm),
+        "--max-running-requests",
+        str(max_running),
+        "--tool-call-parser",
+        TOOL_CALL_PARSER,
+    ]
     if algorithm_config:
         cmd += ["--dllm-algorithm-config", str(algorithm_config)]
     if tp_size != 1:
         cmd += ["--tp-size", str(tp_size)]
     if device == "cpu":
-        cmd += ["--device", "cpu", "--disable-overlap-schedule", "--disable-cuda-graph",
-                "--attention-backend", "torch_native", "--dtype", "float32",
-                "--mem-fraction-static", "0.05", "--max-total-tokens", "16384"]  # fmt: skip
+        cmd += [
+            "--device",
+            "cpu",
+            "--disable-overlap-schedule",
+            "--disable-cuda-graph",
+            "--attention-backend",
+            "torch_native",
+            "--dtype",
+            "float32",
+            "--mem-fraction-static",
+            "0.05",
+            "--max-total-tokens",
+            "16384",
+        ]
     return cmd
 
 
@@ -91,14 +123,24 @@ class SGLangServer:
     """An SGLang server in its own process group, started on enter and stopped on exit.
     ``logits_dir``: the folder Clover's algorithms write each pass to while it exists."""
 
-    def __init__(self, model_dir, algorithm: str = "prefix", device: str = "cpu", max_running: int = 16,
-                 algorithm_config: str | None = None, logits_dir: str | Path | None = None,
-                 log: str | Path | None = None, timeout_s: float = 600, python: str | None = None,
-                 tp_size: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        model_dir,
+        algorithm: str = "prefix",
+        device: str = "cpu",
+        max_running: int = 16,
+        algorithm_config: str | None = None,
+        logits_dir: str | Path | None = None,
+        log: str | Path | None = None,
+        timeout_s: float = 600,
+        python: str | None = None,
+        tp_size: int = 1,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = server_command(python or sglang_python(), model_dir, algorithm, self.port, device, max_running,
-                                  algorithm_config, tp_size)  # fmt: skip
+        self.cmd = server_command(
+            python or sglang_python(), model_dir, algorithm, self.port, device, max_running, algorithm_config, tp_size
+        )
         self.env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         if device == "cpu":
             self.env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -112,10 +154,11 @@ class SGLangServer:
         self.start_s = 0.0
 
     def __enter__(self) -> SGLangServer:
-        out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115 (closed with the process)
+        out = open(self.log, "w") if self.log else subprocess.DEVNULL
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         while time.perf_counter() - t0 < self.timeout_s:
             if self.proc.poll() is not None:
                 tail = self.log.read_text()[-3000:] if self.log else ""
@@ -145,8 +188,9 @@ class SGLangServer:
         """Greedy continuation of ``ids`` through ``/generate`` → the generated token ids, without
         the stop token that ended them (SGLang's ``output_ids`` keep it; Clover's do not)."""
         body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}}
-        req = urllib.request.Request(self.url + "/generate", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            self.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=600) as r:
             out = json.loads(r.read())
         got, finish = out["output_ids"], out["meta_info"]["finish_reason"] or {}
@@ -204,8 +248,18 @@ def logit_error(server: SGLangServer, logits_dir: Path, model, prompts: list[lis
     return {"max_rel_logit_err": worst, "passes": passes, "tokens": tokens}
 
 
-def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: int, max_tokens: int,
-                   logit_prompts: int, python: str | None = None, tp_size: int = 1) -> dict:  # fmt: skip
+def measure_sglang(
+    model,
+    tok,
+    src: Path,
+    policy: str,
+    device: str,
+    n_prompts: int,
+    max_tokens: int,
+    logit_prompts: int,
+    python: str | None = None,
+    tp_size: int = 1,
+) -> dict:
     """``model`` (loaded from the checkpoint ``src``, on ``device``, f32) through Clover's engine
     and, exported to a folder, served by SGLang under the matching Clover algorithm (on
     ``tp_size`` tensor-parallel ranks), on the first ``n_prompts`` airspace test prompts at batch 1
@@ -218,8 +272,15 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
     cases = [(ids, gold) for ids, gold in airspace_cases(tok, n_prompts, model.config)]
     prompts = [ids for ids, _ in cases]
     params = SamplingParams(max_tokens=max_tokens, policy=policy)
-    fig: dict = {"policy": policy, "prompts": len(prompts), "max_tokens": max_tokens, "device": device,
-                 "tp_size": tp_size, "clover": {}, "sglang": {}}  # fmt: skip
+    fig: dict = {
+        "policy": policy,
+        "prompts": len(prompts),
+        "max_tokens": max_tokens,
+        "device": device,
+        "tp_size": tp_size,
+        "clover": {},
+        "sglang": {},
+    }
     ref = None
     for batch in (1, 16):
         r = run_engine(model, tok, cases, params, batch)
@@ -229,17 +290,28 @@ def measure_sglang(model, tok, src: Path, policy: str, device: str, n_prompts: i
         hf = Path(work) / "hf"
         export_hf(src, hf)
         passes = Path(work) / "passes"
-        with SGLangServer(hf, policy, "cpu" if device == "cpu" else "cuda", logits_dir=passes,
-                          log=Path(work) / "server.log", python=python, tp_size=tp_size) as server:  # fmt: skip
+        with SGLangServer(
+            hf,
+            policy,
+            "cpu" if device == "cpu" else "cuda",
+            logits_dir=passes,
+            log=Path(work) / "server.log",
+            python=python,
+            tp_size=tp_size,
+        ) as server:
             fig["sglang_start_s"] = server.start_s
             server.generate(prompts[:2], max_tokens)  # warm-up
             for batch in (1, 16):
                 outs, wall = server.generate(prompts, max_tokens, concurrency=batch)
                 tokens = sum(len(o) for o in outs)
-                fig["sglang"][batch] = {"tokens_per_s": tokens / wall, "tokens": tokens,
-                                        "same_tokens": sum(a == b for a, b in zip(outs, ref))}  # fmt: skip
-            lf = logit_error(server, passes, model.cpu() if device != "cpu" else model,
-                             prompts[:logit_prompts], max_tokens)  # fmt: skip
+                fig["sglang"][batch] = {
+                    "tokens_per_s": tokens / wall,
+                    "tokens": tokens,
+                    "same_tokens": sum(a == b for a, b in zip(outs, ref)),
+                }
+            lf = logit_error(
+                server, passes, model.cpu() if device != "cpu" else model, prompts[:logit_prompts], max_tokens
+            )
     fig["max_rel_logit_err"] = lf["max_rel_logit_err"]
     fig["sglang_tpf"] = lf["tokens"] / lf["passes"] if lf["passes"] else 0.0  # on the logit prompts
     fig["clover_tpf"] = run_engine(model, tok, cases[:logit_prompts], params, 1)["tpf"]  # the same prompts

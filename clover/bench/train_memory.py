@@ -31,9 +31,18 @@ from pathlib import Path
 from clover.model.config import PRESETS
 
 # params + grads + AdamW moments dominate: wide experts, a small batch of short sequences
-SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-         "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-         "num_experts_per_tok")  # fmt: skip
+SHAPE = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "num_experts_per_tok",
+)
 # the medium preset's attention and GDN with twice the experts at half the width
 MODEL = {
     "layer_types": None,
@@ -117,8 +126,17 @@ def _launch(work: Path, src: Path, world: int, mmap_threshold: int) -> tuple[lis
     out = work / f"rss-{world}"
     spec = run_spec(work, src, world)
     (work / f"spec-{world}.json").write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-           "-m", "clover.bench.train_memory", str(out), str(work / f"spec-{world}.json")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={world}",
+        "-m",
+        "clover.bench.train_memory",
+        str(out),
+        str(work / f"spec-{world}.json"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     prefix = ["OMP_NUM_THREADS=1"]
     if mmap_threshold:
@@ -170,7 +188,7 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
 def worker(out: str, spec_file: str) -> int:
     """Run ``clover train`` (the ``RunSpec`` in ``spec_file``) in this rank, then write its peak
     resident set and its baseline to ``OUT.<rank>``."""
-    import clover.train.fsdp  # noqa: F401 - the imports count towards the baseline, not the step
+    import clover.train.fsdp
     import clover.train.sharded_checkpoint  # noqa: F401
 
     fields = json.loads(Path(spec_file).read_text())

@@ -82,8 +82,13 @@ def clover_decode(model, tok, prompts: list[list[int]], params, batch: int) -> d
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
     passes = sum(o.stats.get("forward_passes", 0) for o in outs)
-    return {"texts": [o.text for o in outs], "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / max(1e-9, wall),
-            "tpf": tokens / max(1, passes)}  # fmt: skip
+    return {
+        "texts": [o.text for o in outs],
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / max(1e-9, wall),
+        "tpf": tokens / max(1, passes),
+    }
 
 
 def scores(texts: list[str], exs, words, convs) -> dict:
@@ -96,8 +101,17 @@ def scores(texts: list[str], exs, words, convs) -> dict:
     return {"exact_match": mean(ok[:a]), "text_acc": mean(ok[a:b]), "multiturn_acc": mean(ok[b:])}
 
 
-def measure_twin(model, tok, twin, twin_tok, chats: tuple[list, list, list], threshold: float, batch: int = 16,
-                 speed_prompts: int = 16, max_tokens: int = MAX_TOKENS) -> dict[int, dict]:  # fmt: skip
+def measure_twin(
+    model,
+    tok,
+    twin,
+    twin_tok,
+    chats: tuple[list, list, list],
+    threshold: float,
+    batch: int = 16,
+    speed_prompts: int = 16,
+    max_tokens: int = MAX_TOKENS,
+) -> dict[int, dict]:
     """Quality and speed of the twin and of Clover (``ar``, ``threshold`` and ``prefix`` at
     ``threshold``): ``{batch size: {decoder: figures}}``. Quality over every chat at ``batch``
     (``chats``: tool-call turns, replies in words, conversations); speed at batch 1 over the first

@@ -20,16 +20,28 @@ def print_world(world, console) -> None:
         t.add_column(c, justify="right" if c in ("battery", "altitude", "waypoints") else "left")
     for d in world.to_dict()["drones"].values():
         m = d["mission"]
-        t.add_row(d["id"], d["status"], f"{d['battery_pct']} %", f"{d['lat']}, {d['lon']}", f"{d['altitude_m']} m",
-                  str(len(d["waypoints"])), f"{m['type']}: {m['target']}" if m else "-")  # fmt: skip
+        t.add_row(
+            d["id"],
+            d["status"],
+            f"{d['battery_pct']} %",
+            f"{d['lat']}, {d['lon']}",
+            f"{d['altitude_m']} m",
+            str(len(d["waypoints"])),
+            f"{m['type']}: {m['target']}" if m else "-",
+        )
     console.print(t)
     z = Table(title="no-fly zones", title_justify="left")
     for c in ("zone", "centre", "radius", "window", "active now"):
         z.add_column(c)
     for zone in world.zones.values():
         window = f"{zone.start_time or ''}-{zone.end_time or ''}" if zone.start_time or zone.end_time else "always"
-        z.add_row(zone.name, f"{zone.lat}, {zone.lon}", f"{zone.radius_m} m", window,
-                  "yes" if zone.active_at(world.clock) else "no")  # fmt: skip
+        z.add_row(
+            zone.name,
+            f"{zone.lat}, {zone.lon}",
+            f"{zone.radius_m} m",
+            window,
+            "yes" if zone.active_at(world.clock) else "no",
+        )
     console.print(z)
 
 
@@ -81,8 +93,13 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
         if not text:
             continue
         try:
-            result = run_agent(model, messages + [{"role": "user", "content": text}], world, max_steps=max_steps,
-                               on_step=lambda s, rep, recs: print_step(console, s, rep, recs))  # fmt: skip
+            result = run_agent(
+                model,
+                messages + [{"role": "user", "content": text}],
+                world,
+                max_steps=max_steps,
+                on_step=lambda s, rep, recs: print_step(console, s, rep, recs),
+            )
         except KeyboardInterrupt:
             console.print("[dim](interrupted; the world is as it was)[/]")
             continue
@@ -117,8 +134,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
         errors += (openai.OpenAIError,)
         api_key = args.api_key or os.environ.get("CLOVER_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
         try:
-            model = OpenAIModel(args.base_url, api_key, args.model, policy=args.policy, threshold=args.threshold,
-                                max_tokens=args.max_tokens)  # fmt: skip
+            model = OpenAIModel(
+                args.base_url,
+                api_key,
+                args.model,
+                policy=args.policy,
+                threshold=args.threshold,
+                max_tokens=args.max_tokens,
+            )
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
@@ -157,13 +180,20 @@ def register(sub) -> None:
 
     p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
-    p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model); with --base-url, "
-                   "the model id to send (default: the first the server lists)")  # fmt: skip
+    p.add_argument(
+        "--model",
+        help="Clover checkpoint directory (default: the bundled model); with --base-url, "
+        "the model id to send (default: the first the server lists)",
+    )
     # --policy, --threshold; with --base-url sent only if given
     add_decoding_flags(p, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))
     p.add_argument("--world", type=int, default=0, metavar="SEED", help="seed of the starting world (default 0)")
-    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible endpoint instead of the model in "
-                   "process, e.g. http://127.0.0.1:8000/v1 (clover serve)")  # fmt: skip
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint instead of the model in "
+        "process, e.g. http://127.0.0.1:8000/v1 (clover serve)",
+    )
     p.add_argument("--api-key", help="the endpoint's key (default: $CLOVER_API_KEY, $OPENAI_API_KEY, else none)")
     p.add_argument("--max-steps", type=_at_least_one, default=4, help="model calls per message at most (default 4)")
     p.add_argument("--max-tokens", type=_at_least_one, default=320, help="new tokens per model call at most")

@@ -45,33 +45,54 @@ def run(args: argparse.Namespace) -> int:
         _print_demo(figures["demo"])
     kinds = sorted(figures["kinds"])
     rows = [
-        [p if p == "ar" else f"default: {DEFAULT_POLICY} τ {figures['threshold']:g}", f"{100 * r['success']:.1f} %",
-         *[f"{100 * r['by_kind'].get(k, 0):.0f} %" for k in kinds], f"{r['s_per_task']:.3f}",
-         f"{r['passes_per_task']:.1f}", f"{r['model_calls_per_task']:.2f}",
-         f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x"]
+        [
+            p if p == "ar" else f"default: {DEFAULT_POLICY} τ {figures['threshold']:g}",
+            f"{100 * r['success']:.1f} %",
+            *[f"{100 * r['by_kind'].get(k, 0):.0f} %" for k in kinds],
+            f"{r['s_per_task']:.3f}",
+            f"{r['passes_per_task']:.1f}",
+            f"{r['model_calls_per_task']:.2f}",
+            f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x",
+        ]
         for p, r in per.items()
-    ]  # fmt: skip
+    ]
     print_table(
         f"agent: {figures['tasks']} operator tasks of the test split through the loop ({args.threads} thread)",
-        ["policy", "task success", *[f"{k} ({figures['kinds'][k]})" for k in kinds], "s / task", "passes / task",
-         "model calls / task", "speed-up"],
+        [
+            "policy",
+            "task success",
+            *[f"{k} ({figures['kinds'][k]})" for k in kinds],
+            "s / task",
+            "passes / task",
+            "model calls / task",
+            "speed-up",
+        ],
         rows,
-        ["success: the world after the task equals the world the gold calls make from the same start "
-         "(and every drone the gold calls query was queried)",
-         "s / task: operator message in to final reply out, tools included; passes: model forward passes"],
-    )  # fmt: skip
+        [
+            "success: the world after the task equals the world the gold calls make from the same start "
+            "(and every drone the gold calls query was queried)",
+            "s / task: operator message in to final reply out, tools included; passes: model forward passes",
+        ],
+    )
     write_json(args.json, figures)
     return 0
 
 
 def _print_demo(out: dict) -> None:
     n = out["messages"]
-    rows = [[name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {n}"]
-            for name, d in out.items() if isinstance(d, dict)]  # fmt: skip
-    print_table(f"demo: {n} airspace messages, each a no-fly zone on the map, one after another",
-                ["policy", "seconds, all messages", "zones right"], rows,
-                [f"speed-up of the default over ar: {out['speedup']:.2f}x"])  # fmt: skip
+    rows = [
+        [name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {n}"] for name, d in out.items() if isinstance(d, dict)
+    ]
+    print_table(
+        f"demo: {n} airspace messages, each a no-fly zone on the map, one after another",
+        ["policy", "seconds, all messages", "zones right"],
+        rows,
+        [f"speed-up of the default over ar: {out['speedup']:.2f}x"],
+    )
 
 
-BENCHMARKS["agent"] = ("operator tasks through the agent loop: task success by world state, s and passes per task",
-                       add_args, run)  # fmt: skip
+BENCHMARKS["agent"] = (
+    "operator tasks through the agent loop: task success by world state, s and passes per task",
+    add_args,
+    run,
+)

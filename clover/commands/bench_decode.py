@@ -79,8 +79,10 @@ def _configs(args, taus: list[float], max_tokens: int) -> dict:
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     base = dict(max_tokens=max_tokens, block_size=args.block_size)
-    configs = {"ar": SamplingParams(policy="ar", **base),
-               DEFAULT_NAME: SamplingParams(policy=DEFAULT_POLICY, threshold=DEFAULT_THRESHOLD, **base)}  # fmt: skip
+    configs = {
+        "ar": SamplingParams(policy="ar", **base),
+        DEFAULT_NAME: SamplingParams(policy=DEFAULT_POLICY, threshold=DEFAULT_THRESHOLD, **base),
+    }
     for t in taus:
         configs[f"threshold@{t:g}"] = SamplingParams(policy="threshold", threshold=t, **base)
     for name in ("prefix", "edit"):
@@ -95,8 +97,17 @@ def _rows(by_batch: dict, cases_at: dict) -> list[list]:
         for name, r in res.items():
             em = r.get("exact_match")
             vs_ar = r["tokens_per_s"] / res["ar"]["tokens_per_s"]
-            rows.append([b, labels.get(name, name), cases_at[b], "-" if em is None else f"{100 * em:.1f}",
-                         r.get("tpf", 1.0), r["tokens_per_s"], vs_ar])  # fmt: skip
+            rows.append(
+                [
+                    b,
+                    labels.get(name, name),
+                    cases_at[b],
+                    "-" if em is None else f"{100 * em:.1f}",
+                    r.get("tpf", 1.0),
+                    r["tokens_per_s"],
+                    vs_ar,
+                ]
+            )
     return rows
 
 
@@ -107,20 +118,27 @@ def _label_default() -> str:
 
 
 # how the table names its rows (the JSON keeps the short names)
-DECODER_LABELS = {"ar": "ar (block model, 1 position/pass)", "hf": "hf generate() (1 token/step)",
-                  "unfused": "default, unfused commit"}  # fmt: skip
+DECODER_LABELS = {
+    "ar": "ar (block model, 1 position/pass)",
+    "hf": "hf generate() (1 token/step)",
+    "unfused": "default, unfused commit",
+}
 
 
 def _pass_note(p: dict) -> str:
-    text = (f"one pass at batch 1 after 96 tokens: denoise {p['pass_ms_eager']:.2f} ms, "
-            f"fused {p['fused_pass_ms_eager']:.2f} ms eager")  # fmt: skip
+    text = (
+        f"one pass at batch 1 after 96 tokens: denoise {p['pass_ms_eager']:.2f} ms, "
+        f"fused {p['fused_pass_ms_eager']:.2f} ms eager"
+    )
     if "compile_s" not in p:
         return text + " (--compile adds the compiled pass)"
     same = ", ".join(f"{k} {100 * v:.0f} %" for k, v in p["compiled_same_tokens"].items())
-    return (f"{text}; compiled {p['pass_ms_compiled']:.2f} / {p['fused_pass_ms_compiled']:.2f} ms "
-            f"({p['pass_speedup']:.2f}x) after {p['compile_s']:.0f} s of compiling; default policy at batch 1 "
-            f"compiled {p['compiled_default_tokens_per_s']:.0f} tok/s ({p['compiled_speedup']:.2f}x eager); "
-            f"same tokens as eager: {same}")  # fmt: skip
+    return (
+        f"{text}; compiled {p['pass_ms_compiled']:.2f} / {p['fused_pass_ms_compiled']:.2f} ms "
+        f"({p['pass_speedup']:.2f}x) after {p['compile_s']:.0f} s of compiling; default policy at batch 1 "
+        f"compiled {p['compiled_default_tokens_per_s']:.0f} tok/s ({p['compiled_speedup']:.2f}x eager); "
+        f"same tokens as eager: {same}"
+    )
 
 
 def run_decode(args: argparse.Namespace) -> int:
@@ -147,11 +165,19 @@ def run_decode(args: argparse.Namespace) -> int:
         run_hf(hf, cases[:1], [4], 1)  # warm-up
     full, by_batch = measure_decoders(model, tokenizer, cases, configs, sizes, args.speed_prompts, hf)
     passes = compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args.compile, args.speed_prompts)
-    figures = {"model": args.model or ("random" if args.random else "default"), "n": len(cases),
-               "device": str(w.device), "dtype": str(w.dtype)[6:], "batch_sizes": sizes,
-               **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"), **passes,
-               "by_batch": {b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")}
-                                for k, v in r.items()} for b, r in by_batch.items()}}  # fmt: skip
+    figures = {
+        "model": args.model or ("random" if args.random else "default"),
+        "n": len(cases),
+        "device": str(w.device),
+        "dtype": str(w.dtype)[6:],
+        "batch_sizes": sizes,
+        **headline(full, by_batch, sizes, hf, f"threshold@{taus[-1]:g}"),
+        **passes,
+        "by_batch": {
+            b: {k: {kk: vv for kk, vv in v.items() if kk not in ("lengths", "ids")} for k, v in r.items()}
+            for b, r in by_batch.items()
+        },
+    }
     cases_at = {b: len(cases) if b == sizes[-1] else min(len(cases), max(b, args.speed_prompts)) for b in sizes}
     notes = [
         f"headline (JSON top level): batch {sizes[0]}, the default policy vs ar; exact match and TPF from the "
@@ -169,15 +195,24 @@ def run_decode(args: argparse.Namespace) -> int:
         notes.append("--random: random weights, exact match is meaningless; speed figures only")
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")
     where = f"{figures['device']} {figures['dtype']}, {torch.get_num_threads()} thread(s)"
-    print_table(f"clover bench decode ({figures['model']}, {len(cases)} prompts, {where})",
-                ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"],
-                _rows(by_batch, cases_at), notes)  # fmt: skip
+    print_table(
+        f"clover bench decode ({figures['model']}, {len(cases)} prompts, {where})",
+        ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"],
+        _rows(by_batch, cases_at),
+        notes,
+    )
     write_json(args.json, figures)
     return 0
 
 
-BENCHMARKS["decode"] = ("the default policy vs ar and the other policies on the airspace test prompts, + transformers "
-                        "generate() of the same shape",
-                        add_decode_args, run_decode)  # fmt: skip
-BENCHMARKS["context"] = ("decode cost and cache size at long prompts: Clover hybrid vs all-attention",
-                         add_context_args, run_context)  # fmt: skip
+BENCHMARKS["decode"] = (
+    "the default policy vs ar and the other policies on the airspace test prompts, + transformers "
+    "generate() of the same shape",
+    add_decode_args,
+    run_decode,
+)
+BENCHMARKS["context"] = (
+    "decode cost and cache size at long prompts: Clover hybrid vs all-attention",
+    add_context_args,
+    run_context,
+)

@@ -11,9 +11,13 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 
 
 def add_llamacpp_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads for every runtime (fixed, not the commands' default: the runtimes are compared "
-                   "at equal threads)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for every runtime (fixed, not the commands' default: the runtimes are compared "
+        "at equal threads)",
+    )
     p.add_argument("--reps", type=int, default=20, help="timed passes per B (the median is reported)")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per prompt in the decode runs")
     p.add_argument("--speed-prompts", type=int, default=4, help="airspace prompts decoded one by one (batch 1)")

@@ -35,11 +35,15 @@ def run_quant(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     device, _ = device_setup(args, "clover bench quant")
     if device.type != "cpu":
-        raise SystemExit(f"clover bench quant: --device {args.device}: the int8/int4 kernels it measures run on "
-                         "the CPU only; use --device cpu")  # fmt: skip
+        raise SystemExit(
+            f"clover bench quant: --device {args.device}: the int8/int4 kernels it measures run on "
+            "the CPU only; use --device cpu"
+        )
     if args.dtype not in ("auto", "float32"):
-        raise SystemExit(f"clover bench quant: --dtype {args.dtype}: it compares int8/int4 with float32 weights "
-                         "(the bf16 row is computed from sizes); use --dtype float32 or auto")  # fmt: skip
+        raise SystemExit(
+            f"clover bench quant: --dtype {args.dtype}: it compares int8/int4 with float32 weights "
+            "(the bf16 row is computed from sizes); use --dtype float32 or auto"
+        )
     set_threads(args.threads)
     from clover.data import default_model_dir
     from clover.model import preset
@@ -58,8 +62,17 @@ def run_quant(args: argparse.Namespace) -> int:
         *(f"target {k}: {'met' if v['met'] else 'NOT met'} ({v['detail']})" for k, v in targets.items()),
         f"took {time.perf_counter() - t_start:.0f} s",
     ]
-    cols = ["model", "precision", "weights MB", "ar b1", "thr b1", f"ar b{args.batch}", f"thr b{args.batch}",
-            "exact ar %", "exact thr %"]  # fmt: skip
+    cols = [
+        "model",
+        "precision",
+        "weights MB",
+        "ar b1",
+        "thr b1",
+        f"ar b{args.batch}",
+        f"thr b{args.batch}",
+        "exact ar %",
+        "exact thr %",
+    ]
     print_table(f"clover bench quant ({torch.get_num_threads()} thread(s), tokens/s)", cols, rows, notes)
     write_json(args.json, figures)
     return 0

@@ -82,19 +82,22 @@ def run_decisions(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover bench decisions: {e}") from None
     figures["model"] = str(args.model or "bundled default")
     j, n, asked = res["joint"], figures["n_groups"], figures["n_groups"] + figures["skipped_groups"]
-    rows = [[m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]]
-            for m, r in res.items()]  # fmt: skip
+    rows = [
+        [m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]] for m, r in res.items()
+    ]
     print_table(
         f"clover bench decisions ({n} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
         f"{args.threshold}, {args.threads} thread(s))",
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
         rows,
-        [f"joint block size x blocks spanned: {j['blocks']}",
-         f"{asked - n} of {asked} groups skipped: an option this layout cannot hold",
-         "ms / group: wall time of the whole call, answer probabilities included (they are the decode's logprobs)",
-         f"joint vs independent: {figures['group_acc_gain_points']:+.1f} points, "
-         f"{figures['speedup_vs_independent']:.2f}x faster per group"],
-    )  # fmt: skip
+        [
+            f"joint block size x blocks spanned: {j['blocks']}",
+            f"{asked - n} of {asked} groups skipped: an option this layout cannot hold",
+            "ms / group: wall time of the whole call, answer probabilities included (they are the decode's logprobs)",
+            f"joint vs independent: {figures['group_acc_gain_points']:+.1f} points, "
+            f"{figures['speedup_vs_independent']:.2f}x faster per group",
+        ],
+    )
     write_json(args.json, figures)
     return 0
 
@@ -106,15 +109,28 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests-per-client", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--prefill-chunk", type=int_at_least(0), default=PREFILL_CHUNK, metavar="TOKENS",
-                   help="the server's prompt tokens prefilled per engine step (0: each prompt whole)")  # fmt: skip
-    p.add_argument("--long-prompt", type=positive_int, metavar="TOKENS",
-                   help="instead: --streams streams decoding while a prompt of this many tokens arrives; their worst "
-                   "gap between tokens, the prompt prefilled whole and in --prefill-chunk chunks")  # fmt: skip
+    p.add_argument(
+        "--prefill-chunk",
+        type=int_at_least(0),
+        default=PREFILL_CHUNK,
+        metavar="TOKENS",
+        help="the server's prompt tokens prefilled per engine step (0: each prompt whole)",
+    )
+    p.add_argument(
+        "--long-prompt",
+        type=positive_int,
+        metavar="TOKENS",
+        help="instead: --streams streams decoding while a prompt of this many tokens arrives; their worst "
+        "gap between tokens, the prompt prefilled whole and in --prefill-chunk chunks",
+    )
     p.add_argument("--streams", type=positive_int, default=8, help="with --long-prompt: the streams decoding")
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="with --long-prompt: gaps in wall time, or in this process's CPU time (the work, whatever "
-                   "else runs on the machine; the same as wall time with one thread on an idle machine)")  # fmt: skip
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="with --long-prompt: gaps in wall time, or in this process's CPU time (the work, whatever "
+        "else runs on the machine; the same as wall time with one thread on an idle machine)",
+    )
     add_threads_arg(p, THREADS_HELP + " (the server's)")
     add_device_args(p)
     p.add_argument("--json", metavar="PATH", help="write the figures here")
@@ -130,11 +146,31 @@ def _start_server(args, port: int) -> subprocess.Popen:
     import httpx
 
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
-    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level",
-           "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512",
-           "--prefix-cache-mb", "0", "--prefill-chunk", str(args.prefill_chunk), "--device", args.device,
-           "--dtype", args.dtype,
-           "--compile" if args.compile else "--no-compile"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clover",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--max-queue",
+        "512",
+        "--prefix-cache-mb",
+        "0",
+        "--prefill-chunk",
+        str(args.prefill_chunk),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--compile" if args.compile else "--no-compile",
+    ]
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ)
@@ -186,9 +222,13 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
         try:
             kw = {"tools": p["tools"]} if p["tools"] else {}
             stream = await client.chat.completions.create(
-                model="clover", messages=p["messages"], max_tokens=max_tokens, stream=True,
-                stream_options={"include_usage": True}, **kw,
-            )  # fmt: skip
+                model="clover",
+                messages=p["messages"],
+                max_tokens=max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
+                **kw,
+            )
             n = None
             async for ch in stream:
                 if first is None and ch.choices and (ch.choices[0].delta.content or ch.choices[0].delta.tool_calls):
@@ -200,7 +240,7 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
             tokens += n
             lat.append(time.perf_counter() - t0)
             ttft.append(first if first is not None else lat[-1])
-        except Exception as e:  # noqa: BLE001 - counted, reported
+        except Exception as e:
             errors += 1
             print(f"  request failed: {type(e).__name__}: {e}", file=sys.stderr)
 
@@ -212,10 +252,18 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
     await asyncio.gather(*(worker(w) for w in range(c)))
     wall = time.perf_counter() - t0
     await client.close()
-    q = lambda xs, f: statistics.quantiles(xs, n=100)[int(f * 100) - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)  # noqa: E731
-    return {"clients": c, "requests": c * per_client, "errors": errors, "wall_s": wall,
-            "requests_per_s": len(lat) / wall, "tokens_per_s": tokens / wall,
-            "p50_latency_s": q(lat, 0.5), "p95_latency_s": q(lat, 0.95), "p50_ttft_s": q(ttft, 0.5)}  # fmt: skip
+    q = lambda xs, f: statistics.quantiles(xs, n=100)[int(f * 100) - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
+    return {
+        "clients": c,
+        "requests": c * per_client,
+        "errors": errors,
+        "wall_s": wall,
+        "requests_per_s": len(lat) / wall,
+        "tokens_per_s": tokens / wall,
+        "p50_latency_s": q(lat, 0.5),
+        "p95_latency_s": q(lat, 0.95),
+        "p50_ttft_s": q(ttft, 0.5),
+    }
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -236,8 +284,19 @@ def run_serve(args: argparse.Namespace) -> int:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
-    rows = [[r["clients"], r["requests"], r["requests_per_s"], r["tokens_per_s"], r["p50_latency_s"],
-             r["p95_latency_s"], r["p50_ttft_s"], r["errors"]] for r in results]  # fmt: skip
+    rows = [
+        [
+            r["clients"],
+            r["requests"],
+            r["requests_per_s"],
+            r["tokens_per_s"],
+            r["p50_latency_s"],
+            r["p95_latency_s"],
+            r["p50_ttft_s"],
+            r["errors"],
+        ]
+        for r in results
+    ]
     print_table(
         f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
         f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, "
@@ -249,8 +308,12 @@ def run_serve(args: argparse.Namespace) -> int:
             "(prefix cache off: the bench's prompts repeat)"
         ],
     )
-    figures = {"max_tokens": args.max_tokens, "max_batch_size": args.max_batch_size, "levels": results,
-               "errors": sum(r["errors"] for r in results)}  # fmt: skip
+    figures = {
+        "max_tokens": args.max_tokens,
+        "max_batch_size": args.max_batch_size,
+        "levels": results,
+        "errors": sum(r["errors"] for r in results),
+    }
     for r in results:
         for k in ("requests_per_s", "tokens_per_s", "p50_latency_s", "p95_latency_s", "errors"):
             figures[f"c{r['clients']}_{k}"] = r[k]
@@ -269,31 +332,66 @@ def run_long_prompt(args: argparse.Namespace) -> int:
     args.threads = apply_threads(model, args.threads)
     long_tokens = 32
     model, weights = model_for(model, args.long_prompt, long_tokens)
-    runs = [measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens, args.clock)
-            for chunk in (0, args.prefill_chunk)]  # fmt: skip
+    runs = [
+        measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens, args.clock)
+        for chunk in (0, args.prefill_chunk)
+    ]
     w = model.lm_head.weight
-    figures = {"long_prompt": args.long_prompt, "streams": args.streams, "weights": weights,
-               "block_size": model.config.block_size, "device": str(w.device), "dtype": str(w.dtype)[6:],
-               "threads": args.threads, **runs[1], "whole_prompt": runs[0]}  # fmt: skip
-    rows = [["whole prompt" if r["prefill_chunk"] == 0 else f"chunks of {r['prefill_chunk']}", r["max_gap_ms_alone"],
-             r["max_gap_ms_long_prompt"], r["gap_ratio"], r["max_gap_ms_long_first_block"], r["long_prompt_prefill_s"],
-             r["long_prompt_ttft_s"]] for r in runs]  # fmt: skip
+    figures = {
+        "long_prompt": args.long_prompt,
+        "streams": args.streams,
+        "weights": weights,
+        "block_size": model.config.block_size,
+        "device": str(w.device),
+        "dtype": str(w.dtype)[6:],
+        "threads": args.threads,
+        **runs[1],
+        "whole_prompt": runs[0],
+    }
+    rows = [
+        [
+            "whole prompt" if r["prefill_chunk"] == 0 else f"chunks of {r['prefill_chunk']}",
+            r["max_gap_ms_alone"],
+            r["max_gap_ms_long_prompt"],
+            r["gap_ratio"],
+            r["max_gap_ms_long_first_block"],
+            r["long_prompt_prefill_s"],
+            r["long_prompt_ttft_s"],
+        ]
+        for r in runs
+    ]
     print_table(
         f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
         f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
         f"{args.threads} thread(s), {args.clock} clock)",
-        ["prefill", "worst gap alone ms", "worst gap, its prefill ms", "ratio", "worst gap, its 1st block ms",
-         "its prefill s", "its TTFT s"],
+        [
+            "prefill",
+            "worst gap alone ms",
+            "worst gap, its prefill ms",
+            "ratio",
+            "worst gap, its 1st block ms",
+            "its prefill s",
+            "its TTFT s",
+        ],
         rows,
-        [f"weights: {weights}",
-         "gap: between a stream's consecutive text deltas (a block each); alone: before the long prompt arrives; its "
-         "prefill: from its arrival to the step it joins the batch in; its 1st block: then until its first text"],
-    )  # fmt: skip
+        [
+            f"weights: {weights}",
+            "gap: between a stream's consecutive text deltas (a block each); alone: before the long prompt "
+            "arrives; its prefill: from its arrival to the step it joins the batch in; its 1st block: then "
+            "until its first text",
+        ],
+    )
     write_json(args.json, figures)
     return 0
 
 
-BENCHMARKS["decisions"] = ("joint vs independent decisions on the decision test groups: accuracy and time per group",
-                           add_decisions_args, run_decisions)  # fmt: skip
-BENCHMARKS["serve"] = ("N concurrent streaming clients against a live server: req/s, tok/s, p50/p95 latency, errors",
-                       add_serve_args, run_serve)  # fmt: skip
+BENCHMARKS["decisions"] = (
+    "joint vs independent decisions on the decision test groups: accuracy and time per group",
+    add_decisions_args,
+    run_decisions,
+)
+BENCHMARKS["serve"] = (
+    "N concurrent streaming clients against a live server: req/s, tok/s, p50/p95 latency, errors",
+    add_serve_args,
+    run_serve,
+)

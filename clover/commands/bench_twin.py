@@ -25,8 +25,9 @@ def run_twin(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover bench twin: {e}") from None
     twin = twin.to(model.lm_head.weight.device, model.lm_head.weight.dtype)
     chats = eval_chats(args.split, args.n, args.text, args.multiturn)
-    by_batch = measure_twin(model, tok, twin, twin_tok, chats, threshold, args.batch, args.speed_prompts,
-                            args.max_tokens)  # fmt: skip
+    by_batch = measure_twin(
+        model, tok, twin, twin_tok, chats, threshold, args.batch, args.speed_prompts, args.max_tokens
+    )
     k = min(args.speed_prompts, sum(len(c) for c in chats))
     figures = _figures(args, chats, by_batch, threshold, k)
     _print(args, chats, by_batch, k, time.perf_counter() - t_start)
@@ -62,10 +63,20 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
     rows = []
     for b in (1, big):
         for name, r in by_batch[b].items():
-            pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
+            pct = lambda v: "-" if v is None else f"{100 * v:.1f}"
             vs_twin = r["tokens_per_s"] / by_batch[b]["twin"]["tokens_per_s"]
-            rows.append([b, name, pct(r.get("exact_match")), pct(r.get("text_acc")), pct(r.get("multiturn_acc")),
-                         r.get("tpf", 1.0), r["tokens_per_s"], vs_twin])  # fmt: skip
+            rows.append(
+                [
+                    b,
+                    name,
+                    pct(r.get("exact_match")),
+                    pct(r.get("text_acc")),
+                    pct(r.get("multiturn_acc")),
+                    r.get("tpf", 1.0),
+                    r["tokens_per_s"],
+                    vs_twin,
+                ]
+            )
     notes = [
         f"quality: batch {big} runs over {len(exs)} tool-call turns, {len(words)} replies in words, "
         f"{len(convs)} conversations ({args.split} split); batch 1: the first {k} chats one at a time",
@@ -73,8 +84,12 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
         "model through its engine",
         f"took {took:.0f} s",
     ]
-    print_table(f"clover bench twin ({args.split})", ["batch", "decoder", "tool calls %", "words %", "conversations %",
-                "TPF", "tokens/s", "vs twin"], rows, notes)  # fmt: skip
+    print_table(
+        f"clover bench twin ({args.split})",
+        ["batch", "decoder", "tool calls %", "words %", "conversations %", "TPF", "tokens/s", "vs twin"],
+        rows,
+        notes,
+    )
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:

@@ -97,8 +97,11 @@ def run_chat(model, tokenizer, params, tools=None, system=None, console=None) ->
         view = BlockView(tokenizer, len(prompt), bs)
         try:
             with Live(view.render(), console=console, refresh_per_second=30) as live:
-                turn = params if params.grammar is None else replace(
-                    params, grammar=params.grammar.with_sources(source_texts(messages)))  # fmt: skip
+                turn = (
+                    params
+                    if params.grammar is None
+                    else replace(params, grammar=params.grammar.with_sources(source_texts(messages)))
+                )
                 for ev in engine.stream(prompt, turn):
                     view.update(ev)
                     live.update(view.render())

@@ -45,14 +45,20 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-COMPILE_NOTE = ("clover: --compile: the first passes compile (a minute or more on a CPU; "
-                "torch's disk cache makes the next start faster)")
+COMPILE_NOTE = (
+    "clover: --compile: the first passes compile (a minute or more on a CPU; "
+    "torch's disk cache makes the next start faster)"
+)
 
 
 def load_model_and_tokenizer(
-    model_dir: str | None, threads: int | None = None, device="auto", dtype="auto", compile: bool = False,
+    model_dir: str | None,
+    threads: int | None = None,
+    device="auto",
+    dtype="auto",
+    compile: bool = False,
     backend: str = "auto",
-):  # fmt: skip
+):
     """A checkpoint directory (default: the bundled model) or a GGUF file → (model, tokenizer or
     None), on ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``,
     ``--compile``), on ``backend`` (``--backend``), on ``threads`` CPU threads or the default
@@ -147,8 +153,10 @@ def take_model_positional(args: argparse.Namespace) -> None:
     args.model = args.model or given
 
 
-THREADS_HELP = ("CPU threads (default: one for a model under 20 M active parameters, else the physical cores other "
-                "programs leave idle; CLOVER_THREADS=N sets it too; docs/benchmarks.md, 'CPU threads')")
+THREADS_HELP = (
+    "CPU threads (default: one for a model under 20 M active parameters, else the physical cores other "
+    "programs leave idle; CLOVER_THREADS=N sets it too; docs/benchmarks.md, 'CPU threads')"
+)
 
 
 def add_threads_arg(p: argparse.ArgumentParser, help: str = THREADS_HELP) -> None:

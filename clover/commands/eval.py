@@ -20,9 +20,15 @@ from clover.commands.common import (
 )
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
-BREAKDOWNS = {"by_kind": "kind", "by_system_prompt": "system prompt", "by_unit_arithmetic": "unit arithmetic",
-              "fields": "field", "text_by_kind": "text reply",
-              "multiturn_by_kind": "multi-turn, last turn", "names_copied": "names copied"}  # fmt: skip
+BREAKDOWNS = {
+    "by_kind": "kind",
+    "by_system_prompt": "system prompt",
+    "by_unit_arithmetic": "unit arithmetic",
+    "fields": "field",
+    "text_by_kind": "text reply",
+    "multiturn_by_kind": "multi-turn, last turn",
+    "names_copied": "names copied",
+}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -30,8 +36,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     second = args.task == "airspace2"
     cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
     if cases is None and not any((args.n, args.groups, args.text, args.multiturn, args.plain * second)):
-        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0"
-                         + (", --plain 0)" if second else ")"))  # fmt: skip
+        raise SystemExit(
+            "clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0"
+            + (", --plain 0)" if second else ")")
+        )
     evaluate = evaluate_airspace
     if second:
         from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate
@@ -72,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             n_text=args.text,
             n_multi=args.multiturn,
             **more,
-        )  # fmt: skip
+        )
         for g in {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
         for p, t in runs
     ]
@@ -178,9 +186,12 @@ def register(sub) -> None:
     _count = int_at_least(0)
 
     p = sub.add_parser("eval", help="evaluate a model on a task")
-    p.add_argument("task", choices=["airspace", "airspace2"],
-                   help="airspace: the first corpus and its metres tools; airspace2: the second corpus "
-                   "(extraction tools, held-out name families, follow-ups, plain text)")  # fmt: skip
+    p.add_argument(
+        "task",
+        choices=["airspace", "airspace2"],
+        help="airspace: the first corpus and its metres tools; airspace2: the second corpus "
+        "(extraction tools, held-out name families, follow-ups, plain text)",
+    )
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument(
         "--policy",
@@ -203,8 +214,9 @@ def register(sub) -> None:
     p.add_argument(
         "--multiturn", type=_count, default=100, help="conversations with earlier turns (the last turn is scored)"
     )
-    p.add_argument("--plain", type=_count, default=20,
-                   help="airspace2: plain-text prompts continued without the chat template")  # fmt: skip
+    p.add_argument(
+        "--plain", type=_count, default=20, help="airspace2: plain-text prompts continued without the chat template"
+    )
     add_threads_arg(p)
     add_device_args(p)
     p.add_argument(
@@ -216,9 +228,17 @@ def register(sub) -> None:
         "both ways; ungrounded: the grammar without grounding",
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
-    p.add_argument("--results", metavar="PATH", help="also write a result file here: the command, the commit, the "
-                   "machine, the date, the figures and the tables (as benchmarks/results/ holds them)")  # fmt: skip
+    p.add_argument(
+        "--results",
+        metavar="PATH",
+        help="also write a result file here: the command, the commit, the "
+        "machine, the date, the figures and the tables (as benchmarks/results/ holds them)",
+    )
     p.add_argument("--errors", metavar="PATH", help="write the failed tool-call turns here (JSON lines)")
-    p.add_argument("--cases", metavar="JSONL", help='score these messages instead of the split\'s tool-call turns: '
-                   '{"message", "gold", "system"?} per line, e.g. benchmarks/operator_messages.jsonl')  # fmt: skip
+    p.add_argument(
+        "--cases",
+        metavar="JSONL",
+        help="score these messages instead of the split's tool-call turns: "
+        '{"message", "gold", "system"?} per line, e.g. benchmarks/operator_messages.jsonl',
+    )
     p.set_defaults(func=cmd_eval)

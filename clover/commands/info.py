@@ -149,7 +149,7 @@ def print_memory(m: dict) -> None:
 
     from clover.bench import table_console
 
-    gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+    gib = lambda n: f"{n / 2**30:.2f} GiB"
     prec = "bf16" if m["bits"] == 16 else f"int{m['bits']}"
     grp = "" if m["bits"] == 16 else f", group {m['group_size'] or 'per row'}"
     t = Table(title=f"memory at {prec}{grp}, {m['context']} tokens of context, batch 1")

@@ -43,8 +43,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     full = weight_bytes(model.config.replace(quantization=None))["total"]
     got = sum(p.stat().st_size for p in out.glob("model*.safetensors"))
     what = "one group per row" if group == 0 else f"groups of {group}"
-    print(f"{out}: {args.bits}-bit weights ({what}), {len(model.config.quantization['modules'])} weights quantized; "
-          f"weights file {got / 1e6:.1f} MB (fp32 {full / 1e6:.1f} MB, {got / full:.2f}x)")  # fmt: skip
+    print(
+        f"{out}: {args.bits}-bit weights ({what}), {len(model.config.quantization['modules'])} weights quantized; "
+        f"weights file {got / 1e6:.1f} MB (fp32 {full / 1e6:.1f} MB, {got / full:.2f}x)"
+    )
     return 0
 
 

@@ -28,15 +28,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     env_key = os.environ.get("CLOVER_API_KEY")
     args.api_key = args.api_key or ([env_key] if env_key else None)
     try:
-        engine = load_engine(args.model, args.max_batch_size, args.threads, args.prefix_cache_mb, args.device,
-                             args.dtype, args.compile, args.backend, args.prefill_chunk)  # fmt: skip
+        engine = load_engine(
+            args.model,
+            args.max_batch_size,
+            args.threads,
+            args.prefix_cache_mb,
+            args.device,
+            args.dtype,
+            args.compile,
+            args.backend,
+            args.prefill_chunk,
+        )
         apply_threads(engine.model, args.threads)  # before the engine's thread starts, which takes the count
         app = create_app(
-            engine, model_name=args.served_model_name, api_key=args.api_key, max_queue=args.max_queue,
-            max_prompt_tokens=args.max_prompt_tokens, default_max_tokens=args.default_max_tokens,
-            responses_db=args.responses_db, responses_max=args.responses_max, responses_max_mb=args.responses_max_mb,
+            engine,
+            model_name=args.served_model_name,
+            api_key=args.api_key,
+            max_queue=args.max_queue,
+            max_prompt_tokens=args.max_prompt_tokens,
+            default_max_tokens=args.default_max_tokens,
+            responses_db=args.responses_db,
+            responses_max=args.responses_max,
+            responses_max_mb=args.responses_max_mb,
             responses_ttl_s=args.responses_ttl,
-        )  # fmt: skip
+        )
     except (FileNotFoundError, ValueError) as e:
         sock.close()
         print(f"clover serve: {e}", file=sys.stderr)
@@ -152,11 +167,21 @@ def register(sub) -> None:
         help="keep stored Responses (store=true, the default) in this SQLite file, so they survive a restart "
         "(default: in memory)",
     )
-    p.add_argument("--responses-max", type=positive_int, default=MAX_ENTRIES,
-                   help="stored Responses kept at most; past it the least recently used goes")  # fmt: skip
-    p.add_argument("--responses-max-mb", type=float, default=MAX_MB,
-                   help="megabytes of stored Responses (their JSON) kept at most")  # fmt: skip
-    p.add_argument("--responses-ttl", type=float, default=TTL_S, metavar="SECONDS",
-                   help="a stored response is dropped this long after it was created (default: 7 days)")  # fmt: skip
+    p.add_argument(
+        "--responses-max",
+        type=positive_int,
+        default=MAX_ENTRIES,
+        help="stored Responses kept at most; past it the least recently used goes",
+    )
+    p.add_argument(
+        "--responses-max-mb", type=float, default=MAX_MB, help="megabytes of stored Responses (their JSON) kept at most"
+    )
+    p.add_argument(
+        "--responses-ttl",
+        type=float,
+        default=TTL_S,
+        metavar="SECONDS",
+        help="a stored response is dropped this long after it was created (default: 7 days)",
+    )
     p.add_argument("--log-level", default="info", help="uvicorn's log level")
     p.set_defaults(func=cmd_serve)

@@ -94,8 +94,10 @@ def say_once(n: int, why: str) -> None:
     if _said or why in ("--threads", THREADS_ENV, "OMP_NUM_THREADS"):
         return
     _said = True
-    print(f"clover: {n} CPU thread{'s' if n > 1 else ''} ({why}; --threads N or {THREADS_ENV}=N to change)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"clover: {n} CPU thread{'s' if n > 1 else ''} ({why}; --threads N or {THREADS_ENV}=N to change)",
+        file=sys.stderr,
+    )
 
 
 def use_threads(given: int | None, config) -> int:

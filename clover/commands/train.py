@@ -11,8 +11,10 @@ from pathlib import Path
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.train.run import RunSpec, SetupError, train  # deferred: torch and the model, not for --help
 
-    spec = RunSpec(**{f.name: getattr(args, f.name) for f in fields(RunSpec) if f.name != "progress"},
-                   progress=not args.no_progress)  # fmt: skip
+    spec = RunSpec(
+        **{f.name: getattr(args, f.name) for f in fields(RunSpec) if f.name != "progress"},
+        progress=not args.no_progress,
+    )
     try:
         return train(spec)
     except SetupError as e:

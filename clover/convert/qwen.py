@@ -185,8 +185,10 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
     if family not in DENSE_FAMILIES and tc.get("norm_topk_prob", True) is False:
         problems.append("norm_topk_prob=false (Clover renormalises the top-k router weights)")
     if family == "qwen3_next" and (tc.get("mlp_only_layers") or tc.get("decoder_sparse_step", 1) != 1):
-        problems.append("dense MLP layers among MoE layers (mlp_only_layers / decoder_sparse_step): Clover's "
-                        "layers are all MoE or all dense")  # fmt: skip
+        problems.append(
+            "dense MLP layers among MoE layers (mlp_only_layers / decoder_sparse_step): Clover's "
+            "layers are all MoE or all dense"
+        )
     rope = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
@@ -201,12 +203,26 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
     if problems:
         raise ConversionError("cannot convert this checkpoint: " + "; ".join(problems))
     keys = [
-        "hidden_size", "num_hidden_layers", "rms_norm_eps", "initializer_range", "max_position_embeddings",
-        "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
-        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts",
-        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "router_aux_loss_coef",
+        "hidden_size",
+        "num_hidden_layers",
+        "rms_norm_eps",
+        "initializer_range",
+        "max_position_embeddings",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "router_aux_loss_coef",
         "intermediate_size",
-    ]  # fmt: skip
+    ]
     kw = {k: tc[k] for k in keys if k in tc}
     if family in DENSE_FAMILIES:
         kw["num_experts"] = 0

@@ -93,8 +93,9 @@ def model_task(config, default: bool = False) -> Task | None:
     model's task for a model that names none."""
     extra = (getattr(config, "extra", None) or {}) if config is not None else {}
     recipe = str(extra.get("recipe") or "")
-    named = extra.get("task") or next((t for t in sorted(TASKS, key=len, reverse=True)
-                                       if recipe == t or recipe.startswith(t + "-")), None)  # fmt: skip
+    named = extra.get("task") or next(
+        (t for t in sorted(TASKS, key=len, reverse=True) if recipe == t or recipe.startswith(t + "-")), None
+    )
     if named in TASKS:
         return get_task(named)
     return get_task(DEFAULT_TASK) if default else None

@@ -40,6 +40,8 @@ CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
 MASK_NAMES = ("<|mask|>", "<|MASK|>", "[MASK]", "<mask>", "<|mask_token|>")
 # one pre-token per letter run, per digit, per whitespace char, per other char
 PRE_TOKEN_PATTERN = r"\p{L}+|\p{N}|\s|[^\s\p{L}\p{N}]"
+
+
 def json_fragments(tools: list[dict], extra_keys: Iterable[str] = ()) -> list[str]:
     """Whole JSON fragments as canonical ``json.dumps`` writes them: the call envelope, each key
     with the separator before it and the opening quote after it, the closers, the tool names.
@@ -221,7 +223,7 @@ class CloverTokenizer:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self.tok.save(str(d / "tokenizer.json"))
-        name = lambda i: self.id_to_token(i) if i is not None else None  # noqa: E731
+        name = lambda i: self.id_to_token(i) if i is not None else None
         cfg = {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "eos_token": name(self.eos_token_id),
@@ -258,7 +260,7 @@ class CloverTokenizer:
                 raise ValueError(f"{d / 'tokenizer_config.json'}: expected a JSON object")
         try:
             tokenizer = Tokenizer.from_file(str(d / "tokenizer.json"))
-        except Exception as e:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+        except Exception as e:
             raise ValueError(f"{d / 'tokenizer.json'}: not a valid tokenizer file ({e})") from None
         tok = cls(
             tokenizer,

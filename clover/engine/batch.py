@@ -17,8 +17,20 @@ from clover.engine.sampler import Choice
 from clover.model import ModelCache
 
 # per-row tensors, kept in the order of ``requests`` (and of the cache rows)
-ROW_TENSORS = ("x", "masked", "placed", "wanted", "need", "to_commit", "pending", "step", "edits", "lp", "top_ids",
-               "top_lp")  # fmt: skip
+ROW_TENSORS = (
+    "x",
+    "masked",
+    "placed",
+    "wanted",
+    "need",
+    "to_commit",
+    "pending",
+    "step",
+    "edits",
+    "lp",
+    "top_ids",
+    "top_lp",
+)
 ROW_SETTINGS = ("threshold", "steps", "max_edits", "stop_ids")
 
 
@@ -27,7 +39,7 @@ class Batch:
         self.bs, self.mask_id, self.device = block_size, mask_id, device
         self.requests: list[Request] = []
         self.cache: ModelCache | None = None
-        z = lambda dtype: torch.zeros(0, block_size, dtype=dtype, device=device)  # noqa: E731
+        z = lambda dtype: torch.zeros(0, block_size, dtype=dtype, device=device)
         self.x = z(torch.long)  # the active blocks: clean prompt tail, committed tokens, mask ids
         self.masked = z(torch.bool)  # positions still masked
         self.placed = z(torch.bool)  # forced slots set before the block's first pass (reported with it)
@@ -39,7 +51,7 @@ class Batch:
         self.top_ids = torch.zeros(0, block_size, MAX_TOP_LOGPROBS, dtype=torch.long, device=device)
         self.top_lp = torch.zeros(0, block_size, MAX_TOP_LOGPROBS, dtype=torch.float, device=device)
         self.top = 0  # alternatives per token the rows ask for (the most of any row)
-        r = lambda dtype: torch.zeros(0, dtype=dtype, device=device)  # noqa: E731
+        r = lambda dtype: torch.zeros(0, dtype=dtype, device=device)
         self.pending = r(torch.bool)  # row has a block in to_commit
         self.step = r(torch.long)  # denoise passes so far in the active block
         self.edits = r(torch.long)  # edits so far in the active block
@@ -163,8 +175,10 @@ class Batch:
         keep = torch.tensor(need, device=self.device)
         x, lp = self.x[r][keep].tolist(), self.lp[r][keep].tolist()
         ids, tlp = self.top_ids[r][keep, :k].tolist(), self.top_lp[r][keep, :k].tolist()
-        return [TokenLogprob(t, p, [(i, q) for i, q in zip(a, b) if q > -float("inf")])
-                for t, p, a, b in zip(x, lp, ids, tlp)]  # fmt: skip
+        return [
+            TokenLogprob(t, p, [(i, q) for i, q in zip(a, b) if q > -float("inf")])
+            for t, p, a, b in zip(x, lp, ids, tlp)
+        ]
 
     def _wanted(self, reqs: list[Request]) -> torch.Tensor:
         i = self._positions(reqs)

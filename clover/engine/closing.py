@@ -73,7 +73,7 @@ def shortest_ending(g, state) -> bytes | None:
     return out
 
 
-def _pieces(g, state) -> list[bytes | None]:  # noqa: C901 - one branch per frame kind, as Grammar._frame
+def _pieces(g, state) -> list[bytes | None]:
     """Candidate bytes that finish the top frame (or its next step) at least cost, best first."""
     stack = state[0]
     if not stack:
@@ -428,5 +428,7 @@ def check(tg, max_tokens: int) -> str | None:
     text = shortest_ending(tg.g, tg.start)
     shown = json.dumps(text.decode("utf-8", "replace"))
     shown = shown if len(shown) <= 80 else shown[:77] + '..."'
-    return (f"max_tokens {max_tokens} is too small for the requested structured output: its shortest complete "
-            f"text, {shown}, takes {c} tokens with the stop token")  # fmt: skip
+    return (
+        f"max_tokens {max_tokens} is too small for the requested structured output: its shortest complete "
+        f"text, {shown}, takes {c} tokens with the stop token"
+    )

@@ -31,8 +31,15 @@ from clover.model import CloverForBlockDiffusion
 
 
 class Engine:
-    def __init__(self, model: CloverForBlockDiffusion, tokenizer=None, max_batch_size: int = 16, fuse: bool = True,
-                 prefix_cache_mb: float = 0, prefill_chunk: int | None = PREFILL_CHUNK):  # fmt: skip
+    def __init__(
+        self,
+        model: CloverForBlockDiffusion,
+        tokenizer=None,
+        max_batch_size: int = 16,
+        fuse: bool = True,
+        prefix_cache_mb: float = 0,
+        prefill_chunk: int | None = PREFILL_CHUNK,
+    ):
         """``prefix_cache_mb``: keep prompts' committed blocks, up to this many megabytes of
         cache, for later prompts that start with them (``clover.engine.prefix_cache``; 0: off).
         ``prefill_chunk``: prompt tokens prefilled per step, so a long prompt is prefilled over
@@ -193,10 +200,17 @@ class Engine:
                 allowed[r] = {**allowed[r], int(open_[0]): ids}
         ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
         view = PassView(
-            ch.tok, ch.conf, ch.cur_p, batch.x, cand, settled, batch.threshold,
-            steps_left=(batch.steps - batch.step).clamp(min=1), edits_left=batch.max_edits - batch.edits,
+            ch.tok,
+            ch.conf,
+            ch.cur_p,
+            batch.x,
+            cand,
+            settled,
+            batch.threshold,
+            steps_left=(batch.steps - batch.step).clamp(min=1),
+            edits_left=batch.max_edits - batch.edits,
             stop_ids=batch.stop_ids,
-        )  # fmt: skip
+        )
         commit, edit, sure = torch.zeros_like(cand), torch.zeros_like(cand), torch.zeros_like(cand)
         grows = torch.zeros_like(cand)  # rows whose policy extends a run where a position is sure
         for policy, rows in batch.policies:
@@ -377,4 +391,3 @@ class Engine:
             self.totals["requests"] += 1
             self.totals["tokens"] += out.stats["tokens"]
             self.totals["forward_passes"] += out.stats["forward_passes"]
-

@@ -175,8 +175,15 @@ def _string_step(esc: int, b: int) -> int | None:
 #                                              typed: the raw text, kept where a pattern or length
 #                                              bound must be checked too
 class Grammar:
-    def __init__(self, start: tuple, schemas: list[Schemas], tables: list[tuple] = (), regexes: list = (),
-                 ws: frozenset = WS, max_ws: int = MAX_WS):  # fmt: skip
+    def __init__(
+        self,
+        start: tuple,
+        schemas: list[Schemas],
+        tables: list[tuple] = (),
+        regexes: list = (),
+        ws: frozenset = WS,
+        max_ws: int = MAX_WS,
+    ):
         self.start_state = (start, 0)
         self.ws, self.max_ws = ws, max_ws  # the whitespace allowed between JSON tokens, and how much
         self.tables = list(tables)
@@ -325,7 +332,7 @@ class Grammar:
         out = self._frame(top, rest, b)
         return None if out is None else (out, 0)
 
-    def _frame(self, f, rest, b):  # noqa: C901 - one branch per frame kind, kept together
+    def _frame(self, f, rest, b):
         kind = f[0]
         if kind == "lit":
             lit, i = f[1], f[2]

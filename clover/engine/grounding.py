@@ -37,8 +37,16 @@ BARRIERS = frozenset('"“”„«»\n\r\t()[]{}<>')
 _NUMBER = regex.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+|(?=\.\d))(\.\d+)?")
 _keys = itertools.count(1)
 # Han, kana, Thai, Lao, Khmer, Myanmar: scripts without spaces between words
-_SCRIPT_WORDS = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F),
-                 (0x0E00, 0x0EFF), (0x1780, 0x17FF), (0x1000, 0x109F))  # fmt: skip
+_SCRIPT_WORDS = (
+    (0x3040, 0x30FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0x20000, 0x2FA1F),
+    (0x0E00, 0x0EFF),
+    (0x1780, 0x17FF),
+    (0x1000, 0x109F),
+)
 
 
 def _script_word(ch: str) -> bool:
@@ -105,7 +113,7 @@ class SpanIndex:
 
     def narrow(self, lo: int, hi: int, depth: int, byte: int) -> tuple[int, int] | None:
         """The starts among ``starts[lo:hi]`` (all sharing ``depth`` bytes) whose next byte is ``byte``."""
-        key = lambda s: self._byte(s, depth)  # noqa: E731
+        key = lambda s: self._byte(s, depth)
         a = bisect_left(self.starts, byte, lo, hi, key=key)
         b = bisect_right(self.starts, byte, a, hi, key=key)
         return (a, b) if a < b else None
@@ -127,9 +135,14 @@ class SpanIndex:
     def contains(self, value: str) -> bool:
         """``value`` is a span of the source (the slow, obvious check: tests and ``ungrounded_args``)."""
         v = value.encode()
-        return any(
-            self.data.startswith(v, s) and s + len(v) <= self.limit[s] and self.ends[s + len(v)] for s in self.starts
-        ) if v else False  # fmt: skip
+        return (
+            any(
+                self.data.startswith(v, s) and s + len(v) <= self.limit[s] and self.ends[s + len(v)]
+                for s in self.starts
+            )
+            if v
+            else False
+        )
 
 
 def written_numbers(text: str) -> tuple[bytes, ...]:

@@ -27,8 +27,15 @@ import regex
 
 KINDS = ("object", "array", "string", "number", "integer", "boolean", "null")
 # type names of Python-flavoured tool schemas (BFCL and others write "dict", "float", "tuple", "any")
-ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "str": "string",
-           "list": "array", "tuple": "array"}  # fmt: skip
+ALIASES = {
+    "dict": "object",
+    "float": "number",
+    "int": "integer",
+    "bool": "boolean",
+    "str": "string",
+    "list": "array",
+    "tuple": "array",
+}
 
 
 _D2 = r"(?:0[1-9]|[12]\d|3[01])"
@@ -95,8 +102,10 @@ def clean_schema(s, at: str = "#", depth: int = 0):
         elif k in _ONE:
             v = clean_schema(v, where, depth + 1)
         if not ok and k == "x-grounded":
-            raise GrammarError(f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid 'x-grounded' "
-                               "(true, false, \"user\" or \"conversation\")")  # fmt: skip
+            raise GrammarError(
+                f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid 'x-grounded' "
+                '(true, false, "user" or "conversation")'
+            )
         if not ok:
             raise GrammarError(f"invalid JSON Schema at {where}: {json.dumps(v)[:80]} is not a valid {k!r}")
         out[k] = v
@@ -267,8 +276,10 @@ class Schemas:
             if not alts:
                 return self._node(merged)
             base = merged
-        nodes = [self._node({**base, **self._resolve(a)} if base.get("properties") is None else self._resolve(a))
-                 for a in alts]  # fmt: skip
+        nodes = [
+            self._node({**base, **self._resolve(a)} if base.get("properties") is None else self._resolve(a))
+            for a in alts
+        ]
         out: dict = {"kinds": set()}
         for n in nodes:
             if n.get("any"):

@@ -88,9 +88,13 @@ class PrefixCache:
         return len(self._entries)
 
     def stats(self) -> dict:
-        return {"prefix_cache_lookups": self.lookups, "prefix_cache_hits": self.hits,
-                "prefix_cache_hit_tokens": self.hit_tokens, "prefix_cache_entries": len(self._entries),
-                "prefix_cache_bytes": self._bytes}  # fmt: skip
+        return {
+            "prefix_cache_lookups": self.lookups,
+            "prefix_cache_hits": self.hits,
+            "prefix_cache_hit_tokens": self.hit_tokens,
+            "prefix_cache_entries": len(self._entries),
+            "prefix_cache_bytes": self._bytes,
+        }
 
 
 def _nbytes(cache: ModelCache) -> int:

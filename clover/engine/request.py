@@ -119,7 +119,15 @@ class Request:
         text = self.text.text if self.tokenizer is not None else None
         lps = None if self.logprobs is None else self.logprobs[: self.n_generated]
         self.output = RequestOutput(
-            self.id, list(self.prompt), list(self.text.tokens), text, reason, stats, lps, self.prompt_logprobs,
-            self.text.stop_reason, self.stop_logprob,
-        )  # fmt: skip
+            self.id,
+            list(self.prompt),
+            list(self.text.tokens),
+            text,
+            reason,
+            stats,
+            lps,
+            self.prompt_logprobs,
+            self.text.stop_reason,
+            self.stop_logprob,
+        )
         return Finished(self.id, self.output)

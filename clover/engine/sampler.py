@@ -34,8 +34,9 @@ def logit_bias_vector(logit_bias: dict[int, float], vocab_size: int, device=None
     return v
 
 
-def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None,
-                  in_prompt: torch.Tensor | None = None) -> None:  # fmt: skip
+def adjust_logits(
+    logits: torch.Tensor, params, counts: torch.Tensor, bias: torch.Tensor | None, in_prompt: torch.Tensor | None = None
+) -> None:
     """In place, one request's logits ``[n, V]``: repetition_penalty on every token of the prompt
     (``in_prompt [V]`` bool) or generated so far (divides a positive logit, multiplies a negative
     one, as Hugging Face and vLLM), then + logit_bias, - presence_penalty for every token
@@ -53,9 +54,14 @@ def adjust_logits(logits: torch.Tensor, params, counts: torch.Tensor, bias: torc
 
 
 def choose(
-    logits: torch.Tensor, sel: torch.Tensor, x: torch.Tensor, requests: list[Request], allowed, mask_id: int,
+    logits: torch.Tensor,
+    sel: torch.Tensor,
+    x: torch.Tensor,
+    requests: list[Request],
+    allowed,
+    mask_id: int,
     top: int = 0,
-) -> Choice:  # fmt: skip
+) -> Choice:
     """logits ``[R, bs, V]`` (modified in place), sel ``[R, bs]`` bool, x ``[R, bs]`` the block now,
     ``top``: how many alternatives to report per position (the most any row asks for).
 

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 
 class Scheduler:
-    def __init__(self, max_batch_size: int, mask_id: int, device: torch.device,
-                 prefill_chunk: int | None = PREFILL_CHUNK):  # fmt: skip
+    def __init__(
+        self, max_batch_size: int, mask_id: int, device: torch.device, prefill_chunk: int | None = PREFILL_CHUNK
+    ):
         if not isinstance(max_batch_size, int) or max_batch_size <= 0:
             raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
         if prefill_chunk is not None and (type(prefill_chunk) is not int or prefill_chunk < 0):

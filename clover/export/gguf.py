@@ -75,11 +75,25 @@ _GLOBAL_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.w
 _PLUS_ONE = ("attn_norm.weight", "post_attention_norm.weight", "attn_q_norm.weight", "attn_k_norm.weight")
 # the matrices a quantized type applies to (everything else stays f32)
 _MATRICES = (
-    "token_embd.weight", "output.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-    "attn_qkv.weight", "attn_gate.weight", "ssm_out.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
-    "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
-    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
-)  # fmt: skip
+    "token_embd.weight",
+    "output.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "attn_qkv.weight",
+    "attn_gate.weight",
+    "ssm_out.weight",
+    "ffn_gate_exps.weight",
+    "ffn_up_exps.weight",
+    "ffn_down_exps.weight",
+    "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight",
+    "ffn_down_shexp.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+)
 
 
 @dataclass
@@ -97,8 +111,10 @@ class GGUFReport:
         kinds = ", ".join(f"{n} {t}" for t, n in sorted(self.types.items()))
         lines = [f"exported {self.tensors} tensors ({self.total_bytes / 2**20:.1f} MiB; {kinds}) → {self.out}"]
         if self.type != "f32" and self.types.get("f32"):
-            lines.append(f"  {self.types['f32']} f32: norms, router, GDN gates and convolutions, per-head parameters "
-                         "(always f32)")  # fmt: skip
+            lines.append(
+                f"  {self.types['f32']} f32: norms, router, GDN gates and convolutions, per-head parameters "
+                "(always f32)"
+            )
         for kind, widths in sorted(self.fallbacks.items()):
             rows = " and ".join(f"{w}" for w in sorted(widths))
             n = sum(widths.values())

@@ -73,9 +73,17 @@ class Attention(nn.Module):
         return yc, yn
 
     def forward_step(
-        self, x, rope, cache: AttnCache, lengths: torch.Tensor, n_commit: int, block_size: int, top=None, same=None,
+        self,
+        x,
+        rope,
+        cache: AttnCache,
+        lengths: torch.Tensor,
+        n_commit: int,
+        block_size: int,
+        top=None,
+        same=None,
         groups=None,
-    ):  # fmt: skip
+    ):
         """Incremental pass over new tokens ``x [B, T, H]`` starting at ``lengths`` (a block boundary).
 
         The first ``n_commit`` tokens are clean blocks to commit: their k/v become history when

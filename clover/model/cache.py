@@ -40,7 +40,7 @@ class AttnCache:
         """At least ``need`` slots, growing by doubling (new tensors, the history copied)."""
         if need > self.k.shape[1]:
             cap = max(need, 2 * self.k.shape[1], 64)
-            grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], cap - t.shape[1], *t.shape[2:])], 1)  # noqa: E731
+            grow = lambda t: torch.cat([t, t.new_zeros(t.shape[0], cap - t.shape[1], *t.shape[2:])], 1)
             self.k, self.v = grow(self.k), grow(self.v)
 
     def write(
@@ -119,7 +119,7 @@ class ModelCache:
         for parts in zip(*(c.layers for c in caches)):
             if isinstance(parts[0], AttnCache):
                 L = max(p.k.shape[1] for p in parts)
-                pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:])], 1)  # noqa: E731
+                pad = lambda t: torch.cat([t, t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:])], 1)
                 layers.append(AttnCache(torch.cat([pad(p.k) for p in parts]), torch.cat([pad(p.v) for p in parts])))
             else:
                 layers.append(GDNCache(torch.cat([p.S for p in parts]), torch.cat([p.tail for p in parts])))

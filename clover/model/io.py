@@ -26,10 +26,19 @@ READ_WINDOW = 64 << 20
 # safetensors' dtype names: a tensor's dtype is known from the header, before it is read (the
 # checkpoint loader here and the streaming shard reader of clover.convert share this table)
 SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}  # fmt: skip
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
 
 
 class CheckpointError(RuntimeError):
@@ -144,7 +153,7 @@ def resolve_dir(path: str | Path) -> Path:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(s, local_files_only=True, cache_dir=Path(cache).expanduser()))
-    except Exception:  # noqa: BLE001 - no huggingface_hub, not cached, or not a valid id: say how to get it
+    except Exception:
         pass
     raise CheckpointError(
         f"{s}: not a local directory, and not in the Hugging Face cache ({cache}). Clover never downloads at "

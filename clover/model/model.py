@@ -282,8 +282,9 @@ class CloverForBlockDiffusion(nn.Module):
         groups = None if same else row_groups(lengths, x.shape[1], x.device)
         return CloverForBlockDiffusion._pass(self, cache, x, n_c, n_d, bs, top, same, groups)
 
-    def _pass(self, cache: ModelCache, x, n_c: int, n_d: int, bs: int, top: int, same: bool,
-              groups=None) -> torch.Tensor | None:  # fmt: skip
+    def _pass(
+        self, cache: ModelCache, x, n_c: int, n_d: int, bs: int, top: int, same: bool, groups=None
+    ) -> torch.Tensor | None:
         """``step``'s forward once its checks are done: no host sync, the attention caches already
         large enough. ``top`` = max(cache.lengths), ``same`` = all lengths equal, ``groups`` rows
         that attend apart (``attention.row_groups``)."""

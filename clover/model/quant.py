@@ -460,8 +460,9 @@ def prepare_model(model) -> None:
 
 
 # -- sizes -----------------------------------------------------------------------------------
-def weight_bytes(config: CloverConfig, bits: int | None = None, group_size: int | None = None,
-                 float_bytes: int = 4) -> dict:  # fmt: skip
+def weight_bytes(
+    config: CloverConfig, bits: int | None = None, group_size: int | None = None, float_bytes: int = 4
+) -> dict:
     """Bytes of a model's weights: full precision at ``float_bytes`` per parameter, or with the
     quantizable weights at ``bits`` (scales and zeros included) and the rest at ``float_bytes``.
     Computed from the config alone (a meta model): no memory, even for 35B."""

@@ -145,7 +145,7 @@ _FLA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _fla_import():
     try:  # optional GPU extra
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
-    except Exception:  # noqa: BLE001 - any import problem means: use the torch path
+    except Exception:
         return None
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
@@ -194,9 +194,15 @@ def delta_rule_fla(kernels, q, k, v, g, beta, initial_state=None, boundaries=Non
             warnings.filterwarnings("ignore", message=".*format mismatch.*")
             # g and beta by name: the recurrent kernel takes other gates between v and beta
             o, S = kernel(
-                q[:, seg].to(dt), k[:, seg].to(dt), v[:, seg].to(dt), g=g[:, seg].to(acc), beta=beta[:, seg].to(acc),
-                scale=scale, initial_state=S, output_final_state=True,
-            )  # fmt: skip
+                q[:, seg].to(dt),
+                k[:, seg].to(dt),
+                v[:, seg].to(dt),
+                g=g[:, seg].to(acc),
+                beta=beta[:, seg].to(acc),
+                scale=scale,
+                initial_state=S,
+                output_final_state=True,
+            )
         S = S.to(acc)
         states[e] = S
         outs.append(o)

@@ -86,10 +86,16 @@ async def agent_execute(request: Request):
         result = task.execute(world, call.name, call.arguments)
         results.append(result)
         changes.append(before.diff(world))
-        messages.append({"role": "tool", "tool_call_id": call.id or f"call_{i}",
-                         "content": json.dumps(result, ensure_ascii=False)})  # fmt: skip  # as run_agent sends it
-    return {"object": "clover.agent.execution", "results": results, "messages": messages, "changes": changes,
-            **world.view()}  # fmt: skip
+        messages.append(
+            {"role": "tool", "tool_call_id": call.id or f"call_{i}", "content": json.dumps(result, ensure_ascii=False)}
+        )  # as run_agent sends it
+    return {
+        "object": "clover.agent.execution",
+        "results": results,
+        "messages": messages,
+        "changes": changes,
+        **world.view(),
+    }
 
 
 def _world(task: Task, state: dict) -> World:

@@ -67,7 +67,14 @@ def create_app(
         engine = engine_or_model_dir
     else:
         engine = load_engine(
-            engine_or_model_dir, max_batch_size, threads, prefix_cache_mb, device, dtype, compile, backend,
+            engine_or_model_dir,
+            max_batch_size,
+            threads,
+            prefix_cache_mb,
+            device,
+            dtype,
+            compile,
+            backend,
             prefill_chunk,
         )
     if engine.tokenizer is None:
@@ -76,8 +83,9 @@ def create_app(
     aengine = AsyncEngine(engine, max_queue=max_queue)
     metrics = Metrics(aengine)
     aengine.on_finished = metrics.observe_output
-    store = ResponseStore(None if responses_db is None else str(responses_db), responses_max, responses_max_mb,
-                          responses_ttl_s)  # fmt: skip
+    store = ResponseStore(
+        None if responses_db is None else str(responses_db), responses_max, responses_max_mb, responses_ttl_s
+    )
     state = ServerState(aengine, engine.tokenizer, model_name, limits, metrics, api_key, store)
 
     @asynccontextmanager
@@ -208,5 +216,12 @@ def _log_access(scope, status: int) -> None:
     client = scope.get("client")
     where = f"{client[0]}:{client[1]}" if client else "-"
     path = scope.get("path", "") + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
-    access_log.info('%s - "%s %s HTTP/%s" %d', where, scope.get("method"), path, scope.get("http_version"), status,
-                    extra={"clover": True})  # fmt: skip
+    access_log.info(
+        '%s - "%s %s HTTP/%s" %d',
+        where,
+        scope.get("method"),
+        path,
+        scope.get("http_version"),
+        status,
+        extra={"clover": True},
+    )

@@ -198,7 +198,7 @@ class AsyncEngine:
             if fut.set_running_or_notify_cancel():
                 try:
                     fut.set_result(fn())
-                except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+                except BaseException as e:
                     fut.set_exception(e)
 
     def _step(self) -> None:

@@ -12,8 +12,9 @@ class LiveServer:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
         import uvicorn
 
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                                timeout_graceful_shutdown=3, ws="none")  # fmt: skip
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=3, ws="none"
+        )
         self.server = uvicorn.Server(config)
         self.host = host
         self.thread = threading.Thread(target=self.server.run, name="clover-uvicorn", daemon=True)

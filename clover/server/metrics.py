@@ -8,9 +8,17 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
 
 ENDPOINTS = {
-    "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/decisions", "/v1/models", "/health", "/metrics",
-    "/", "/v1/agent/world", "/v1/agent/execute",
-}  # fmt: skip
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/decisions",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/",
+    "/v1/agent/world",
+    "/v1/agent/execute",
+}
 # paths with an id in them, by their prefix: one label each, not one per id
 TEMPLATES = {"/v1/responses/": "/v1/responses/{id}", "/v1/models/": "/v1/models/{id}"}
 
@@ -18,22 +26,38 @@ TEMPLATES = {"/v1/responses/": "/v1/responses/{id}", "/v1/models/": "/v1/models/
 class Metrics:
     def __init__(self, aengine=None):
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("clover_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
-                                registry=r)  # fmt: skip
-        self.latency = Histogram("clover_request_latency_seconds", "HTTP request latency (streams: to the last byte)",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.requests = Counter(
+            "clover_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "clover_request_latency_seconds",
+            "HTTP request latency (streams: to the last byte)",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter("clover_prompt_tokens", "prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter("clover_generation_tokens", "generated tokens", registry=r)
         self.forward_passes = Counter("clover_forward_passes", "denoise passes of finished requests", registry=r)
-        self.finished = Counter("clover_engine_requests", "engine requests finished, by reason (stop, length, "
-                                "aborted: the client went away or the request was cancelled)", ["reason"],
-                                registry=r)  # fmt: skip
-        self.tpf = Histogram("clover_tokens_per_forward", "tokens per forward pass (TPF) per request",
-                             buckets=TPF_BUCKETS, registry=r)  # fmt: skip
-        self.ttft = Histogram("clover_time_to_first_token_seconds", "engine time to first final token",
-                              buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
-        self.engine_latency = Histogram("clover_engine_request_seconds", "engine wall time per request",
-                                        buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.finished = Counter(
+            "clover_engine_requests",
+            "engine requests finished, by reason (stop, length, "
+            "aborted: the client went away or the request was cancelled)",
+            ["reason"],
+            registry=r,
+        )
+        self.tpf = Histogram(
+            "clover_tokens_per_forward", "tokens per forward pass (TPF) per request", buckets=TPF_BUCKETS, registry=r
+        )
+        self.ttft = Histogram(
+            "clover_time_to_first_token_seconds",
+            "engine time to first final token",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_latency = Histogram(
+            "clover_engine_request_seconds", "engine wall time per request", buckets=LATENCY_BUCKETS, registry=r
+        )
         self.decisions = Counter("clover_decisions", "decision groups answered, by mode", ["mode"], registry=r)
         self.queue_depth = Gauge("clover_queue_depth", "requests waiting for a batch slot", registry=r)
         self.active = Gauge("clover_active_requests", "requests in the running batch", registry=r)

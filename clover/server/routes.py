@@ -66,10 +66,19 @@ async def get_model(name: str, request: Request):
 
 def _model_card(s: ServerState) -> dict:
     c = s.config
-    return {"id": s.model_name, "object": "model", "created": s.started, "owned_by": "clover",
-            "max_model_len": s.limits.context,  # vLLM's field: clients size their requests by it
-            "clover": {"block_size": c.block_size, "max_block_size": c.max_block_size,
-                       "context": s.limits.context, "vocab_size": c.vocab_size}}  # fmt: skip
+    return {
+        "id": s.model_name,
+        "object": "model",
+        "created": s.started,
+        "owned_by": "clover",
+        "max_model_len": s.limits.context,  # vLLM's field: clients size their requests by it
+        "clover": {
+            "block_size": c.block_size,
+            "max_block_size": c.max_block_size,
+            "context": s.limits.context,
+            "vocab_size": c.vocab_size,
+        },
+    }
 
 
 @router.get("/version")
@@ -84,8 +93,14 @@ async def version():
 async def health(request: Request):
     s = _state(request)
     a = s.aengine
-    body = {"status": "ok" if a.alive else "engine_down", "model": s.model_name, "active": a.snapshot["active"],
-            "waiting": a.snapshot["waiting"], "outstanding": a.outstanding, "capacity": a.capacity}  # fmt: skip
+    body = {
+        "status": "ok" if a.alive else "engine_down",
+        "model": s.model_name,
+        "active": a.snapshot["active"],
+        "waiting": a.snapshot["waiting"],
+        "outstanding": a.outstanding,
+        "capacity": a.capacity,
+    }
     return JSONResponse(body, status_code=200 if a.alive else 503)
 
 
@@ -103,9 +118,17 @@ async def playground():
 async def playground_config(request: Request):
     s = _state(request)
     task = {"name": s.task.name, "summary": s.task.summary} if s.task else None
-    return {"model": s.model_name, "block_size": s.config.block_size, "max_block_size": s.config.max_block_size,
-            "auth": s.api_key is not None, "tools": s.task.tools() if s.task else [], "task": task,
-            "policies": sorted(POLICIES), "policy": DEFAULT_POLICY, "threshold": DEFAULT_THRESHOLD}  # fmt: skip
+    return {
+        "model": s.model_name,
+        "block_size": s.config.block_size,
+        "max_block_size": s.config.max_block_size,
+        "auth": s.api_key is not None,
+        "tools": s.task.tools() if s.task else [],
+        "task": task,
+        "policies": sorted(POLICIES),
+        "policy": DEFAULT_POLICY,
+        "threshold": DEFAULT_THRESHOLD,
+    }
 
 
 # -- the tokenizer (vLLM's /tokenize, /detokenize, /tokenizer_info: what scoring tools such as
@@ -139,8 +162,12 @@ async def tokenizer_info(request: Request):
         i = getattr(s.config, f"{k}_id", None)
         i = (i or [None])[0] if isinstance(i, list) else i  # a model may list several EOS ids
         special[k] = None if i is None else tok.decode([i])
-    return {"tokenizer_class": "PreTrainedTokenizerFast", **special, "model_max_length": s.limits.context,
-            "vocab_size": s.limits.vocab_size}  # fmt: skip
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **special,
+        "model_max_length": s.limits.context,
+        "vocab_size": s.limits.vocab_size,
+    }
 
 
 # -- chat and text completions --------------------------------------------------------------------
@@ -171,7 +198,7 @@ async def _merged(handles):
         try:
             async for ev in h.events():
                 await queue.put((i, ev))
-        except Exception as e:  # noqa: BLE001 - handed to the consumer
+        except Exception as e:
             await queue.put((i, e))
         finally:
             await queue.put((i, None))
@@ -280,8 +307,9 @@ async def delete_response(rid: str, request: Request):
 
 
 @router.get("/v1/responses/{rid}/input_items")
-async def response_input_items(rid: str, request: Request, limit: int = 20, order: str = "desc",
-                               after: str | None = None):  # fmt: skip
+async def response_input_items(
+    rid: str, request: Request, limit: int = 20, order: str = "desc", after: str | None = None
+):
     """The items the response's model read (earlier turns' included), OpenAI's cursor page."""
     s = _state(request)
     if not 1 <= limit <= 100:
@@ -296,8 +324,13 @@ async def response_input_items(rid: str, request: Request, limit: int = 20, orde
             raise bad_request(f"after: no input item {after!r} in response {rid!r}", "after")
         items = items[at + 1 :]
     page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}  # fmt: skip
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
 
 
 @router.post("/v1/completions")

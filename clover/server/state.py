@@ -23,8 +23,16 @@ class ClientGone(Exception):
 
 
 class ServerState:
-    def __init__(self, aengine: AsyncEngine, tokenizer, model_name: str, limits: Limits, metrics: Metrics,
-                 api_key: str | list[str] | None = None, responses: ResponseStore | None = None):  # fmt: skip
+    def __init__(
+        self,
+        aengine: AsyncEngine,
+        tokenizer,
+        model_name: str,
+        limits: Limits,
+        metrics: Metrics,
+        api_key: str | list[str] | None = None,
+        responses: ResponseStore | None = None,
+    ):
         self.aengine = aengine
         self.engine = aengine.engine
         self.model = aengine.engine.model
@@ -49,8 +57,12 @@ class ServerState:
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:
-            raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
-                           param="model", code="model_not_found")  # fmt: skip
+            raise APIError(
+                404,
+                f"the model {name!r} does not exist; this server serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
 
     async def read(self, request: Request, schema: type[BaseModel], max_bytes: int | None = None):
         """The body as ``schema``; ``max_bytes``: a route's own limit below the server's (413)."""

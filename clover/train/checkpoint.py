@@ -51,8 +51,9 @@ def gather_state(model, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
     return msd, osd.get("state", {})
 
 
-def write_checkpoint(run_dir: str | Path, step: int, model, opt: torch.optim.Optimizer, state: dict,
-                     tokenizer=None) -> None:  # fmt: skip
+def write_checkpoint(
+    run_dir: str | Path, step: int, model, opt: torch.optim.Optimizer, state: dict, tokenizer=None
+) -> None:
     """Checkpoint a run in its model's format; every rank calls it. Sharded: every rank writes its
     shards; otherwise the state is gathered and rank 0 writes it, and no rank goes on before the
     checkpoint is complete."""
@@ -125,7 +126,7 @@ def load_checkpoint(path: Path, model, opt: torch.optim.Optimizer) -> dict:
     try:
         tensors = load_file(str(path / "optimizer.safetensors"))
         state = json.loads((path / "state.json").read_text())
-    except Exception as e:  # noqa: BLE001 - any failure here means an unusable checkpoint
+    except Exception as e:
         raise CheckpointError(f"{path}: unreadable optimizer/trainer state ({e})") from None
     per_param: dict[str, dict] = {}
     for key, v in list(tensors.items()) + list(state.pop("optimizer_scalars", {}).items()):

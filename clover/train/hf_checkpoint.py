@@ -43,7 +43,7 @@ def load_hf_state(path: Path, model) -> dict[str, torch.Tensor]:
     try:
         saved = json.loads((path / "config.json").read_text())
         state = load_file(str(path / "model.safetensors"))
-    except Exception as e:  # noqa: BLE001 - any failure here means an unusable checkpoint
+    except Exception as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({e})") from None
     try:  # both configs through the same class: save_pretrained leaves out what equals the default
         saved = type(model.config).from_dict(saved).to_dict()

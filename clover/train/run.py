@@ -91,8 +91,12 @@ class Run:
     def record(self, step: int, figures: dict) -> dict:
         """``training.json`` of an export: the recipe or data, the step, the figures, the settings."""
         spec = self.spec
-        rec = {"recipe": f"chat data {spec.data}" if self.data is not None else spec.recipe, "step": step, **figures,
-               "train": asdict(self.recipe.train)}  # fmt: skip
+        rec = {
+            "recipe": f"chat data {spec.data}" if self.data is not None else spec.recipe,
+            "step": step,
+            **figures,
+            "train": asdict(self.recipe.train),
+        }
         if self.data is None:  # the recipe's data fields (batch size, decision share, curriculum)
             rec["data"] = self.recipe.data_fields()
         if spec.init_from:
@@ -166,11 +170,15 @@ def _recipe(spec: RunSpec) -> tuple[Recipe, dict]:
         raise SetupError(f"unknown recipe {spec.recipe!r}; choose from {sorted(recipes)}")
     recipe = recipes[spec.recipe]()
     if recipe.autoregressive:
-        for flag, on in (("--dtype bfloat16", spec.dtype != "float32"),
-                         ("--activation-checkpointing", spec.activation_checkpointing)):  # fmt: skip
+        for flag, on in (
+            ("--dtype bfloat16", spec.dtype != "float32"),
+            ("--activation-checkpointing", spec.activation_checkpointing),
+        ):
             if on:
-                raise SetupError(f"{flag} is for the Clover recipes; the autoregressive recipe "
-                                 "trains its transformers model in float32 without it")  # fmt: skip
+                raise SetupError(
+                    f"{flag} is for the Clover recipes; the autoregressive recipe "
+                    "trains its transformers model in float32 without it"
+                )
         if spec.grow:
             raise SetupError("--grow is for Clover models, not the autoregressive recipe")
     over = {}
@@ -255,8 +263,10 @@ def _init_config(spec: RunSpec, init_dir: Path) -> CloverConfig:
     except CheckpointError as e:
         raise SetupError(f"--init-from {spec.init_from}: {e}") from None
     if config.quantization is not None:
-        raise SetupError(f"--init-from {spec.init_from} is a quantized checkpoint (inference only); "
-                         "train from its full-precision source")  # fmt: skip
+        raise SetupError(
+            f"--init-from {spec.init_from} is a quantized checkpoint (inference only); "
+            "train from its full-precision source"
+        )
     return config
 
 
@@ -336,8 +346,14 @@ def build_clover_model(run: Run) -> tuple[CloverForBlockDiffusion, bool, list | 
         if run.world == 1:
             single_process_group(run.device)
         fresh = run.init_dir is None or spec.grow  # a warm start sets every weight
-        model = build_sharded(config, run.device, resolve_dtype(spec.dtype, run.device), spec.activation_checkpointing,
-                              run.recipe.train.seed, init=fresh)  # fmt: skip
+        model = build_sharded(
+            config,
+            run.device,
+            resolve_dtype(spec.dtype, run.device),
+            spec.activation_checkpointing,
+            run.recipe.train.seed,
+            init=fresh,
+        )
     else:
         model = CloverForBlockDiffusion(config)
         if spec.activation_checkpointing:
@@ -356,8 +372,15 @@ def validation_loss(model, batches: list[dict], cfg, tok: CloverTokenizer, devic
     kinds = KindCE(tok)
     with torch.no_grad():
         for i, vb in enumerate(batches):
-            b = build_batch(vb["x0"], vb["target"], vb["valid"], model.config.mask_token_id, cfg.block_size,
-                            cfg.masking, torch.Generator().manual_seed(i))  # fmt: skip
+            b = build_batch(
+                vb["x0"],
+                vb["target"],
+                vb["valid"],
+                model.config.mask_token_id,
+                cfg.block_size,
+                cfg.masking,
+                torch.Generator().manual_seed(i),
+            )
             b = {k: v.to(device) for k, v in b.items()}
             loss, ce, _ = block_loss(model, b, cfg.block_size, cfg.masking, train=False)
             tot += float(loss)

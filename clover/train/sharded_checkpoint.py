@@ -163,7 +163,7 @@ def load_sharded_checkpoint(path: Path, model, opt) -> dict:
             )
         dcp.load(target, storage_reader=reader)
         state = json.loads((path / "state.json").read_text())
-    except Exception as e:  # noqa: BLE001 - any failure here means an unusable checkpoint
+    except Exception as e:
         raise CheckpointError(f"{path}: unreadable sharded checkpoint ({type(e).__name__}: {e})") from None
     set_model_state_dict(model, weights, options=StateDictOptions(strict=not model.config.tie_word_embeddings))
     per_param: dict[str, dict] = {}
@@ -172,6 +172,7 @@ def load_sharded_checkpoint(path: Path, model, opt) -> dict:
         per_param.setdefault(fqn, {})[k] = v
     groups = get_optimizer_state_dict(model, opt)["param_groups"]  # parameter names per group
     # a parameter that never had a gradient (left unused by an ablation switch) has no state to load
-    set_optimizer_state_dict(model, opt, {"state": per_param, "param_groups": groups},
-                             options=StateDictOptions(strict=False))  # fmt: skip
+    set_optimizer_state_dict(
+        model, opt, {"state": per_param, "param_groups": groups}, options=StateDictOptions(strict=False)
+    )
     return state

@@ -52,7 +52,7 @@ def weight_files(src_dir: Path) -> dict[str, Path]:
     try:
         with safe_open(str(f), framework="pt") as h:
             return dict.fromkeys(h.keys(), f)
-    except Exception as e:  # noqa: BLE001 - any header failure is an unusable checkpoint
+    except Exception as e:
         raise CheckpointError(f"{f}: corrupt or truncated safetensors file ({e})") from None
 
 
@@ -64,7 +64,7 @@ def _shapes(files: dict[str, Path]) -> dict[str, tuple[int, ...]]:
         try:
             with safe_open(str(f), framework="pt") as h:
                 out.update({k: tuple(h.get_slice(k).get_shape()) for k in h.keys() if files.get(k) == f})
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise CheckpointError(f"{f}: corrupt or truncated safetensors file ({e})") from None
     return out
 
@@ -101,8 +101,10 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
     except (CheckpointError, FileNotFoundError) as e:
         raise SystemExit(f"clover: --init-from: {e}") from None
     if src_config.quantization is not None:
-        raise SystemExit(f"clover: --init-from: {src_dir} is a quantized checkpoint (inference only); "
-                         "train from its full-precision source")  # fmt: skip
+        raise SystemExit(
+            f"clover: --init-from: {src_dir} is a quantized checkpoint (inference only); "
+            "train from its full-precision source"
+        )
     if src_config.tie_word_embeddings and "model.embed_tokens.weight" in shapes:
         files["lm_head.weight"] = files["model.embed_tokens.weight"]  # stored once, read as both
         shapes["lm_head.weight"] = shapes["model.embed_tokens.weight"]

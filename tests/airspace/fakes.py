@@ -11,10 +11,16 @@ def calls_reply(calls: list[dict], passes: int | None = 3) -> ModelReply:
     """A reply made of ``{"name", "arguments"}`` calls, in the OpenAI form."""
     return ModelReply(
         None,
-        [{"id": f"call_{i}", "type": "function",
-          "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for i, c in enumerate(calls)],
+        [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+            }
+            for i, c in enumerate(calls)
+        ],
         passes,
-    )  # fmt: skip
+    )
 
 
 class ScriptedModel:

@@ -34,10 +34,14 @@ def test_a_session_prints_calls_results_and_changes():
     world = World.seeded(0)
     did = next(d.id for d in world.drones.values() if d.status in ("en route", "hovering", "holding"))
     model = ScriptedModel(
-        calls_reply([{"name": "recall_drone", "arguments": {"drone_id": did}},
-                     {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Nowhere"}}]),
+        calls_reply(
+            [
+                {"name": "recall_drone", "arguments": {"drone_id": did}},
+                {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Nowhere"}},
+            ]
+        ),
         ModelReply(f"{did} is returning to base.", [], 2),
-    )  # fmt: skip
+    )
     console = TypedConsole(["recall it", "/world", "/reset", "/exit"])
     assert run_session(model, world, console) == 0
     out = console.file.getvalue()
@@ -57,8 +61,16 @@ def test_a_session_stops_at_the_step_limit_and_keeps_the_conversation():
     assert run_session(model, World.seeded(0), console, max_steps=2) == 0
     out = console.file.getvalue()
     assert "stopped at the step limit, 2 model calls" in out and "unknown drone D-1" in out
-    assert [m["role"] for m in model.requests[-1]] == ["user", "assistant", "tool", "assistant", "tool", "user",
-                                                      "assistant", "tool"]  # fmt: skip
+    assert [m["role"] for m in model.requests[-1]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+        "tool",
+    ]
 
 
 def test_the_command_is_registered():
@@ -74,8 +86,17 @@ def test_bench_agent_writes_its_figures(tmp_path):
         main(["bench", "agent", "--n", "2", "--demo", "2", "--json", str(path)])
     assert e.value.code == 0
     figures = json.loads(path.read_text())["figures"]
-    for k in ("tasks", "ar_success", "default_success", "ar_s_per_task", "default_s_per_task", "speedup",
-              "ar_passes_per_task", "default_passes_per_task", "default_policy"):  # fmt: skip
+    for k in (
+        "tasks",
+        "ar_success",
+        "default_success",
+        "ar_s_per_task",
+        "default_s_per_task",
+        "speedup",
+        "ar_passes_per_task",
+        "default_passes_per_task",
+        "default_policy",
+    ):
         assert k in figures, k
     assert figures["tasks"] == 2 and 0 <= figures["ar_success"] <= 1 and figures["speedup"] > 0
     assert figures["speedup"] == figures["ar_s_per_task"] / figures["default_s_per_task"]

@@ -6,8 +6,14 @@ from clover.airspace.v2.compare import case_chats, in_metres_calls, score, valid
 
 
 def test_either_length_form_is_the_same_call():
-    a = in_metres_calls([{"name": "create_no_fly_zone", "arguments": {"zone_name": "Z", "lat": 1.5, "lon": 2.5,
-                                                                     "radius": 1.5, "radius_unit": "NM"}}])  # fmt: skip
+    a = in_metres_calls(
+        [
+            {
+                "name": "create_no_fly_zone",
+                "arguments": {"zone_name": "Z", "lat": 1.5, "lon": 2.5, "radius": 1.5, "radius_unit": "NM"},
+            }
+        ]
+    )
     b = in_metres_calls(
         [
             {
@@ -52,9 +58,15 @@ def test_score_offers_each_model_its_own_tools_and_reads_calls_in_metres():
     perfect = _Echo("airspace2", gold)
     res = score(perfect, chats)
     assert res["exact"] == 1.0 and res["tpf"] == 2.0 and res["tokens_per_s"] > 0
-    assert all("radius" in t[0]["function"]["parameters"]["properties"] for t in perfect.tools_seen if t and
-               t[0]["function"]["name"] == "create_no_fly_zone")  # fmt: skip
+    assert all(
+        "radius" in t[0]["function"]["parameters"]["properties"]
+        for t in perfect.tools_seen
+        if t and t[0]["function"]["name"] == "create_no_fly_zone"
+    )
     old = _Echo("airspace", {})
     score(old, chats)
-    assert all("radius_m" in t[0]["function"]["parameters"]["properties"] for t in old.tools_seen if t and
-               t[0]["function"]["name"] == "create_no_fly_zone")  # fmt: skip
+    assert all(
+        "radius_m" in t[0]["function"]["parameters"]["properties"]
+        for t in old.tools_seen
+        if t and t[0]["function"]["name"] == "create_no_fly_zone"
+    )

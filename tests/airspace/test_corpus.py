@@ -255,14 +255,26 @@ def test_score_tool_calls():
 
 def test_field_scores_say_where_a_miss_comes_from():
     zone = {"zone_name": "Alpha", "lat": 1.5, "lon": 2, "radius_m": 300}
-    gold = [{"name": "recall_drone", "arguments": {"drone_id": "D-7"}},
-            {"name": "create_no_fly_zone", "arguments": zone}]
+    gold = [
+        {"name": "recall_drone", "arguments": {"drone_id": "D-7"}},
+        {"name": "create_no_fly_zone", "arguments": zone},
+    ]
     assert corpus.field_scores(gold[::-1], gold) == {
-        "tool": [2, 2], "drone_id": [1, 1], "zone_name": [1, 1], "lat": [1, 1], "lon": [1, 1], "radius_m": [1, 1],
-        "no_extra_args": [2, 2], "call_count": [1, 1],
-    }  # fmt: skip
-    wrong = [{"name": "create_no_fly_zone", "arguments": {"zone_name": "Alpha", "lat": 1.5, "lon": 2.0,
-                                                          "radius_m": 30, "end_time": "10:00"}}]  # fmt: skip
+        "tool": [2, 2],
+        "drone_id": [1, 1],
+        "zone_name": [1, 1],
+        "lat": [1, 1],
+        "lon": [1, 1],
+        "radius_m": [1, 1],
+        "no_extra_args": [2, 2],
+        "call_count": [1, 1],
+    }
+    wrong = [
+        {
+            "name": "create_no_fly_zone",
+            "arguments": {"zone_name": "Alpha", "lat": 1.5, "lon": 2.0, "radius_m": 30, "end_time": "10:00"},
+        }
+    ]
     s = corpus.field_scores(wrong, gold)
     assert s["tool"] == [1, 2] and s["drone_id"] == [0, 1] and s["radius_m"] == [0, 1] and s["lon"] == [1, 1]
     assert s["no_extra_args"] == [0, 1] and s["call_count"] == [0, 1]

@@ -133,8 +133,15 @@ def test_conversations_whose_last_turn_stands_on_its_own():
     from clover.airspace.v2.corpus import multi_turn, multiturn_set
 
     convs = [multi_turn(random.Random(i), "train") for i in range(300)]
-    assert {c["final_kind"] for c in convs} == {"tool_call", "compound", "no_tool", "unserved", "missing_tool",
-                                                "clarify", "no_tools"}  # fmt: skip
+    assert {c["final_kind"] for c in convs} == {
+        "tool_call",
+        "compound",
+        "no_tool",
+        "unserved",
+        "missing_tool",
+        "clarify",
+        "no_tools",
+    }
     thanks = 0
     for c in convs:
         msgs = [m for m in c["messages"] if m["role"] != "system"]
@@ -147,8 +154,11 @@ def test_conversations_whose_last_turn_stands_on_its_own():
         thanks += c["final_kind"] == "no_tool" and "welcome" in msgs[-1]["content"].lower()
     assert thanks > 5  # "thanks" after a history is answered in words, not with the history's call
     a, b = multiturn_set("validation", 30), multiturn_set("validation", 30)
-    assert json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False) != json.dumps(
-        multiturn_set("test", 30), ensure_ascii=False)
+    assert (
+        json.dumps(a, ensure_ascii=False)
+        == json.dumps(b, ensure_ascii=False)
+        != json.dumps(multiturn_set("test", 30), ensure_ascii=False)
+    )
 
 
 def _call_turns(ex: dict):

@@ -37,7 +37,7 @@ def oracle(group: layout.DecisionGroup) -> dict[str, str]:
     detour = conflict and still
     enough = battery - need - (extra if detour else 0) >= 0
     action = "deny" if not enough else "reroute" if detour else "hold" if conflict else "approve"
-    yn = lambda b: "yes" if b else "no"  # noqa: E731
+    yn = lambda b: "yes" if b else "no"
     return {
         "active during": yn(active),
         "below the ceiling": yn(alt < ceiling),

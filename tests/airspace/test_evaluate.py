@@ -7,8 +7,23 @@ from pathlib import Path
 
 
 def _eval(*args):
-    cmd = [sys.executable, "-m", "clover", "eval", "airspace", "--n", "3", "--groups", "1", "--text", "0",
-           "--multiturn", "0", "--json", *map(str, args)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clover",
+        "eval",
+        "airspace",
+        "--n",
+        "3",
+        "--groups",
+        "1",
+        "--text",
+        "0",
+        "--multiturn",
+        "0",
+        "--json",
+        *map(str, args),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

@@ -37,12 +37,33 @@ def test_gold_answers_score_full_marks_and_broken_ones_do_not():
 
 
 def test_a_length_in_metres_is_the_same_call_as_the_length_with_its_unit():
-    ex = {"messages": [{"role": "user", "content": "zone"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": "create_no_fly_zone", "arguments": json.dumps(
-            {"zone_name": "Pier", "lat": 1.0, "lon": 2.0, "radius": 1.5, "radius_unit": "nm"})}}]}],
-        "kind": "tool_call", "tools": None, "names": [("place", "Pier")]}  # fmt: skip
-    metres = '<tool_call>{"name": "create_no_fly_zone", "arguments": {"zone_name": "Pier", "lat": 1.0, ' \
+    ex = {
+        "messages": [
+            {"role": "user", "content": "zone"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "create_no_fly_zone",
+                            "arguments": json.dumps(
+                                {"zone_name": "Pier", "lat": 1.0, "lon": 2.0, "radius": 1.5, "radius_unit": "nm"}
+                            ),
+                        },
+                    }
+                ],
+            },
+        ],
+        "kind": "tool_call",
+        "tools": None,
+        "names": [("place", "Pier")],
+    }
+    metres = (
+        '<tool_call>{"name": "create_no_fly_zone", "arguments": {"zone_name": "Pier", "lat": 1.0, '
         '"lon": 2.0, "radius_m": 2778}}</tool_call>'
+    )
     off = metres.replace("2778", "2777")
     res = _figures([_out(metres), _out(off)], ([ex, ex], [], [], []), [], "ar", None, 1.0, SCORING)
     assert res["exact_match"] == 0.5 and res["by_unit_arithmetic"] == {"nm": 0.5}
@@ -56,8 +77,26 @@ def test_a_reply_in_words_has_words_and_no_call():
 
 
 def test_eval_airspace2_reports_the_second_corpus_figures():
-    cmd = [sys.executable, "-m", "clover", "eval", "airspace2", "--n", "3", "--groups", "1", "--text", "2",
-           "--multiturn", "2", "--plain", "2", "--policy", "ar", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clover",
+        "eval",
+        "airspace2",
+        "--n",
+        "3",
+        "--groups",
+        "1",
+        "--text",
+        "2",
+        "--multiturn",
+        "2",
+        "--plain",
+        "2",
+        "--policy",
+        "ar",
+        "--json",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout)

@@ -14,10 +14,24 @@ from clover.airspace.world import World, execute
 
 @pytest.mark.parametrize(
     "value, unit, metres",
-    [(500, "m", 500), (1.5, "km", 1500), (2000, "ft", 610), (1.5, "nm", 2778), (1, "nm", 1852), (0.5, "ft", 0),
-     (3, "ft", 1), ("2,500", "ft", 762), (0.25, "km", 250), (1000, "feet", 305), (2, "NM", 3704), (2, "nmi", 3704),
-     (10, "nautical miles", 18520), (300, "Meters", 300), (3.5, "kilometres", 3500)],
-)  # fmt: skip
+    [
+        (500, "m", 500),
+        (1.5, "km", 1500),
+        (2000, "ft", 610),
+        (1.5, "nm", 2778),
+        (1, "nm", 1852),
+        (0.5, "ft", 0),
+        (3, "ft", 1),
+        ("2,500", "ft", 762),
+        (0.25, "km", 250),
+        (1000, "feet", 305),
+        (2, "NM", 3704),
+        (2, "nmi", 3704),
+        (10, "nautical miles", 18520),
+        (300, "Meters", 300),
+        (3.5, "kilometres", 3500),
+    ],
+)
 def test_length_m_converts_by_the_international_definitions_rounded_half_up(value, unit, metres):
     assert length_m(value, unit) == metres
 
@@ -42,18 +56,25 @@ def test_the_extraction_tools_take_a_number_and_a_unit_instead_of_metres():
 
 
 def _world() -> World:
-    w = World.for_task([{"name": "update_waypoint", "arguments": {"drone_id": "D-5", "waypoint_index": 2,
-                                                                   "lat": 1.0, "lon": 1.0}}], seed=3)  # fmt: skip
+    w = World.for_task(
+        [{"name": "update_waypoint", "arguments": {"drone_id": "D-5", "waypoint_index": 2, "lat": 1.0, "lon": 1.0}}],
+        seed=3,
+    )
     w.zones.clear()
     return w
 
 
 @pytest.mark.parametrize(
     "args, metres",
-    [({"radius": 2000, "radius_unit": "ft"}, 610), ({"radius": 1.5, "radius_unit": "nm"}, 2778),
-     ({"radius": 1.2, "radius_unit": "km"}, 1200), ({"radius": 500, "radius_unit": "m"}, 500),
-     ({"radius": 3, "radius_unit": "NM"}, 5556), ({"radius_m": 777}, 777)],
-)  # fmt: skip
+    [
+        ({"radius": 2000, "radius_unit": "ft"}, 610),
+        ({"radius": 1.5, "radius_unit": "nm"}, 2778),
+        ({"radius": 1.2, "radius_unit": "km"}, 1200),
+        ({"radius": 500, "radius_unit": "m"}, 500),
+        ({"radius": 3, "radius_unit": "NM"}, 5556),
+        ({"radius_m": 777}, 777),
+    ],
+)
 def test_the_world_creates_a_zone_from_either_argument_form(args, metres):
     w = _world()
     res = execute(w, "create_no_fly_zone", json.dumps({"zone_name": "Pier 39", "lat": 10.5, "lon": 20.25, **args}))
@@ -63,9 +84,13 @@ def test_the_world_creates_a_zone_from_either_argument_form(args, metres):
 
 @pytest.mark.parametrize(
     "args, metres",
-    [({"altitude": 400, "altitude_unit": "ft"}, 122), ({"altitude": 120, "altitude_unit": "m"}, 120),
-     ({"altitude_m": 90}, 90), ({}, None)],
-)  # fmt: skip
+    [
+        ({"altitude": 400, "altitude_unit": "ft"}, 122),
+        ({"altitude": 120, "altitude_unit": "m"}, 120),
+        ({"altitude_m": 90}, 90),
+        ({}, None),
+    ],
+)
 def test_the_world_moves_a_waypoint_with_either_altitude_form(args, metres):
     w = _world()
     before = w.drones["D-5"].waypoints[1].altitude_m
@@ -76,14 +101,16 @@ def test_the_world_moves_a_waypoint_with_either_altitude_form(args, metres):
 
 @pytest.mark.parametrize(
     "args, error",
-    [({"radius": 2}, "missing required argument 'radius_unit'"),
-     ({"radius": 2, "radius_unit": "yd"}, "radius_unit must be one of m, km, ft, nm"),
-     ({"radius": "2", "radius_unit": "km"}, "radius must be a number"),
-     ({"radius": 0, "radius_unit": "km"}, "radius must be positive"),
-     ({"radius": -1, "radius_unit": "km"}, "radius must be positive"),
-     ({"radius": 0.1, "radius_unit": "ft"}, "under half a metre"),
-     ({"radius": 2, "radius_unit": "km", "radius_m": 2000}, "unknown argument 'radius_m'")],
-)  # fmt: skip
+    [
+        ({"radius": 2}, "missing required argument 'radius_unit'"),
+        ({"radius": 2, "radius_unit": "yd"}, "radius_unit must be one of m, km, ft, nm"),
+        ({"radius": "2", "radius_unit": "km"}, "radius must be a number"),
+        ({"radius": 0, "radius_unit": "km"}, "radius must be positive"),
+        ({"radius": -1, "radius_unit": "km"}, "radius must be positive"),
+        ({"radius": 0.1, "radius_unit": "ft"}, "under half a metre"),
+        ({"radius": 2, "radius_unit": "km", "radius_m": 2000}, "unknown argument 'radius_m'"),
+    ],
+)
 def test_a_bad_length_is_an_error_and_the_world_is_unchanged(args, error):
     w = _world()
     before = w.to_dict()
@@ -93,8 +120,9 @@ def test_a_bad_length_is_an_error_and_the_world_is_unchanged(args, error):
 
 
 def test_an_altitude_without_its_unit_is_refused():
-    res = execute(_world(), "update_waypoint", {"drone_id": "D-5", "waypoint_index": 2, "lat": 3.5, "lon": 4.5,
-                                                "altitude": 300})  # fmt: skip
+    res = execute(
+        _world(), "update_waypoint", {"drone_id": "D-5", "waypoint_index": 2, "lat": 3.5, "lon": 4.5, "altitude": 300}
+    )
     assert "altitude and altitude_unit go together" in res["error"]
 
 

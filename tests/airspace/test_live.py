@@ -25,10 +25,25 @@ API_KEY = "agent-test-key"
 def served():
     # --port 0: the server binds a port the system chooses and names it in its banner, so no
     # other process can take it between a test finding it free and the server binding it
-    cmd = [sys.executable, "-m", "clover", "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-           "--log-level", "warning", "--api-key", API_KEY]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clover",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--threads",
+        "1",
+        "--log-level",
+        "warning",
+        "--api-key",
+        API_KEY,
+    ]
+    proc = subprocess.Popen(
+        cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         port = None
         for line in proc.stderr:  # the banner comes once the model is loaded and the port bound

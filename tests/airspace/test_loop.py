@@ -45,8 +45,12 @@ def test_the_loop_stops_at_its_step_limit(world):
     assert (r.stopped, r.steps, r.reply) == ("step_limit", MAX_STEPS, None) and MAX_STEPS == 4
     assert len(model.requests) == 4 and len(r.calls) == 4 and r.forward_passes == 12
     assert [m["role"] for m in r.messages].count("tool") == 4
-    r = run_agent(ScriptedModel(calls_reply([{"name": "recall_drone", "arguments": {"drone_id": "D-5"}}])), USER,
-                  world, max_steps=2)  # fmt: skip
+    r = run_agent(
+        ScriptedModel(calls_reply([{"name": "recall_drone", "arguments": {"drone_id": "D-5"}}])),
+        USER,
+        world,
+        max_steps=2,
+    )
     assert (r.stopped, r.steps, len(r.calls)) == ("step_limit", 2, 2)
     with pytest.raises(ValueError, match="max_steps"):
         run_agent(model, USER, world, max_steps=0)
@@ -60,12 +64,18 @@ def test_a_reply_in_words_at_once_is_one_step(world):
 
 def test_bad_calls_reach_the_model_as_errors(world):
     model = ScriptedModel(
-        calls_reply([{"name": "recall_drone", "arguments": {"drone_id": "D-77777"}},
-                     {"name": "update_waypoint", "arguments": {"drone_id": "D-5", "waypoint_index": 999, "lat": 1.0,
-                                                               "lon": 1.0}},
-                     {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Nowhere"}}]),
+        calls_reply(
+            [
+                {"name": "recall_drone", "arguments": {"drone_id": "D-77777"}},
+                {
+                    "name": "update_waypoint",
+                    "arguments": {"drone_id": "D-5", "waypoint_index": 999, "lat": 1.0, "lon": 1.0},
+                },
+                {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Nowhere"}},
+            ]
+        ),
         ModelReply("I could not do that.", [], 1),
-    )  # fmt: skip
+    )
     tools = [t for t in AIRSPACE_TOOLS if t["function"]["name"] != "lift_no_fly_zone"]
     r = run_agent(model, USER, world, tools)
     errors = [json.loads(m["content"])["error"] for m in r.messages if m["role"] == "tool"]

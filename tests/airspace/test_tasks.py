@@ -46,8 +46,9 @@ def test_the_order_of_independent_calls_does_not_matter(tasks):
     for t in tasks:
         targets = [c["arguments"].get("drone_id") or c["arguments"].get("zone_name") for c in t.gold]
         if len(t.gold) > 1 and len(set(targets)) == len(targets):
-            r = run_agent(ScriptedModel(calls_reply(t.gold[::-1]), ModelReply("ok", [], 1)), t.messages, t.world,
-                          t.tools)  # fmt: skip
+            r = run_agent(
+                ScriptedModel(calls_reply(t.gold[::-1]), ModelReply("ok", [], 1)), t.messages, t.world, t.tools
+            )
             assert task_success(t, r)
 
 
@@ -56,14 +57,18 @@ def test_wrong_or_missing_calls_fail(tasks):
         r = run_agent(ScriptedModel(ModelReply("Done.", [], 1)), t.messages, t.world, t.tools)
         assert not task_success(t, r)  # nothing done: no action, no status read
         if len(t.gold) > 1:
-            r = run_agent(ScriptedModel(calls_reply(t.gold[:-1]), ModelReply("ok", [], 1)), t.messages, t.world,
-                          t.tools)  # fmt: skip
+            r = run_agent(
+                ScriptedModel(calls_reply(t.gold[:-1]), ModelReply("ok", [], 1)), t.messages, t.world, t.tools
+            )
             assert not task_success(t, r)
 
 
 def test_a_chat_answered_in_words_is_no_task():
-    ex = {"kind": "no_tool", "tools": None, "messages": [{"role": "user", "content": "hi"},
-                                                        {"role": "assistant", "content": "Hello!"}]}  # fmt: skip
+    ex = {
+        "kind": "no_tool",
+        "tools": None,
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}],
+    }
     with pytest.raises(ValueError, match="not an operator task"):
         task_from_example(ex)
 

@@ -77,20 +77,33 @@ def test_good_calls_change_the_world(world):
     )
     assert r == {"drone_id": "D-5", "waypoint_index": 2, "status": "updated"}
     assert (d.waypoints[1].lat, d.waypoints[1].lon, d.waypoints[1].altitude_m) == (-1.25, 3.5, old_alt)
-    execute(world, "update_waypoint", {"drone_id": "D-5", "waypoint_index": 4.0, "lat": 1.0, "lon": 1.0,
-                                       "altitude_m": 120})  # fmt: skip  # 4.0 is an integer in JSON Schema
+    execute(
+        world, "update_waypoint", {"drone_id": "D-5", "waypoint_index": 4.0, "lat": 1.0, "lon": 1.0, "altitude_m": 120}
+    )  # 4.0 is an integer in JSON Schema
     assert d.waypoints[3].altitude_m == 120
     r = execute(world, "assign_mission", {"drone_id": "D-5", "mission_type": "survey", "target": "Lake 4"})
     assert r["status"] == "assigned" and r["mission_id"] == d.mission.id and d.mission.target == "Lake 4"
     assert d.status == "en route"
     r = execute(world, "recall_drone", {"drone_id": "D-5"})
     assert r["status"] == "returning" and r["eta_min"] >= 1 and d.status == "returning to base" and d.mission is None
-    r = execute(world, "create_no_fly_zone", {"zone_name": "Zone Kilo", "lat": 1.5, "lon": -2.25, "radius_m": 800,
-                                              "start_time": "08:00", "end_time": "18:00"})  # fmt: skip
+    r = execute(
+        world,
+        "create_no_fly_zone",
+        {
+            "zone_name": "Zone Kilo",
+            "lat": 1.5,
+            "lon": -2.25,
+            "radius_m": 800,
+            "start_time": "08:00",
+            "end_time": "18:00",
+        },
+    )
     assert r == {"zone_name": "Zone Kilo", "status": "active"}
     assert world.zones["Zone Kilo"] == Zone("Zone Kilo", 1.5, -2.25, 800, "08:00", "18:00")
-    assert execute(world, "lift_no_fly_zone", {"zone_name": "Harbor East"}) == {"zone_name": "Harbor East",
-                                                                               "status": "lifted"}  # fmt: skip
+    assert execute(world, "lift_no_fly_zone", {"zone_name": "Harbor East"}) == {
+        "zone_name": "Harbor East",
+        "status": "lifted",
+    }
     assert "Harbor East" not in world.zones
 
 
@@ -98,8 +111,14 @@ def test_a_status_query_reads_and_changes_nothing(world):
     before = world.copy()
     r = execute(world, "get_drone_status", {"drone_id": "D-5"})
     d = world.drones["D-5"]
-    assert r == {"drone_id": "D-5", "battery_pct": 80, "lat": d.lat, "lon": d.lon, "altitude_m": d.altitude_m,
-                 "state": "hovering"}  # fmt: skip
+    assert r == {
+        "drone_id": "D-5",
+        "battery_pct": 80,
+        "lat": d.lat,
+        "lon": d.lon,
+        "altitude_m": d.altitude_m,
+        "state": "hovering",
+    }
     assert world == before
 
 
@@ -143,7 +162,11 @@ def test_a_world_in_one_area_keeps_the_seeded_world_and_round_trips():
     for did, d in b.drones.items():
         old = a.drones[did]
         assert (d.status, d.battery_pct, d.mission, len(d.waypoints)) == (
-            old.status, old.battery_pct, old.mission, len(old.waypoints))  # fmt: skip
+            old.status,
+            old.battery_pct,
+            old.mission,
+            len(old.waypoints),
+        )
         assert abs((d.base_lat - d.lat) - (old.base_lat - old.lat)) < 1e-3  # the base moved with the drone
     lats = [p for d in b.drones.values() for p in [d.lat, d.base_lat, *(w.lat for w in d.waypoints)]]
     lats += [z.lat for z in b.zones.values()]

@@ -87,8 +87,12 @@ def _rank(rank: int, store: str, result: str) -> None:
             other = mine.clone()
             dist.broadcast(other, src=0)  # rank 0's logits, to check every rank has the same ones
             n_split = sum(p.numel() for p in local.parameters()) < sum(p.numel() for p in full.parameters())
-            report[case] = {"max_rel_err": err, "same_as_rank0": bool(torch.equal(mine, other)),
-                            "passes": len(got), "smaller": n_split}  # fmt: skip
+            report[case] = {
+                "max_rel_err": err,
+                "same_as_rank0": bool(torch.equal(mine, other)),
+                "passes": len(got),
+                "smaller": n_split,
+            }
         with open(f"{result}.{rank}", "w") as f:
             json.dump(report, f)
     finally:

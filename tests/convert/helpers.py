@@ -84,10 +84,16 @@ def write_tokenizer(d: Path) -> None:
     tok.add_special_tokens(SPECIALS)
     tok.save(str(d / "tokenizer.json"))
     decoder = {
-        str(96 + i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": True}
+        str(96 + i): {
+            "content": s,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for i, s in enumerate(SPECIALS)
-    }  # fmt: skip
+    }
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "added_tokens_decoder": decoder}
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     (d / "chat_template.jinja").write_text(CHAT_TEMPLATE)

@@ -119,9 +119,12 @@ def run(sources, tmp_path_factory):
     n_shards = len(list((root / "synthetic").glob("*.safetensors")))
     args = [str(sources["vl"]), str(root / "tiny_out"), str(root / "synthetic"), str(root / "big_out")]
     r = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     tiny_report, big_report, mem = lines

@@ -214,8 +214,12 @@ def test_shape_mismatch_is_an_error(sources, tmp_path):
 
 def test_missing_expert_is_an_error(hf_models, tmp_path):
     gu = hf_models["text"].state_dict()["model.layers.1.mlp.experts.gate_up_proj"]
-    extra = {f"model.layers.1.mlp.experts.{e}.{p}_proj.weight": gu[e, i * 16 : (i + 1) * 16].clone()
-             for e in range(4) for i, p in enumerate(["gate", "up"]) if (e, p) != (2, "up")}  # fmt: skip
+    extra = {
+        f"model.layers.1.mlp.experts.{e}.{p}_proj.weight": gu[e, i * 16 : (i + 1) * 16].clone()
+        for e in range(4)
+        for i, p in enumerate(["gate", "up"])
+        if (e, p) != (2, "up")
+    }
     d = save_packed(hf_models["text"], tmp_path / "src", extra=extra)
     idx = json.loads((d / "model.safetensors.index.json").read_text())
     name = idx["weight_map"].pop("model.layers.1.mlp.experts.gate_up_proj")

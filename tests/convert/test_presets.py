@@ -18,10 +18,21 @@ FAMILY = {
     "qwen3.6-35b-a3b": "qwen3_5_moe",
 }
 SHARED = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_conv_kernel_dim", "tie_word_embeddings", "layer_types", "max_position_embeddings",
-)  # fmt: skip
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "tie_word_embeddings",
+    "layer_types",
+    "max_position_embeddings",
+)
 MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 

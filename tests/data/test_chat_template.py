@@ -65,7 +65,7 @@ def test_foreign_tool_schemas_and_openai_messages_render_alike():
                 {"id": "1", "type": "function", "function": {"name": "f0", "arguments": '{"unit": "celsius"}'}},
                 {"id": "2", "type": "function", "function": {"name": "f1", "arguments": {"n": 3}}},
             ],
-        },  # fmt: skip
+        },
         {"role": "tool", "tool_call_id": "1", "content": "21 C"},
         {"role": "tool", "tool_call_id": "2", "content": {"ok": True}},
         {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "g", "arguments": ""}}]},

@@ -199,7 +199,7 @@ def test_token_categories_and_bytes():
 
     tok = CloverTokenizer.load(Path(__file__).parents[2] / "clover" / "assets" / "default")
     names, cats = tok.categories()
-    kind = lambda text: names[cats[tok.encode(text)[0]]]  # noqa: E731
+    kind = lambda text: names[cats[tok.encode(text)[0]]]
     assert kind("7") == "digit" and kind("Alpha") == "word" and kind("<tool_call>") == "markup"
     assert names[cats[tok.eos_token_id]] == "end" and kind(",") == "other" and len(cats) == tok.vocab_size
     text = 'Zone Ålesund 2.5 km «é» <tool_call>{"name": "x"}'

@@ -67,8 +67,9 @@ def reference_decode(model, prompt: list[int], params: SamplingParams, with_logp
             logits = model.forward_train(x, x, bs).logits[:, start : start + bs]  # [1, bs, V]
             if params.adjusts_logits:  # penalties count every generated token committed so far
                 V = logits.shape[-1]
-                counts = torch.bincount(torch.tensor(out + block[~masked & wanted].tolist(), dtype=torch.long),
-                                        minlength=V)  # fmt: skip
+                counts = torch.bincount(
+                    torch.tensor(out + block[~masked & wanted].tolist(), dtype=torch.long), minlength=V
+                )
                 bias = logit_bias_vector(params.logit_bias, V) if params.logit_bias else None
                 in_prompt = torch.zeros(V, dtype=torch.bool)
                 in_prompt[list(prompt)] = True

@@ -14,10 +14,16 @@ def _mixed(n: int, seed: int):
     ps = prompts([3 + (23 * i) % 90 for i in range(n)], seed=seed)
     policies = ["threshold", "fixed", "ar", "edit"]
     params = [
-        SamplingParams(max_tokens=6 + (5 * i) % 15, block_size=(4, 8)[i % 2], policy=policies[i % 4],
-                       threshold=0.6 + 0.1 * (i % 3), temperature=0.9 if i % 5 == 4 else 0.0, seed=i)
+        SamplingParams(
+            max_tokens=6 + (5 * i) % 15,
+            block_size=(4, 8)[i % 2],
+            policy=policies[i % 4],
+            threshold=0.6 + 0.1 * (i % 3),
+            temperature=0.9 if i % 5 == 4 else 0.0,
+            seed=i,
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     return ps, params
 
 

@@ -53,8 +53,12 @@ def test_generate_prints_json(checkpoint, capsys):
     assert out["stats"]["forward_passes"] >= 1
     out = json.loads(_run(["generate", "hello", "--chat", "--model", str(d), "--max-tokens", "5", "--json"], capsys))
     assert "tool_calls" in out
-    sys_out = json.loads(_run(["generate", "hello", "--chat", "--system", "Be brief.", "--model", str(d),
-                               "--max-tokens", "5", "--json"], capsys))  # fmt: skip
+    sys_out = json.loads(
+        _run(
+            ["generate", "hello", "--chat", "--system", "Be brief.", "--model", str(d), "--max-tokens", "5", "--json"],
+            capsys,
+        )
+    )
     assert "tool_calls" in sys_out
     with pytest.raises(SystemExit, match="--system needs --chat"):
         main(["generate", "hello", "--system", "x", "--model", str(d)])
@@ -62,8 +66,11 @@ def test_generate_prints_json(checkpoint, capsys):
 
 def test_generate_json_schema_constrains_the_output(checkpoint, capsys, tmp_path):
     d, _ = checkpoint
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["a", "b"]}},
-              "required": ["ok", "kind"]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["a", "b"]}},
+        "required": ["ok", "kind"],
+    }
     f = tmp_path / "s.json"
     f.write_text(json.dumps(schema))
     for spec in (json.dumps(schema), str(f)):
@@ -119,9 +126,19 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
     argv = ["bench", "decode", "--model", str(d), "--prompts", str(prompts), "--n", "3", "--max-tokens", "8"]
     _run(argv + ["--batch-sizes", "1,2", "--thresholds", "0.9", "--json", str(out), "--no-hf"], capsys)
     fig = json.loads(out.read_text())["figures"]
-    for k in ("default_policy", "default_exact_match", "default_tpf", "default_tokens_per_s", "speedup_vs_ar",
-              "ar_tokens_per_s", "threshold_tokens_per_s", "threshold_tpf", "ar_exact_match", "threshold_exact_match",
-              "hf_tokens_per_s"):  # fmt: skip
+    for k in (
+        "default_policy",
+        "default_exact_match",
+        "default_tpf",
+        "default_tokens_per_s",
+        "speedup_vs_ar",
+        "ar_tokens_per_s",
+        "threshold_tokens_per_s",
+        "threshold_tpf",
+        "ar_exact_match",
+        "threshold_exact_match",
+        "hf_tokens_per_s",
+    ):
         assert k in fig
     from clover.engine.policies import DEFAULT_POLICY
 

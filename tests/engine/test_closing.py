@@ -15,16 +15,41 @@ from clover.engine.grammar import TokenGrammar, TokenTable, json_grammar, regex_
 from clover.model import CloverForBlockDiffusion, preset
 
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
-FLAT = {"type": "object", "properties": {"name": {"type": "string"}, "kind": {"enum": ["survey", "mapping", "patrol"]},
-        "n": {"type": "integer"}, "ok": {"type": "boolean"}},
-        "required": ["name", "kind", "n"], "additionalProperties": False}  # fmt: skip
-NESTED = {"type": "object", "properties": {"legs": {"type": "array", "minItems": 1, "items": {
-    "type": "object", "properties": {"at": {"type": "string"}, "alt": {"type": "number", "minimum": 30}},
-    "required": ["at", "alt"], "additionalProperties": False}}, "note": {"type": ["string", "null"]}},
-    "required": ["legs", "note"], "additionalProperties": False}  # fmt: skip
-PATTERN = {"type": "object", "properties": {"id": {"type": "string", "pattern": "^D-[0-9]+$"},
-           "zone": {"type": "string", "maxLength": 12}}, "required": ["id", "zone"],
-           "additionalProperties": False}  # fmt: skip
+FLAT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "kind": {"enum": ["survey", "mapping", "patrol"]},
+        "n": {"type": "integer"},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["name", "kind", "n"],
+    "additionalProperties": False,
+}
+NESTED = {
+    "type": "object",
+    "properties": {
+        "legs": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {"at": {"type": "string"}, "alt": {"type": "number", "minimum": 30}},
+                "required": ["at", "alt"],
+                "additionalProperties": False,
+            },
+        },
+        "note": {"type": ["string", "null"]},
+    },
+    "required": ["legs", "note"],
+    "additionalProperties": False,
+}
+PATTERN = {
+    "type": "object",
+    "properties": {"id": {"type": "string", "pattern": "^D-[0-9]+$"}, "zone": {"type": "string", "maxLength": 12}},
+    "required": ["id", "zone"],
+    "additionalProperties": False,
+}
 SCHEMAS = {"flat": FLAT, "nested": NESTED, "pattern": PATTERN}
 PRINTABLE = bytes(range(0x20, 0x7F))
 
@@ -51,12 +76,28 @@ def brute_force(g, state, limit: int = 60, max_states: int = 200_000) -> int | N
 
 
 PREFIXES = {
-    "flat": ["", "{", '{"name": "abc', '{"name": "a\\', '{"kind": "sur', '{"n": 12', '{"n": -', '{"ok": tr',
-             '{"name": "x", "ok": true', '{"name": "x", '],
-    "nested": ["", '{"legs": [', '{"legs": [{"at": "pier", "alt": 3', '{"legs": [{"at": "p"}', '{"note": nu',
-               '{"note": "x", "legs": [{"alt": 31.5'],
+    "flat": [
+        "",
+        "{",
+        '{"name": "abc',
+        '{"name": "a\\',
+        '{"kind": "sur',
+        '{"n": 12',
+        '{"n": -',
+        '{"ok": tr',
+        '{"name": "x", "ok": true',
+        '{"name": "x", ',
+    ],
+    "nested": [
+        "",
+        '{"legs": [',
+        '{"legs": [{"at": "pier", "alt": 3',
+        '{"legs": [{"at": "p"}',
+        '{"note": nu',
+        '{"note": "x", "legs": [{"alt": 31.5',
+    ],
     "pattern": ['{"id": "D-', '{"id": "D-12', '{"zone": "abc', '{"zone": "abc", "id": "'],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
@@ -83,8 +124,7 @@ def test_shortest_endings_of_strings_numbers_regexes_and_tool_calls():
     assert closing.shortest_ending(g, g.start_state) == b"a@a.com"
     g = json_grammar({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})
     assert closing.shortest_ending(g, g.start_state) is None  # every value holds another: no finite text
-    tools = {"recall": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
-             "ping": None}  # fmt: skip
+    tools = {"recall": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}, "ping": None}
     g = tool_call_grammar(tools, "<tool_call>", "</tool_call>", auto=True)
     assert closing.shortest_ending(g, g.start_state) == b""  # free text may end anywhere
     state = g.advance(g.start_state, b'Sure. <tool_call>{"name": "rec')
@@ -113,8 +153,14 @@ def test_token_cost_decreases_by_one_along_the_shortest_path(tok):
 def random_engine(tok):
     """A random model on the bundled tokenizer: it has no idea when to close a string."""
     torch.manual_seed(0)
-    cfg = preset("tiny", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=tok.eos_token_id,
-                 max_position_embeddings=1024, block_size=8)  # fmt: skip
+    cfg = preset(
+        "tiny",
+        vocab_size=tok.vocab_size,
+        mask_token_id=tok.mask_token_id,
+        eos_token_id=tok.eos_token_id,
+        max_position_embeddings=1024,
+        block_size=8,
+    )
     return Engine(CloverForBlockDiffusion(cfg).eval(), tok)
 
 
@@ -126,10 +172,16 @@ def test_decoding_ends_valid_within_max_tokens(random_engine, tok, name):
     tg = TokenGrammar(json_grammar(schema), TokenTable(tok), tok.eos_token_ids)
     least = closing.cost(tg, tg.start)
     prompt = tok.encode("status as JSON")
-    for max_tokens, seed, policy in [(least, 0, "ar"), (least + 3, 1, "threshold"), (40, 2, "threshold"),
-                                     (40, 3, "ar"), (64, 4, "threshold")]:  # fmt: skip
-        params = SamplingParams(max_tokens=max_tokens, grammar=json_grammar(schema), temperature=1.0, seed=seed,
-                                policy=policy)  # fmt: skip
+    for max_tokens, seed, policy in [
+        (least, 0, "ar"),
+        (least + 3, 1, "threshold"),
+        (40, 2, "threshold"),
+        (40, 3, "ar"),
+        (64, 4, "threshold"),
+    ]:
+        params = SamplingParams(
+            max_tokens=max_tokens, grammar=json_grammar(schema), temperature=1.0, seed=seed, policy=policy
+        )
         out = random_engine.generate(prompt, params)
         assert out.finish_reason == "stop", (max_tokens, out.text)
         assert len(out.token_ids) < max_tokens

@@ -202,8 +202,11 @@ def test_a_refused_setting_is_named_by_the_error_not_its_message():
         SamplingParams(max_tokens=-3)
     assert e.value.param == "max_tokens" and "min_tokens" not in str(e.value)
     engine = Engine(peaky_model())
-    for params, param in ((SamplingParams(block_size=1000), "block_size"), (SamplingParams(stop=["x"]), "stop"),
-                          (SamplingParams(max_tokens=10**6), "max_tokens")):  # fmt: skip
+    for params, param in (
+        (SamplingParams(block_size=1000), "block_size"),
+        (SamplingParams(stop=["x"]), "stop"),
+        (SamplingParams(max_tokens=10**6), "max_tokens"),
+    ):
         with pytest.raises(ParamError) as e:
             engine.add_request([1, 2], params)
         assert e.value.param == param
@@ -319,7 +322,17 @@ def test_prefix_policy_commits_left_to_right_runs():
     cand = torch.tensor([[False, True, True, True, True, True], [True, True, False, False, False, False]])
     conf = torch.tensor([[-1, 0.2, 0.95, 0.99, 0.1, 0.99], [0.3, 0.1, -1, -1, -1, -1]])
     z = torch.zeros_like(cand)
-    v = PassView(conf, conf, conf, z.long(), cand, z, torch.tensor([0.9, 0.9]), torch.ones(2, dtype=torch.long),
-                 torch.zeros(2, dtype=torch.long), torch.full((2, 1), -1))  # fmt: skip
+    v = PassView(
+        conf,
+        conf,
+        conf,
+        z.long(),
+        cand,
+        z,
+        torch.tensor([0.9, 0.9]),
+        torch.ones(2, dtype=torch.long),
+        torch.zeros(2, dtype=torch.long),
+        torch.full((2, 1), -1),
+    )
     got = POLICIES["prefix"].commit(v)
     assert got.tolist() == [[False, True, True, True, False, False], [True, False, False, False, False, False]]

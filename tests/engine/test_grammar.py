@@ -25,34 +25,54 @@ BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
 SCHEMA = {
     "type": "object",
     "properties": {
-        "drone_id": {"type": "string"}, "count": {"type": "integer"}, "kind": {"enum": ["survey", "mapping"]},
-        "alt": {"type": ["number", "null"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+        "drone_id": {"type": "string"},
+        "count": {"type": "integer"},
+        "kind": {"enum": ["survey", "mapping"]},
+        "alt": {"type": ["number", "null"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
     },
     "required": ["drone_id", "kind"],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(
     "text, ok",
-    [("{}", True), ('{"a": 1}', True), ('{"a": [1, -2.5e3, "x", null, true, {"b": false}]}', True),
-     ('{ "a" : -0.5 }', True), ('{"a": "\\u00e9\\n\\"q\\""}', True), ('{"é": "ü"}', True),
-     ('{"a": 01}', False), ('{"a": 1,}', False), ("[1]", False), ('{"a": 1} ', False), (' {"a": 1}', False),
-     ('{"a": 1, "a": 2}', False), ('{"a": "x\ny"}', False), ('{"a": tru}', False), ('{"a": 1.}', False)],
-)  # fmt: skip
+    [
+        ("{}", True),
+        ('{"a": 1}', True),
+        ('{"a": [1, -2.5e3, "x", null, true, {"b": false}]}', True),
+        ('{ "a" : -0.5 }', True),
+        ('{"a": "\\u00e9\\n\\"q\\""}', True),
+        ('{"é": "ü"}', True),
+        ('{"a": 01}', False),
+        ('{"a": 1,}', False),
+        ("[1]", False),
+        ('{"a": 1} ', False),
+        (' {"a": 1}', False),
+        ('{"a": 1, "a": 2}', False),
+        ('{"a": "x\ny"}', False),
+        ('{"a": tru}', False),
+        ('{"a": 1.}', False),
+    ],
+)
 def test_json_object(text, ok):
     assert json_grammar({"type": "object"}).accepts(text) is ok
 
 
 @pytest.mark.parametrize(
     "text, ok",
-    [('{"drone_id": "D-1", "kind": "survey"}', True), ('{"kind": "mapping", "drone_id": "x", "count": 3}', True),
-     ('{"drone_id": "D-1", "kind": "survey", "alt": null, "tags": ["a", "b"]}', True),
-     ('{"drone_id": "D-1"}', False),  # required kind missing
-     ('{"drone_id": "D-1", "kind": "surveys"}', False), ('{"drone_id": 5, "kind": "survey"}', False),
-     ('{"drone_id": "D-1", "kind": "survey", "x": 1}', False),  # not a listed property
-     ('{"drone_id": "D-1", "kind": "survey", "count": 1.5}', False),
-     ('{"drone_id": "D-1", "kind": "survey", "tags": ["a", "b", "c"]}', False)],
-)  # fmt: skip
+    [
+        ('{"drone_id": "D-1", "kind": "survey"}', True),
+        ('{"kind": "mapping", "drone_id": "x", "count": 3}', True),
+        ('{"drone_id": "D-1", "kind": "survey", "alt": null, "tags": ["a", "b"]}', True),
+        ('{"drone_id": "D-1"}', False),  # required kind missing
+        ('{"drone_id": "D-1", "kind": "surveys"}', False),
+        ('{"drone_id": 5, "kind": "survey"}', False),
+        ('{"drone_id": "D-1", "kind": "survey", "x": 1}', False),  # not a listed property
+        ('{"drone_id": "D-1", "kind": "survey", "count": 1.5}', False),
+        ('{"drone_id": "D-1", "kind": "survey", "tags": ["a", "b", "c"]}', False),
+    ],
+)
 def test_json_schema(text, ok):
     assert json_grammar(SCHEMA).accepts(text) is ok
 
@@ -139,8 +159,12 @@ def test_token_level_allowed_sets_agree_with_the_byte_automaton(bundled):
     assert tg.allowed(state) == tok.eos_token_ids[: len(tg.allowed(state))] and tg.g.complete(state)
 
 
-MESSAGES = ["Assign drone 17 to survey the north pier.", "Recall UAV 12 and lift the no-fly zone Market Square.",
-            "What's going on with drone 8?", "Move waypoint 3 of D-46 to 12.5, 49.8 at 110 m."]  # fmt: skip
+MESSAGES = [
+    "Assign drone 17 to survey the north pier.",
+    "Recall UAV 12 and lift the no-fly zone Market Square.",
+    "What's going on with drone 8?",
+    "Move waypoint 3 of D-46 to 12.5, 49.8 at 110 m.",
+]
 
 
 @pytest.mark.parametrize("policy", ["ar", "threshold"])
@@ -233,9 +257,17 @@ def test_constrained_requests_are_batch_invariant(bundled):
 def test_tool_schemas_in_the_wild_compile_leniently():
     """Python-flavoured type names (BFCL's "dict", "float", "tuple", "any") are understood, and in
     tool schemas a part that cannot be compiled admits any value instead of failing the request."""
-    params = {"type": "dict", "required": ["city"], "properties": {
-        "city": {"type": "string"}, "coords": {"type": "tuple", "items": {"type": "float"}}, "extra": {"type": "any"},
-        "odd": {"type": "weird"}, "tuple_items": {"items": [{"type": "integer"}]}}}  # fmt: skip
+    params = {
+        "type": "dict",
+        "required": ["city"],
+        "properties": {
+            "city": {"type": "string"},
+            "coords": {"type": "tuple", "items": {"type": "float"}},
+            "extra": {"type": "any"},
+            "odd": {"type": "weird"},
+            "tuple_items": {"items": [{"type": "integer"}]},
+        },
+    }
     g = tool_call_grammar({"get_weather": params}, TOOL_OPEN, TOOL_CLOSE)
     args = {"city": "Oslo", "coords": [59.9, 10.7], "extra": {"a": [1]}, "odd": True, "tuple_items": ["x"]}
     assert g.accepts('<tool_call>{"name": "get_weather", "arguments": ' + json.dumps(args) + "}</tool_call>")
@@ -281,11 +313,20 @@ def test_malformed_schemas_are_grammar_errors_not_crashes():
 
 @pytest.mark.parametrize(
     "pattern, text, ok",
-    [(r"D-\d{1,3}", "D-17", True), (r"D-\d{1,3}", "D-1234", False), (r"D-\d{1,3}", "D-", False),
-     (r"(yes|no)", "yes", True), (r"(yes|no)", "yesno", False), (r"[a-z ]+", "north pier", True),
-     (r"\d{2}:\d{2}", "18:00", True), (r"\d{2}:\d{2}", "6pm", False), (r"café|tea", "café", True),
-     (r"(?i)ok", "OK", True), (r"a*", "", True)],
-)  # fmt: skip
+    [
+        (r"D-\d{1,3}", "D-17", True),
+        (r"D-\d{1,3}", "D-1234", False),
+        (r"D-\d{1,3}", "D-", False),
+        (r"(yes|no)", "yes", True),
+        (r"(yes|no)", "yesno", False),
+        (r"[a-z ]+", "north pier", True),
+        (r"\d{2}:\d{2}", "18:00", True),
+        (r"\d{2}:\d{2}", "6pm", False),
+        (r"café|tea", "café", True),
+        (r"(?i)ok", "OK", True),
+        (r"a*", "", True),
+    ],
+)
 def test_regex_grammar_is_a_full_match(pattern, text, ok):
     import regex
 
@@ -340,8 +381,10 @@ def test_choice_and_regex_token_sets_agree_with_the_slow_reference(bundled):
             state, done = tg.step(state, t), done + table.bytes[t]
         assert tg.g.complete(state)
     cg = TokenGrammar(choice_grammar([("", ["survey", "search_and_rescue"])]), table, tok.eos_token_ids)
-    assert all(tok.decode([i]) and ("survey".startswith(tok.decode([i])) or "search_and_rescue".startswith(
-        tok.decode([i]))) for i in cg.allowed(cg.start))  # fmt: skip
+    assert all(
+        tok.decode([i]) and ("survey".startswith(tok.decode([i])) or "search_and_rescue".startswith(tok.decode([i])))
+        for i in cg.allowed(cg.start)
+    )
 
 
 @pytest.mark.parametrize("policy", ["ar", "threshold"])
@@ -355,8 +398,9 @@ def test_decoding_under_a_regex_and_a_choice(bundled, policy):
         (choice_grammar([("", ["yes", "no", "maybe later"])]), lambda s: s in ("yes", "no", "maybe later")),
     ]:
         for seed in range(3):
-            out = engine.generate(ids, SamplingParams(max_tokens=12, policy=policy, grammar=g, temperature=1.0,
-                                                      seed=seed))  # fmt: skip
+            out = engine.generate(
+                ids, SamplingParams(max_tokens=12, policy=policy, grammar=g, temperature=1.0, seed=seed)
+            )
             assert out.finish_reason == "stop" and ok(out.text), out.text
 
 
@@ -420,8 +464,9 @@ def test_patterns_under_decoding_and_in_tool_schemas(bundled):
             assert g.advance(g.start_state, out.text.encode()) is not None
     with pytest.raises(GrammarError, match="does not compile"):
         json_grammar({"type": "string", "pattern": "("})
-    lenient = tool_call_grammar({"f": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}},
-                                TOOL_OPEN, TOOL_CLOSE)  # fmt: skip
+    lenient = tool_call_grammar(
+        {"f": {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}}, TOOL_OPEN, TOOL_CLOSE
+    )
     assert lenient.accepts(TOOL_OPEN + '{"name": "f", "arguments": {"a": "anything"}}' + TOOL_CLOSE)
 
 
@@ -439,13 +484,29 @@ BOUNDED = {
 
 @pytest.mark.parametrize(
     "text, ok",
-    [('{"wp": 1}', True), ('{"wp": 12}', True), ('{"wp": 0}', False), ('{"wp": 13}', False), ('{"wp": 120}', False),
-     ('{"wp": -1}', False), ('{"wp": 01}', False), ('{"wp": 7, "dive": -500}', True), ('{"wp": 7, "dive": -1}', True),
-     ('{"wp": 7, "dive": 0}', False), ('{"wp": 7, "dive": -501}', False), ('{"wp": 7, "dive": -0}', False),
-     ('{"wp": 7, "code": "ab"}', True), ('{"wp": 7, "code": "a"}', False), ('{"wp": 7, "code": "abcd"}', True),
-     ('{"wp": 7, "code": "abcde"}', False), ('{"wp": 7, "code": "\\n\\"é"}', True),  # escapes and é: one character each
-     ('{"wp": 7, "id": "D-123"}', True), ('{"wp": 7, "id": "D-1234"}', False), ('{"wp": 7, "id": "X-1"}', False)],
-)  # fmt: skip
+    [
+        ('{"wp": 1}', True),
+        ('{"wp": 12}', True),
+        ('{"wp": 0}', False),
+        ('{"wp": 13}', False),
+        ('{"wp": 120}', False),
+        ('{"wp": -1}', False),
+        ('{"wp": 01}', False),
+        ('{"wp": 7, "dive": -500}', True),
+        ('{"wp": 7, "dive": -1}', True),
+        ('{"wp": 7, "dive": 0}', False),
+        ('{"wp": 7, "dive": -501}', False),
+        ('{"wp": 7, "dive": -0}', False),
+        ('{"wp": 7, "code": "ab"}', True),
+        ('{"wp": 7, "code": "a"}', False),
+        ('{"wp": 7, "code": "abcd"}', True),
+        ('{"wp": 7, "code": "abcde"}', False),
+        ('{"wp": 7, "code": "\\n\\"é"}', True),  # escapes and é: one character each
+        ('{"wp": 7, "id": "D-123"}', True),
+        ('{"wp": 7, "id": "D-1234"}', False),
+        ('{"wp": 7, "id": "X-1"}', False),
+    ],
+)
 def test_string_lengths_and_integer_bounds_are_enforced(text, ok):
     assert json_grammar(BOUNDED).accepts(text) is ok
 
@@ -478,10 +539,12 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled, monkeypatch
         )
         state = tg.step(state, t)
     assert tg.g.complete(state)
-    for bad, problem in (({"type": "integer", "minimum": 5, "maximum": 4}, "no integer"),
-                         ({"type": "string", "minLength": 3, "maxLength": 2}, "minLength 3 is above"),
-                         ({"type": "integer", "minimum": "one"}, "finite number"),
-                         ({"type": "number", "minimum": 1e30}, "beyond what 24 digits")):  # fmt: skip
+    for bad, problem in (
+        ({"type": "integer", "minimum": 5, "maximum": 4}, "no integer"),
+        ({"type": "string", "minLength": 3, "maxLength": 2}, "minLength 3 is above"),
+        ({"type": "integer", "minimum": "one"}, "finite number"),
+        ({"type": "number", "minimum": 1e30}, "beyond what 24 digits"),
+    ):
         with pytest.raises(GrammarError, match=problem):
             json_grammar(bad)
     lenient = tool_call_grammar(
@@ -494,12 +557,23 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled, monkeypatch
 
 @pytest.mark.parametrize(
     "fmt, value, ok",
-    [("date", "2026-12-04", True), ("date", "2026-13-04", False), ("date", "2026-12-4", False),
-     ("time", "16:20:00Z", True), ("time", "16:20", False), ("date-time", "2026-12-04T16:20:00.5+01:00", True),
-     ("date-time", "2026-12-04T16:20Z", False), ("uuid", "123e4567-e89b-12d3-a456-426614174000", True),
-     ("uuid", "123e4567", False), ("email", "ops@clover.dev", True), ("email", "ops@clover", False),
-     ("ipv4", "10.0.0.255", True), ("ipv4", "10.0.0.256", False), ("uri", "not checked", True)],
-)  # fmt: skip
+    [
+        ("date", "2026-12-04", True),
+        ("date", "2026-13-04", False),
+        ("date", "2026-12-4", False),
+        ("time", "16:20:00Z", True),
+        ("time", "16:20", False),
+        ("date-time", "2026-12-04T16:20:00.5+01:00", True),
+        ("date-time", "2026-12-04T16:20Z", False),
+        ("uuid", "123e4567-e89b-12d3-a456-426614174000", True),
+        ("uuid", "123e4567", False),
+        ("email", "ops@clover.dev", True),
+        ("email", "ops@clover", False),
+        ("ipv4", "10.0.0.255", True),
+        ("ipv4", "10.0.0.256", False),
+        ("uri", "not checked", True),
+    ],
+)
 def test_string_formats_are_enforced(fmt, value, ok):
     g = json_grammar({"type": "object", "properties": {"v": {"type": "string", "format": fmt, "maxLength": 40}}})
     assert g.accepts(json.dumps({"v": value})) is ok
@@ -561,8 +635,11 @@ def test_number_bounds_agree_with_a_brute_force_reference(schema):
 def test_strings_are_valid_utf8():
     """Byte-level tokens can spell any bytes: inside a JSON string a byte is allowed only where
     UTF-8 allows it (a lead byte, then exactly its continuation bytes), so the output decodes."""
-    cases = [(json_grammar({"type": "object"}), b'{"a": "'), (json_grammar({"type": "string", "maxLength": 5}), b'"'),
-             (json_grammar(SCHEMA), b'{"drone_id": "')]  # fmt: skip
+    cases = [
+        (json_grammar({"type": "object"}), b'{"a": "'),
+        (json_grammar({"type": "string", "maxLength": 5}), b'"'),
+        (json_grammar(SCHEMA), b'{"drone_id": "'),
+    ]
     for g, head in cases:
         for ok, body in (
             (True, "é😀x".encode()),
@@ -578,12 +655,28 @@ def test_optional_fields_keep_their_constraints():
     """pydantic writes ``Optional[conint(ge=1, le=5)]`` as anyOf [{integer, bounds}, {null}]: the bounds
     (and a string's length, pattern or format) hold in the union when one alternative alone is of
     that kind; two numeric alternatives admit either's values (no bounds kept)."""
-    opt = lambda s: {"anyOf": [s, {"type": "null"}]}  # noqa: E731
-    g = json_grammar({"type": "object", "properties": {
-        "n": opt({"type": "integer", "minimum": 1, "maximum": 5}), "s": opt({"type": "string", "maxLength": 3}),
-        "d": opt({"type": "string", "format": "date"}),
-        "m": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "number", "maximum": 0}]}}})  # fmt: skip
-    for text, ok in (('{"n": 3}', True), ('{"n": 9}', False), ('{"n": null}', True), ('{"s": "abc"}', True),
-                     ('{"s": "abcd"}', False), ('{"d": "2026-12-04"}', True), ('{"d": "soon"}', False),
-                     ('{"d": null}', True), ('{"m": -5}', True), ('{"m": 7.5}', True)):  # fmt: skip
+    opt = lambda s: {"anyOf": [s, {"type": "null"}]}
+    g = json_grammar(
+        {
+            "type": "object",
+            "properties": {
+                "n": opt({"type": "integer", "minimum": 1, "maximum": 5}),
+                "s": opt({"type": "string", "maxLength": 3}),
+                "d": opt({"type": "string", "format": "date"}),
+                "m": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "number", "maximum": 0}]},
+            },
+        }
+    )
+    for text, ok in (
+        ('{"n": 3}', True),
+        ('{"n": 9}', False),
+        ('{"n": null}', True),
+        ('{"s": "abc"}', True),
+        ('{"s": "abcd"}', False),
+        ('{"d": "2026-12-04"}', True),
+        ('{"d": "soon"}', False),
+        ('{"d": null}', True),
+        ('{"m": -5}', True),
+        ('{"m": 7.5}', True),
+    ):
         assert g.accepts(text) is ok, text

@@ -81,7 +81,7 @@ def test_random_texts_agree_with_brute_force():
 
 
 def test_escapes_both_ways_and_utf8_never_split():
-    text = 'path C:\\temp\\x and Zürich/Nord — 東京タワー'
+    text = "path C:\\temp\\x and Zürich/Nord — 東京タワー"
     g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": text})
     assert g.accepts(json.dumps("C:\\temp\\x"))  # backslashes escaped
     assert g.accepts(json.dumps("Zürich/Nord", ensure_ascii=False))
@@ -98,8 +98,14 @@ def test_numbers_as_written():
     assert written_numbers("2,300 metres at 007 and 45.20 S, wp3") == tuple(
         sorted(x.encode() for x in ["2300", "-2300", "2", "-2", "300", "-300", "7", "-7", "45.20", "-45.20", "3", "-3"])
     )
-    schema = {"type": "object", "properties": {"lat": {"type": "number", "x-grounded": True},
-              "wp": {"type": "integer", "minimum": 1, "x-grounded": True}}, "required": ["lat"]}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {
+            "lat": {"type": "number", "x-grounded": True},
+            "wp": {"type": "integer", "minimum": 1, "x-grounded": True},
+        },
+        "required": ["lat"],
+    }
     g = json_grammar(schema).with_sources({"user": "move wp3 to 45.20 S, 12 E"})
     assert g.accepts('{"lat": -45.20}') and g.accepts('{"lat": 45.20}') and g.accepts('{"lat": 12, "wp": 3}')
     assert not g.accepts('{"lat": 45.2}')  # as written: 45.20
@@ -109,9 +115,13 @@ def test_numbers_as_written():
 
 
 def test_enum_and_pattern_both_hold():
-    schema = {"type": "object", "properties": {
-        "unit": {"enum": ["m", "km", "ft", "nm"], "x-grounded": True},
-        "id": {"type": "string", "pattern": "^D-[0-9]+$", "x-grounded": "conversation"}}}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {
+            "unit": {"enum": ["m", "km", "ft", "nm"], "x-grounded": True},
+            "id": {"type": "string", "pattern": "^D-[0-9]+$", "x-grounded": "conversation"},
+        },
+    }
     g = json_grammar(schema).with_sources({"user": "3 km near D-17", "conversation": "3 km near D-17 and D-18"})
     assert g.accepts('{"unit": "km"}') and not g.accepts('{"unit": "m"}')  # "m" is no span here
     assert g.accepts('{"id": "D-18"}') and not g.accepts('{"id": "near D-17"}')  # the pattern still holds
@@ -119,9 +129,14 @@ def test_enum_and_pattern_both_hold():
 
 
 def test_empty_source_leaves_words_and_drops_the_tool():
-    tools = {"recall": {"type": "object", "properties": {"drone_id": {"type": "string", "x-grounded": True}},
-                        "required": ["drone_id"]},
-             "status": {"type": "object", "properties": {"verbose": {"type": "boolean"}}}}  # fmt: skip
+    tools = {
+        "recall": {
+            "type": "object",
+            "properties": {"drone_id": {"type": "string", "x-grounded": True}},
+            "required": ["drone_id"],
+        },
+        "status": {"type": "object", "properties": {"verbose": {"type": "boolean"}}},
+    }
     g = tool_call_grammar(tools, "<tool_call>", "</tool_call>", '{"name": "', auto=True)
     empty = g.with_sources({"user": "", "conversation": ""})
     assert empty.accepts("Which drone?")
@@ -151,10 +166,12 @@ def test_a_malformed_keyword_names_the_property(bad):
 
 
 def test_source_texts_by_role():
-    msgs = [{"role": "system", "content": "You are ops. Zone Alpha exists."},
-            {"role": "user", "content": [{"type": "text", "text": "lift Bravo"}]},
-            {"role": "assistant", "content": "Invented Charlie"},
-            {"role": "tool", "content": '{"zone": "Delta"}'}]  # fmt: skip
+    msgs = [
+        {"role": "system", "content": "You are ops. Zone Alpha exists."},
+        {"role": "user", "content": [{"type": "text", "text": "lift Bravo"}]},
+        {"role": "assistant", "content": "Invented Charlie"},
+        {"role": "tool", "content": '{"zone": "Delta"}'},
+    ]
     src = source_texts(msgs)
     assert src["user"] == "lift Bravo"
     assert "Alpha" in src["conversation"] and "Delta" in src["conversation"] and "Charlie" not in src["conversation"]
@@ -162,8 +179,9 @@ def test_source_texts_by_role():
 
 def test_token_level_allowed_sets_agree_with_the_byte_automaton(bundled_tokenizer):
     tok = bundled_tokenizer
-    g = json_grammar({"type": "object", "properties": {"name": {"type": "string", "x-grounded": True}},
-                      "required": ["name"]}).with_sources({"user": 'lift "Outer Dam" and Zürich now'})  # fmt: skip
+    g = json_grammar(
+        {"type": "object", "properties": {"name": {"type": "string", "x-grounded": True}}, "required": ["name"]}
+    ).with_sources({"user": 'lift "Outer Dam" and Zürich now'})
     tg = TokenGrammar(g, TokenTable(tok), tok.eos_token_ids)
     state = g.advance(g.start_state, b'{"name": "')
     for prefix in (b"", b"Out", b"Outer ", b"Z\xc3"):
@@ -220,8 +238,10 @@ def test_grounded_answers_are_the_same_one_per_pass_or_in_runs(bundled_engine, b
         msgs = [{k: v for k, v in m.items() if k != "weight"} for m in e["messages"][:-1]]
         prompts.append(bundled_tokenizer.encode(render_chat(msgs, e["tools"], True)))
         plist.append(SamplingParams(max_tokens=160, grammar=tools_grammar(e["tools"]).with_sources(source_texts(msgs))))
-    outs = {pol: bundled_engine.generate_batch(prompts, [replace(p, policy=pol, threshold=1.0) for p in plist])
-            for pol in ("ar", "prefix")}  # fmt: skip
+    outs = {
+        pol: bundled_engine.generate_batch(prompts, [replace(p, policy=pol, threshold=1.0) for p in plist])
+        for pol in ("ar", "prefix")
+    }
     assert [o.text for o in outs["prefix"]] == [o.text for o in outs["ar"]]
     passes = {pol: sum(o.stats["forward_passes"] for o in o_) for pol, o_ in outs.items()}
     assert passes["prefix"] < passes["ar"]
@@ -231,8 +251,9 @@ def test_requests_with_other_sources_never_share_allowed_sets(bundled_tokenizer)
     """The same grammar state (a grounded number about to start) allows different tokens under
     different sources: the shared allowed-token cache must keep them apart."""
     tok = bundled_tokenizer
-    base = json_grammar({"type": "object", "properties": {"n": {"type": "integer", "x-grounded": True}},
-                         "required": ["n"]})  # fmt: skip
+    base = json_grammar(
+        {"type": "object", "properties": {"n": {"type": "integer", "x-grounded": True}}, "required": ["n"]}
+    )
     table = TokenTable(tok)
     seen = []
     for text in ("take 1", "take 7", "take 1"):

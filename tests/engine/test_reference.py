@@ -55,8 +55,14 @@ def test_penalties_and_logit_bias_equal_the_reference_decoders(policy):
     model = peaky_model(shift=False, seed=5, eos=None)
     ps = prompts([3, 8, 13], seed=5)
     plain = SamplingParams(max_tokens=24, policy=policy, threshold=0.6)
-    params = SamplingParams(max_tokens=24, policy=policy, threshold=0.6, presence_penalty=1.5,
-                            frequency_penalty=0.7, logit_bias={9: 5.0, 11: -100.0})  # fmt: skip
+    params = SamplingParams(
+        max_tokens=24,
+        policy=policy,
+        threshold=0.6,
+        presence_penalty=1.5,
+        frequency_penalty=0.7,
+        logit_bias={9: 5.0, 11: -100.0},
+    )
     outs = Engine(model).generate_batch(ps, [params, plain, params])
     for p, out, sp in zip(ps, outs, [params, plain, params]):
         assert out.token_ids == reference_decode(model, p, sp)[0]
@@ -103,8 +109,15 @@ def test_constrained_slots_equal_the_reference_decoder(policy):
     model = peaky_model(shift=False, seed=6)
     ps = prompts([3, 8, 13], seed=6)
     allowed = {0: [7], 1: [10, 11, 12], 2: [8], 3: [9], 4: [13, 14], 6: [15], 9: [16, 17], 10: [18], 17: [19]}
-    params = SamplingParams(max_tokens=21, policy=policy, threshold=0.7, steps_per_block=3, allowed=allowed,
-                            presence_penalty=0.5, logprobs=2)  # fmt: skip
+    params = SamplingParams(
+        max_tokens=21,
+        policy=policy,
+        threshold=0.7,
+        steps_per_block=3,
+        allowed=allowed,
+        presence_penalty=0.5,
+        logprobs=2,
+    )
     for p, out in zip(ps, Engine(model).generate_batch(ps, params)):
         ref, reason, ref_lp = reference_decode(model, p, params, with_logprobs=True)
         assert out.token_ids == ref and out.finish_reason == reason

@@ -55,10 +55,12 @@ def test_engine_reports_prompt_logprobs_with_or_without_generating():
     want = prompt_logprobs(model, ids, 8, top=1)
     only, more, plain = engine.generate_batch(
         [ids, ids, ids],
-        [SamplingParams(max_tokens=0, prompt_logprobs=1, block_size=8),
-         SamplingParams(max_tokens=6, prompt_logprobs=1, block_size=8),
-         SamplingParams(max_tokens=6, block_size=8)],
-    )  # fmt: skip
+        [
+            SamplingParams(max_tokens=0, prompt_logprobs=1, block_size=8),
+            SamplingParams(max_tokens=6, prompt_logprobs=1, block_size=8),
+            SamplingParams(max_tokens=6, block_size=8),
+        ],
+    )
     assert only.token_ids == [] and only.finish_reason == "length"
     _close(only.prompt_logprobs, want)
     _close(more.prompt_logprobs, want)

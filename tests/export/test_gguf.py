@@ -207,11 +207,21 @@ def test_q4_k_fallback_is_counted_and_explained_by_the_command(tmp_path, capsys)
 def test_fallback_lines_name_each_row_length():
     from clover.export.gguf import GGUFReport
 
-    r = GGUFReport(Path("m.gguf"), "q4_k", 10, 1 << 20, 0.5, {"f32": 4, "q4_k": 3, "q8_0": 2, "f16": 1},
-                   {"q8_0": {128: 1, 96: 1}, "f16": {48: 1}})  # fmt: skip
+    r = GGUFReport(
+        Path("m.gguf"),
+        "q4_k",
+        10,
+        1 << 20,
+        0.5,
+        {"f32": 4, "q4_k": 3, "q8_0": 2, "f16": 1},
+        {"q8_0": {128: 1, 96: 1}, "f16": {48: 1}},
+    )
     lines = r.summary().splitlines()
-    assert "  2 weight matrices in q8_0, not q4_k: their rows of 96 and 128 values are not whole q4_k blocks of 256" \
-        in lines and any(line.startswith("  1 weight matrix in f16, not q4_k: their rows of 48") for line in lines)
+    assert (
+        "  2 weight matrices in q8_0, not q4_k: their rows of 96 and 128 values are not whole q4_k blocks of 256"
+        in lines
+        and any(line.startswith("  1 weight matrix in f16, not q4_k: their rows of 48") for line in lines)
+    )
     assert "weight matri" not in GGUFReport(Path("m.gguf"), "q8_0", 1, 1, 0.1, {"q8_0": 1}).summary()
 
 

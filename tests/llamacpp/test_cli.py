@@ -84,9 +84,12 @@ def test_serve_on_llama_cpp(gguf):
         with LiveServer(create_app(str(model), threads=1, **kw)) as srv:
             client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
             r = client.chat.completions.create(
-                model="clover", messages=[{"role": "user", "content": "recall drone 17"}], tools=tools,
-                max_tokens=64, temperature=0,
-            )  # fmt: skip
+                model="clover",
+                messages=[{"role": "user", "content": "recall drone 17"}],
+                tools=tools,
+                max_tokens=64,
+                temperature=0,
+            )
             msg = r.choices[0].message
             answers[name] = (msg.content, [(c.function.name, c.function.arguments) for c in msg.tool_calls or []])
     assert answers["llama.cpp"] == answers["torch"]

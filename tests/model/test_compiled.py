@@ -33,7 +33,7 @@ def _script(model):
     """Every pass kind decoding uses: rows of unequal and of equal history, denoise, fused commit +
     denoise, a plain commit. Returns the logits of each pass and the final caches."""
     g = torch.Generator().manual_seed(1)
-    tok = lambda n, b=1: torch.randint(4, model.config.vocab_size, (b, n), generator=g)  # noqa: E731
+    tok = lambda n, b=1: torch.randint(4, model.config.vocab_size, (b, n), generator=g)
     out = []
     with torch.inference_mode():
         rows = [model.prefill(tok(n), BS)[0] for n in (2 * BS, 3 * BS)]

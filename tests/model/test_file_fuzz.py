@@ -28,8 +28,14 @@ def _worker(cases: list[dict], tmp: Path) -> dict[str, dict]:
     spec.write_text(json.dumps(cases))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     try:
-        p = subprocess.run([sys.executable, "-m", "tests.model.fuzz_files", str(spec)], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=TIMEOUT_S)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-m", "tests.model.fuzz_files", str(spec)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
         out, err, code = p.stdout, p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
         out, err, code = e.stdout or "", e.stderr or "", "timeout"
@@ -104,7 +110,13 @@ def test_serve_exits_before_listening_on_a_bad_file(tmp_path):
     (ckpt / "model.safetensors").write_bytes((fuzz_files.BUNDLED / "model.safetensors").read_bytes()[:4])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for path in (bad, ckpt):
-        p = subprocess.run([sys.executable, "-m", "clover", "serve", str(path), "--port", "0", "--threads", "1"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, "-m", "clover", "serve", str(path), "--port", "0", "--threads", "1"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
         assert Path(path).name in p.stderr and "Traceback" not in p.stderr and "http://" not in p.stderr

@@ -82,7 +82,7 @@ def test_denoise_reads_but_never_writes_the_cache(variant):
     m.step(c, commit=x[:, :4], block_size=4)
     # the history: GDN state and conv tail, attention k/v up to the committed length (the slots
     # past it are the attention pass's scratch, which nothing reads as history)
-    history = lambda: [t[:, :4] if isinstance(l, AttnCache) else t for l in c.layers for t in vars(l).values()]  # noqa: E731
+    history = lambda: [t[:, :4] if isinstance(l, AttnCache) else t for l in c.layers for t in vars(l).values()]
     before = [t.clone() for t in history()]
     m.step(c, denoise=x[:, 4:8], block_size=4)
     assert all(torch.equal(a, b) for a, b in zip(before, history()))

@@ -87,8 +87,14 @@ print(json.dumps({"extra": peak - before, "dtypes": sorted({str(p.dtype) for p i
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_bf16_load_never_holds_the_fp32_checkpoint(tmp_path):
-    cfg = preset("small", vocab_size=8192, hidden_size=512, num_experts=8, moe_intermediate_size=512,
-                 shared_expert_intermediate_size=512)  # fmt: skip
+    cfg = preset(
+        "small",
+        vocab_size=8192,
+        hidden_size=512,
+        num_experts=8,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+    )
     with torch.device("meta"):
         m = CloverForBlockDiffusion(cfg)
     m.to_empty(device="cpu")
@@ -100,9 +106,13 @@ def test_a_bf16_load_never_holds_the_fp32_checkpoint(tmp_path):
     save_model(m, tmp_path / "ck")
     del m
     save_model(make_model().float(), tmp_path / "tiny")
-    r = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tiny")],
-                       capture_output=True, text=True, timeout=300,
-                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(tmp_path / "ck"), str(tmp_path / "tiny")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["dtypes"] == ["torch.bfloat16"] and d["bytes"] == total // 2

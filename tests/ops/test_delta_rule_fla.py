@@ -24,16 +24,41 @@ class FakeFla:
         assert not use_qk_l2norm_in_kernel and cu_seqlens is None and not head_first
         assert q.dtype == k.dtype == v.dtype
 
-    def chunk(self, q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-              use_qk_l2norm_in_kernel=False, cu_seqlens=None, head_first=False):  # fmt: skip
+    def chunk(
+        self,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        use_qk_l2norm_in_kernel=False,
+        cu_seqlens=None,
+        head_first=False,
+    ):
         self._check(q, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, head_first)
         assert q.dtype != torch.float32, "fla's chunked kernel refuses fp32"
         self.calls.append(("chunk", q.shape[1]))
         o, st = delta_rule_chunked(q, k, v, g, beta, initial_state, [q.shape[1] - 1], scale)
         return o, (st[:, 0] if output_final_state else None)
 
-    def recurrent(self, q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
-                  output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None):  # fmt: skip
+    def recurrent(
+        self,
+        q,
+        k,
+        v,
+        g=None,
+        gk=None,
+        gv=None,
+        beta=None,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        use_qk_l2norm_in_kernel=False,
+        cu_seqlens=None,
+    ):
         self._check(q, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, False)
         assert not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, initial_state)))
         self.calls.append(("recurrent", q.shape[1]))
@@ -129,7 +154,7 @@ def test_no_fla_off_cuda():
 def _fla_importable() -> bool:
     try:
         import fla.ops.gated_delta_rule  # noqa: F401
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     return True
 

@@ -14,8 +14,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def clover(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "clover", *args], capture_output=True, text=True, timeout=timeout,
-                          env=ENV)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "clover", *args], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,17 @@ def test_quantize_writes_a_checkpoint_with_its_tokenizer_and_header(q4):
 def test_quantize_refuses_what_it_cannot_do(q4, tmp_path):
     r = clover("quantize", "--model", str(q4), "--out", str(tmp_path / "x"), "--bits", "8")
     assert r.returncode != 0 and "already quantized" in r.stderr
-    r = clover("quantize", "--model", str(default_model_dir()), "--out", str(tmp_path / "y"), "--bits", "4",
-               "--group-size", "48")  # fmt: skip
+    r = clover(
+        "quantize",
+        "--model",
+        str(default_model_dir()),
+        "--out",
+        str(tmp_path / "y"),
+        "--bits",
+        "4",
+        "--group-size",
+        "48",
+    )
     assert r.returncode != 0 and "group size 48 does not divide" in r.stderr
 
 
@@ -74,8 +84,22 @@ def test_train_refuses_a_quantized_init(q4, tmp_path):
 
 def test_bench_quant_writes_its_figures(tmp_path):
     out = tmp_path / "q.json"
-    r = clover("bench", "quant", "--no-medium", "--n", "2", "--max-tokens", "4", "--speed-prompts", "1",
-               "--batch", "2", "--json", str(out), timeout=600)  # fmt: skip
+    r = clover(
+        "bench",
+        "quant",
+        "--no-medium",
+        "--n",
+        "2",
+        "--max-tokens",
+        "4",
+        "--speed-prompts",
+        "1",
+        "--batch",
+        "2",
+        "--json",
+        str(out),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())["figures"]
     assert set(d["bytes"]["bundled"]) == {"fp32", "bf16", "int8", "int4"}

@@ -21,12 +21,24 @@ class Chromium:
     def __init__(self, width: int = 1280, height: int = 900):
         to_chrome_r, self._w = os.pipe()
         self._r, from_chrome_w = os.pipe()
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--remote-debugging-pipe", f"--window-size={width},{height}", "about:blank"]  # fmt: skip
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--remote-debugging-pipe",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         # the protocol pipe must be fds 3 (in) and 4 (out) in the browser: let a shell place them
         cmd = f'exec "{CHROMIUM}" {" ".join(flags)} 3<&{to_chrome_r} 4>&{from_chrome_w}'
-        self.proc = subprocess.Popen(["bash", "-c", cmd], pass_fds=(to_chrome_r, from_chrome_w),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.proc = subprocess.Popen(
+            ["bash", "-c", cmd],
+            pass_fds=(to_chrome_r, from_chrome_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buf = b""

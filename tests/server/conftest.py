@@ -25,9 +25,15 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model(tokenizer):
     torch.manual_seed(0)
-    cfg = preset("tiny", vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
-                 eos_token_id=tokenizer.eos_token_id, max_position_embeddings=2048, block_size=8,
-                 max_block_size=64)  # fmt: skip
+    cfg = preset(
+        "tiny",
+        vocab_size=tokenizer.vocab_size,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        max_position_embeddings=2048,
+        block_size=8,
+        max_block_size=64,
+    )
     return CloverForBlockDiffusion(cfg).eval()
 
 

@@ -60,15 +60,22 @@ def test_a_seeded_world(url):
 
 def test_execute_runs_good_calls_and_returns_the_new_world(url):
     state = _world(url)
-    calls = [{"name": "recall_drone", "arguments": {"drone_id": "D-18"}},
-             {"id": "call_7", "type": "function",  # OpenAI's tool_calls form, arguments as JSON text
-              "function": {"name": "lift_no_fly_zone", "arguments": '{"zone_name": "Lower Arena"}'}}]  # fmt: skip
+    calls = [
+        {"name": "recall_drone", "arguments": {"drone_id": "D-18"}},
+        {
+            "id": "call_7",
+            "type": "function",  # OpenAI's tool_calls form, arguments as JSON text
+            "function": {"name": "lift_no_fly_zone", "arguments": '{"zone_name": "Lower Arena"}'},
+        },
+    ]
     r = _post(url, "/v1/agent/execute", {"world": state, "calls": calls})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "clover.agent.execution"
-    assert body["results"][0]["status"] == "returning" and body["results"][1] == {"zone_name": "Lower Arena",
-                                                                                  "status": "lifted"}  # fmt: skip
+    assert body["results"][0]["status"] == "returning" and body["results"][1] == {
+        "zone_name": "Lower Arena",
+        "status": "lifted",
+    }
     assert body["changes"] == [["D-18 status: hovering -> returning to base"], ["- no-fly zone 'Lower Arena' lifted"]]
     assert body["messages"] == [  # what the agent loop sends the model back
         {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(body["results"][0])},
@@ -78,8 +85,10 @@ def test_execute_runs_good_calls_and_returns_the_new_world(url):
     assert new["drones"]["D-18"]["status"] == "returning to base" and "Lower Arena" not in new["zones"]
     assert body["active_zones"] == []
     world = World.from_dict(state)  # the same as running the calls in process
-    for c in ({"name": "recall_drone", "arguments": {"drone_id": "D-18"}},
-              {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Lower Arena"}}):  # fmt: skip
+    for c in (
+        {"name": "recall_drone", "arguments": {"drone_id": "D-18"}},
+        {"name": "lift_no_fly_zone", "arguments": {"zone_name": "Lower Arena"}},
+    ):
         execute(world, c["name"], c["arguments"])
     assert new == world.to_dict()
     # stateless: the page sends the new state with the next call
@@ -89,12 +98,13 @@ def test_execute_runs_good_calls_and_returns_the_new_world(url):
 
 def test_bad_calls_are_error_results_and_leave_the_world_unchanged(url):
     state = _world(url)
-    calls = [{"name": "recall_drone", "arguments": {"drone_id": "D-999"}},
-             {"name": "lift_no_fly_zone", "arguments": {"zone_name": "lower arena"}},
-             {"name": "update_waypoint",
-              "arguments": {"drone_id": "D-18", "waypoint_index": 9, "lat": 1.0, "lon": 2.0}},
-             {"name": "assign_mission", "arguments": '{"drone_id": "D-18"'},
-             {"name": "launch_missiles", "arguments": {}}]  # fmt: skip
+    calls = [
+        {"name": "recall_drone", "arguments": {"drone_id": "D-999"}},
+        {"name": "lift_no_fly_zone", "arguments": {"zone_name": "lower arena"}},
+        {"name": "update_waypoint", "arguments": {"drone_id": "D-18", "waypoint_index": 9, "lat": 1.0, "lon": 2.0}},
+        {"name": "assign_mission", "arguments": '{"drone_id": "D-18"'},
+        {"name": "launch_missiles", "arguments": {}},
+    ]
     r = _post(url, "/v1/agent/execute", {"world": state, "calls": calls})
     assert r.status_code == 200, r.text
     body = r.json()

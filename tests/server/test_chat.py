@@ -69,18 +69,29 @@ def test_text_completions_plain_stream_and_stop(client):
 
 
 def test_clover_extras_are_accepted(client):
-    r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=8,
-                                       extra_body={"block_size": 4, "policy": "ar", "threshold": 0.5})  # fmt: skip
+    r = client.chat.completions.create(
+        model="clover", messages=MSG, max_tokens=8, extra_body={"block_size": 4, "policy": "ar", "threshold": 0.5}
+    )
     assert r.model_extra["clover"]["block_size"] == 4
     assert r.model_extra["clover"]["forward_passes"] >= r.usage.completion_tokens  # ar: one token per pass
 
 
 def test_step_events_in_the_stream(server):
-    body = {"model": "clover", "messages": MSG, "max_tokens": 12, "stream": True,
-            "stream_options": {"include_steps": True}}  # fmt: skip
+    body = {
+        "model": "clover",
+        "messages": MSG,
+        "max_tokens": 12,
+        "stream": True,
+        "stream_options": {"include_steps": True},
+    }
     events = []
-    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60,
-                      headers={"Authorization": f"Bearer {API_KEY}"}) as r:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/chat/completions",
+        json=body,
+        timeout=60,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 events.append(json.loads(line[6:]))
@@ -97,9 +108,14 @@ def test_health_and_metrics(server, client):
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["model"] == "clover" and h["capacity"] == 16 + 64
     m = httpx.get(server.url + "/metrics").text
-    for name in ('clover_requests_total{endpoint="/v1/chat/completions",status="200"}',
-                 "clover_tokens_per_forward_bucket", "clover_queue_depth", "clover_request_latency_seconds_bucket",
-                 "clover_generation_tokens_total", "clover_time_to_first_token_seconds"):  # fmt: skip
+    for name in (
+        'clover_requests_total{endpoint="/v1/chat/completions",status="200"}',
+        "clover_tokens_per_forward_bucket",
+        "clover_queue_depth",
+        "clover_request_latency_seconds_bucket",
+        "clover_generation_tokens_total",
+        "clover_time_to_first_token_seconds",
+    ):
         assert name in m, name
 
 
@@ -120,8 +136,12 @@ def test_logprobs_in_chat_streamed_chat_and_completions(client, tokenizer):
         tops = [t.logprob for t in e.top_logprobs]
         assert len(tops) == 3 and tops == sorted(tops, reverse=True) and tops[0] >= e.logprob - 1e-5
         assert sum(math.exp(t) for t in tops) <= 1 + 1e-4
-    streamed = [e for c in client.chat.completions.create(**kw, stream=True) if c.choices and c.choices[0].logprobs
-                for e in c.choices[0].logprobs.content]  # fmt: skip
+    streamed = [
+        e
+        for c in client.chat.completions.create(**kw, stream=True)
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
     assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content]
     plain = client.chat.completions.create(model="clover", messages=MSG, max_tokens=5)
     assert plain.choices[0].logprobs is None
@@ -166,8 +186,10 @@ def test_n_choices_chat(client):
     texts = [c.message.content for c in r.choices]
     assert len(set(texts)) > 1  # seeds 5, 6, 7 on a random model: different samples
     chunks = list(client.chat.completions.create(**kw, n=3, stream=True, stream_options={"include_usage": True}))
-    streamed = {i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
-                for i in range(3)}  # fmt: skip
+    streamed = {
+        i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+        for i in range(3)
+    }
     assert [streamed[i] for i in range(3)] == texts
     finishes = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason]
     assert sorted(finishes) == [0, 1, 2]
@@ -207,7 +229,9 @@ def test_an_agent_loop_reuses_the_previous_turns_prefix(live, tiny_model, tokeni
             r = c.chat.completions.create(model="clover", messages=msgs, max_tokens=10)
             ids = tokenizer.encode(render(msgs, None, add_generation_prompt=True))
             assert r.choices[0].message.content == plain.generate(ids, SamplingParams(max_tokens=10)).text.strip()
-            msgs += [{"role": "assistant", "content": r.choices[0].message.content},
-                     {"role": "user", "content": f"And drone {turn + 3}?"}]  # fmt: skip
+            msgs += [
+                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "user", "content": f"And drone {turn + 3}?"},
+            ]
         metrics = httpx.get(srv.url + "/metrics").text
     assert engine.prefix_cache.hits >= 2 and "clover_prefix_cache_hit_tokens" in metrics

@@ -84,8 +84,9 @@ def aclient(server):
 def test_chat_completions_parse(client, cls):
     for seed in range(2):
         msgs = [{"role": "user", "content": PROMPT}]
-        r = client.chat.completions.parse(model="clover", messages=msgs, response_format=cls, max_tokens=MAX_TOKENS,
-                                          temperature=1.0, seed=seed)  # fmt: skip
+        r = client.chat.completions.parse(
+            model="clover", messages=msgs, response_format=cls, max_tokens=MAX_TOKENS, temperature=1.0, seed=seed
+        )
         assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens <= MAX_TOKENS
         _valid(r.choices[0].message.parsed, cls)
 
@@ -100,8 +101,15 @@ def test_responses_parse(client, cls):
 @pytest.mark.parametrize("responses_api", [False, True], ids=["chat", "responses"])
 @pytest.mark.parametrize("cls", SCHEMAS, ids=lambda c: c.__name__)
 def test_langchain_with_structured_output(server, cls, responses_api):
-    llm = ChatOpenAI(model="clover", base_url=server.url + "/v1", api_key=API_KEY, max_tokens=MAX_TOKENS,
-                     max_retries=0, timeout=120, use_responses_api=responses_api)  # fmt: skip
+    llm = ChatOpenAI(
+        model="clover",
+        base_url=server.url + "/v1",
+        api_key=API_KEY,
+        max_tokens=MAX_TOKENS,
+        max_retries=0,
+        timeout=120,
+        use_responses_api=responses_api,
+    )
     _valid(llm.with_structured_output(cls, method="json_schema", strict=True).invoke(PROMPT), cls)
 
 
@@ -109,9 +117,13 @@ def test_langchain_with_structured_output(server, cls, responses_api):
 @pytest.mark.parametrize("cls", SCHEMAS, ids=lambda c: c.__name__)
 def test_agents_sdk_output_type(aclient, cls, api):
     model_cls = OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel
-    agent = Agent(name="planner", instructions="Answer in JSON.", output_type=cls,
-                  model=model_cls(model="clover", openai_client=aclient),
-                  model_settings=ModelSettings(max_tokens=MAX_TOKENS))  # fmt: skip
+    agent = Agent(
+        name="planner",
+        instructions="Answer in JSON.",
+        output_type=cls,
+        model=model_cls(model="clover", openai_client=aclient),
+        model_settings=ModelSettings(max_tokens=MAX_TOKENS),
+    )
     result = asyncio.run(Runner.run(agent, PROMPT))
     _valid(result.final_output, cls)
 
@@ -157,8 +169,12 @@ def test_agents_sdk_auto_previous_response_id_over_five_tool_turns(scripted, tok
         return _status(drone_id)
 
     engine.script = [_call(i) for i in range(TURNS)] + ["All five drones are holding."]
-    agent = Agent(name="ops", instructions="Check each drone.", tools=[get_drone_status],
-                  model=OpenAIResponsesModel(model="clover", openai_client=client))  # fmt: skip
+    agent = Agent(
+        name="ops",
+        instructions="Check each drone.",
+        tools=[get_drone_status],
+        model=OpenAIResponsesModel(model="clover", openai_client=client),
+    )
 
     async def record(request):  # what the SDK put on the wire
         bodies.append(json.loads(request.read()))
@@ -181,8 +197,15 @@ def test_langchain_use_previous_response_id_over_five_tool_turns(scripted, token
         """The status of one drone."""
         return _status(drone_id)
 
-    llm = ChatOpenAI(model="clover", base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120,
-                     use_responses_api=True, use_previous_response_id=True).bind_tools([get_drone_status])  # fmt: skip
+    llm = ChatOpenAI(
+        model="clover",
+        base_url=srv.url + "/v1",
+        api_key="none",
+        max_retries=0,
+        timeout=120,
+        use_responses_api=True,
+        use_previous_response_id=True,
+    ).bind_tools([get_drone_status])
     engine.script = [_call(i) for i in range(TURNS)] + ["All five drones are holding."]
     messages = [HumanMessage("Check drones 0 to 4.")]
     for _ in range(TURNS + 1):
@@ -197,8 +220,9 @@ def test_langchain_use_previous_response_id_over_five_tool_turns(scripted, token
 
 def test_max_tokens_below_the_shortest_valid_answer_is_a_400_that_says_so(client):
     with pytest.raises(openai.BadRequestError, match=r"max_tokens 4 is too small .* takes \d+ tokens") as e:
-        client.chat.completions.parse(model="clover", messages=[{"role": "user", "content": PROMPT}],
-                                      response_format=Nested, max_tokens=4)  # fmt: skip
+        client.chat.completions.parse(
+            model="clover", messages=[{"role": "user", "content": PROMPT}], response_format=Nested, max_tokens=4
+        )
     assert e.value.body["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError, match=r"max_output_tokens 4 is too small") as e:
         client.responses.parse(model="clover", input=PROMPT, text_format=Nested, max_output_tokens=4)

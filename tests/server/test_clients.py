@@ -56,8 +56,11 @@ def test_best_of_is_refused_unless_it_equals_n(server):
 
 
 def test_content_parts_refusal_and_text_without_text(server, tokenizer):
-    turns = [*MSG, {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot do that."}]},
-             {"role": "user", "content": [{"type": "text", "text": "why?"}]}]  # fmt: skip
+    turns = [
+        *MSG,
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot do that."}]},
+        {"role": "user", "content": [{"type": "text", "text": "why?"}]},
+    ]
     assert _post(server, {"messages": turns}).status_code == 200
     text = chat_prompt(ChatRequest.model_validate({"model": "clover", "messages": turns}), tokenizer, LIM)[0]
     assert "<|im_start|>assistant\nI cannot do that.<|im_end|>" in text
@@ -68,9 +71,15 @@ def test_content_parts_refusal_and_text_without_text(server, tokenizer):
 
 
 def test_tool_schema_keywords_set_to_null_are_dropped(server, tokenizer):
-    params = {"type": "object", "properties": {"city": {"type": "string", "enum": None}, "legs": {
-        "type": "array", "items": {"type": "string"}, "minItems": None, "maxItems": None}},
-        "required": None, "additionalProperties": None}  # fmt: skip
+    params = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": None},
+            "legs": {"type": "array", "items": {"type": "string"}, "minItems": None, "maxItems": None},
+        },
+        "required": None,
+        "additionalProperties": None,
+    }
     r = _post(server, {"messages": MSG, "tools": _tool(params), "tool_choice": "required", "max_tokens": 8})
     assert r.status_code == 200, r.text
     req = ChatRequest.model_validate(
@@ -83,8 +92,10 @@ def test_tool_schema_keywords_set_to_null_are_dropped(server, tokenizer):
 
 def test_draft3_required_flags_join_the_parent_required_list(tokenizer):
     """Older tool definitions mark a property ``"required": true`` (JSON Schema draft 3)."""
-    params = {"type": "object", "properties": {"city": {"type": "string", "required": True},
-              "note": {"type": "string", "required": False}}}  # fmt: skip
+    params = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "required": True}, "note": {"type": "string", "required": False}},
+    }
     req = ChatRequest.model_validate({"model": "clover", "messages": MSG, "tools": _tool(params)})
     g = chat_prompt(req, tokenizer, LIM)[3]
     assert g.accepts('<tool_call>{"name": "book", "arguments": {"city": "Oslo"}}</tool_call>')
@@ -108,8 +119,10 @@ def test_draft3_required_flags_join_the_parent_required_list(tokenizer):
 def test_mistyped_schema_keywords_are_a_400_not_a_500(server, bad):
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, **bad}
     for choice in ("auto", "required"):
-        msg = _error(_post(server, {"messages": MSG, "tools": _tool(schema), "tool_choice": choice}),
-                     "tools.0.function.parameters")  # fmt: skip
+        msg = _error(
+            _post(server, {"messages": MSG, "tools": _tool(schema), "tool_choice": choice}),
+            "tools.0.function.parameters",
+        )
         assert "book" in msg and "invalid JSON Schema at #/" in msg
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     assert "invalid JSON Schema" in _error(_post(server, {"messages": MSG, "response_format": fmt}), "response_format")
@@ -119,11 +132,17 @@ def test_a_schema_nested_too_deep_is_a_400(server):
     """Was a RecursionError in the compiler: a 500 that also dropped the connection."""
     deep = '{"type": "object", "properties": {"a": ' * 450 + '{"type": "string"}' + "}}" * 450  # too deep to json.dumps
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": "DEEP"}}
-    for extra, param in (({"tools": _tool("DEEP"), "tool_choice": "required"}, "tools.0.function.parameters"),
-                         ({"response_format": fmt}, "response_format")):  # fmt: skip
+    for extra, param in (
+        ({"tools": _tool("DEEP"), "tool_choice": "required"}, "tools.0.function.parameters"),
+        ({"response_format": fmt}, "response_format"),
+    ):
         body = json.dumps({"model": "clover", "max_tokens": 4, "messages": MSG, **extra}).replace('"DEEP"', deep)
-        r = httpx.post(server.url + "/v1/chat/completions", content=body.encode(),
-                       headers={**AUTH, "Content-Type": "application/json"}, timeout=60)  # fmt: skip
+        r = httpx.post(
+            server.url + "/v1/chat/completions",
+            content=body.encode(),
+            headers={**AUTH, "Content-Type": "application/json"},
+            timeout=60,
+        )
         assert "nests more than" in _error(r, param)
 
 

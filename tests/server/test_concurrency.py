@@ -21,9 +21,12 @@ def test_32_concurrent_streams(server):
 
         async def one(i):
             stream = await client.chat.completions.create(
-                model="clover", messages=[{"role": "user", "content": f"Recall drone {i}"}], max_tokens=10 + i % 7,
-                stream=True, stream_options={"include_usage": True},
-            )  # fmt: skip
+                model="clover",
+                messages=[{"role": "user", "content": f"Recall drone {i}"}],
+                max_tokens=10 + i % 7,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             reasons, usage = [], None
             async for ch in stream:
                 if ch.choices and ch.choices[0].finish_reason:
@@ -72,8 +75,10 @@ def test_queue_full_then_cancelled_stream_frees_its_slot(live, caplog):
         metrics = httpx.get(srv.url + "/metrics").text
         finished = sorted(ln for ln in metrics.splitlines() if ln.startswith("clover_engine_requests_total{"))
         # the stream was aborted, never finished by its length; the one request served is the last
-        assert finished == ['clover_engine_requests_total{reason="aborted"} 1.0',
-                            'clover_engine_requests_total{reason="length"} 1.0'], finished  # fmt: skip
+        assert finished == [
+            'clover_engine_requests_total{reason="aborted"} 1.0',
+            'clover_engine_requests_total{reason="length"} 1.0',
+        ], finished
         assert 'status="429"' in metrics
         # the stream began with 200, but its client went away before the end: 499, as in the access log
         assert 'clover_requests_total{endpoint="/v1/chat/completions",status="499"} 1.0' in metrics
@@ -103,8 +108,11 @@ def _send_raw(url: str, path: str, body: dict) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps(body).encode()
     s = socket.create_connection((host, int(port)))
-    s.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+    s.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     return s
 
 

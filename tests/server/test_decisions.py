@@ -20,8 +20,9 @@ QUESTIONS = [
 def _post(server, body):
     from tests.server.conftest import API_KEY
 
-    return httpx.post(server.url + "/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"},
-                      timeout=60)  # fmt: skip
+    return httpx.post(
+        server.url + "/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
+    )
 
 
 @pytest.mark.parametrize("mode", ["joint", "independent"])
@@ -49,10 +50,14 @@ def test_decision_errors(server):
     r = _post(server, {"context": CONTEXT, "questions": [{"question": "Q?", "options": ["yes", "not\nsure"]}]})
     err = r.json()["error"]
     assert r.status_code == 400 and "line break" in err["message"] and err["param"] == "questions.0.options"
-    for bad in ({"questions": []}, {"questions": [{"question": "Q?", "options": ["yes"]}]},
-                {"questions": [{"question": "Q?", "options": ["yes", "yes"]}]},
-                {"questions": QUESTIONS, "mode": "both"}, {"questions": QUESTIONS, "threshold": 2},
-                {"questions": QUESTIONS, "block_size": 999}):  # fmt: skip
+    for bad in (
+        {"questions": []},
+        {"questions": [{"question": "Q?", "options": ["yes"]}]},
+        {"questions": [{"question": "Q?", "options": ["yes", "yes"]}]},
+        {"questions": QUESTIONS, "mode": "both"},
+        {"questions": QUESTIONS, "threshold": 2},
+        {"questions": QUESTIONS, "block_size": 999},
+    ):
         r = _post(server, {"context": CONTEXT, **bad})
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]["message"]
@@ -114,8 +119,10 @@ def test_options_of_several_tokens_take_the_grammar_path(server, tokenizer, tiny
             "reject\n2: no\n3: high"
         )
         assert not grammar.accepts("reject\n2: maybe\n3: high") and not grammar.accepts("reject\n2: no")
-    for body in ({"context": CONTEXT, "questions": MULTI, "mode": mode},
-                 {"context": CONTEXT, "questions": MULTI, "mode": mode, "threshold": 0.3}):  # fmt: skip
+    for body in (
+        {"context": CONTEXT, "questions": MULTI, "mode": mode},
+        {"context": CONTEXT, "questions": MULTI, "mode": mode, "threshold": 0.3},
+    ):
         r = _post(server, body)
         assert r.status_code == 200, r.text
         d = r.json()

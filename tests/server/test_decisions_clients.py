@@ -35,8 +35,15 @@ def _answered(r: httpx.Response, questions: list[dict]) -> dict:
 
 def test_nullable_fields_sent_as_null(server):
     """A client that serialises every field sends null for mode too: the default (joint)."""
-    body = {"model": None, "context": "Alpha is active.", "questions": YES_NO[:2], "mode": None,
-            "threshold": None, "block_size": None, "policy": None}  # fmt: skip
+    body = {
+        "model": None,
+        "context": "Alpha is active.",
+        "questions": YES_NO[:2],
+        "mode": None,
+        "threshold": None,
+        "block_size": None,
+        "policy": None,
+    }
     assert _answered(_post(server, body), YES_NO[:2])["mode"] == "joint"
 
 
@@ -55,8 +62,9 @@ def _context_at_the_limit(tokenizer, config, max_prompt: int) -> str:
     """A context whose joint prompt fits (<= max_prompt tokens) while prompt + answers do not."""
     for reps in range(1, 4000):
         ctx = "Alpha active 09:00. " * reps
-        (plan,) = plan_joint(tokenizer, config, DecisionGroup(ctx, [Question(q["question"], q["options"])
-                                                                   for q in YES_NO]))  # fmt: skip
+        (plan,) = plan_joint(
+            tokenizer, config, DecisionGroup(ctx, [Question(q["question"], q["options"]) for q in YES_NO])
+        )
         n = len(plan.prompt_ids)
         if n > max_prompt:
             break
@@ -87,8 +95,7 @@ def test_an_oversized_option_is_refused_before_any_work(server):
         ]
 
     before = engine_counts()
-    err = _error(_post(server, {"context": "Alpha is active.", "questions": questions}), 400,
-                 "questions.0.options.0")  # fmt: skip
+    err = _error(_post(server, {"context": "Alpha is active.", "questions": questions}), 400, "questions.0.options.0")
     assert "2000" in err["message"]
     assert engine_counts() == before  # refused before the engine saw it: no request, no prompt tokens
     assert httpx.get(server.url + "/health").json()["outstanding"] == 0

@@ -28,8 +28,11 @@ def _post(server, body, path="/v1/chat/completions", **kw):
 
 
 def test_malformed_json(server):
-    r = httpx.post(server.url + "/v1/chat/completions", content=b'{"model": "clover", "messages": [',
-                   headers={**AUTH, "Content-Type": "application/json"})  # fmt: skip
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=b'{"model": "clover", "messages": [',
+        headers={**AUTH, "Content-Type": "application/json"},
+    )
     _error(r, 400, "invalid_json")
     _error(_post(server, None, content=b"[1, 2]"), 400)
 

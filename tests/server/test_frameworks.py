@@ -109,8 +109,12 @@ def test_the_bundled_random_model_gives_a_parsable_call_for_a_no_argument_functi
     closes at once (``{}``), whatever the weights."""
     from tests.server.conftest import API_KEY
 
-    r = httpx.post(server.url + "/v1/chat/completions", json=LANGCHAIN_NO_ARGS_TOOL, timeout=60,
-                   headers={"Authorization": f"Bearer {API_KEY}"})  # fmt: skip
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        json=LANGCHAIN_NO_ARGS_TOOL,
+        timeout=60,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     if choice["finish_reason"] != "length":  # whitespace inside {} could in principle run to max_tokens

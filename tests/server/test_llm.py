@@ -19,13 +19,29 @@ REQUESTS = [
     {"messages": MESSAGES, "max_tokens": 24},
     {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "max_tokens": 40},
     {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "tool_choice": "required", "max_tokens": 60},
-    {"messages": MESSAGES, "tools": AIRSPACE_TOOLS, "max_tokens": 60, "parallel_tool_calls": False,
-     "tool_choice": {"type": "function", "function": {"name": "recall_drone"}}},
-    {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}},
-     "max_tokens": 30, "policy": "ar"},
-    {"messages": MESSAGES, "n": 2, "temperature": 0.9, "seed": 3, "max_tokens": 16, "logprobs": True,
-     "top_logprobs": 2},
-]  # fmt: skip
+    {
+        "messages": MESSAGES,
+        "tools": AIRSPACE_TOOLS,
+        "max_tokens": 60,
+        "parallel_tool_calls": False,
+        "tool_choice": {"type": "function", "function": {"name": "recall_drone"}},
+    },
+    {
+        "messages": MESSAGES,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}},
+        "max_tokens": 30,
+        "policy": "ar",
+    },
+    {
+        "messages": MESSAGES,
+        "n": 2,
+        "temperature": 0.9,
+        "seed": 3,
+        "max_tokens": 16,
+        "logprobs": True,
+        "top_logprobs": 2,
+    },
+]
 
 
 def _comparable(body: dict) -> list:
@@ -57,11 +73,14 @@ def test_chat_answers_as_the_server_does(llm, live, i):
 
 
 def test_decide_answers_as_the_server_does(llm, live):
-    body = {"context": "Drones fly in daylight only. It is 23:00.",
-            "questions": [{"question": "Is it daylight?", "options": ["yes", "no"]},
-                          {"question": "May drone 4 fly?", "options": ["yes", "no"]},
-                          {"question": "Who decides?",
-                           "options": ["the pilot", "escalate to supervisor"]}]}  # fmt: skip
+    body = {
+        "context": "Drones fly in daylight only. It is 23:00.",
+        "questions": [
+            {"question": "Is it daylight?", "options": ["yes", "no"]},
+            {"question": "May drone 4 fly?", "options": ["yes", "no"]},
+            {"question": "Who decides?", "options": ["the pilot", "escalate to supervisor"]},
+        ],
+    }
     with live() as srv:
         want = httpx.post(srv.url + "/v1/decisions", json=body, timeout=120).json()
     for mode in ("joint", "independent"):
@@ -142,8 +161,11 @@ def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
     """An agent loop's second request (history: a call, its result, the summary) and a chat
     client's after small talk: the new turn's call, not the history's; and thanks after a result
     answered in words, not with the history's call again."""
-    call = lambda name, args: {"id": "call_0", "type": "function",  # noqa: E731
-                               "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+    call = lambda name, args: {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
     history = [
         {"role": "user", "content": "recall drone 17"},
         {"role": "assistant", "content": None, "tool_calls": [call("recall_drone", {"drone_id": "D-17"})]},
@@ -155,10 +177,13 @@ def test_the_bundled_model_answers_the_last_turn_of_a_conversation():
     hello = [{"role": "user", "content": "hello"}]  # then the model's own reply, as a chat client sends it back
     hello.append(llm.chat(hello, tools=tools)["choices"][0]["message"])
     for convo, name, args in (
-        (history + [{"role": "user", "content": "now check the status of drone 42"}], "get_drone_status",
-         {"drone_id": "D-42"}),
+        (
+            history + [{"role": "user", "content": "now check the status of drone 42"}],
+            "get_drone_status",
+            {"drone_id": "D-42"},
+        ),
         (hello + [{"role": "user", "content": "recall drone 17"}], "recall_drone", {"drone_id": "D-17"}),
-    ):  # fmt: skip
+    ):
         for policy in ("ar", "threshold"):
             msg = llm.chat(convo, tools=tools, policy=policy)["choices"][0]["message"]
             got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg.get("tool_calls") or []]

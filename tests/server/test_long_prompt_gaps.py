@@ -19,8 +19,11 @@ def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
         raise ValueError("stop here")  # cmd_serve reports it and returns 2, before any server starts
 
     monkeypatch.setattr(loading, "load_engine", fake_load_engine)
-    for argv, want in ((["serve", "--port", "0", "--prefill-chunk", "64"], 64), (["serve", "--port", "0"], 512),
-                       (["serve", "--port", "0", "--prefill-chunk", "0"], 0)):  # fmt: skip
+    for argv, want in (
+        (["serve", "--port", "0", "--prefill-chunk", "64"], 64),
+        (["serve", "--port", "0"], 512),
+        (["serve", "--port", "0", "--prefill-chunk", "0"], 0),
+    ):
         args = build_parser().parse_args(argv)
         assert args.func(args) == 2
         assert seen["args"][-1] == want

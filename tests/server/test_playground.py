@@ -52,8 +52,9 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
             done = browser.open(url, "['done', 'error'].includes(document.getElementById('status').dataset.state)")
             shot = tmp_path / "playground.png"
             browser.screenshot(shot)
-            status = browser.evaluate("document.getElementById('status').dataset.state + ': ' + "
-                                      "document.getElementById('status').textContent")  # fmt: skip
+            status = browser.evaluate(
+                "document.getElementById('status').dataset.state + ': ' + document.getElementById('status').textContent"
+            )
             text = browser.evaluate("document.querySelector('.msg.assistant .body').textContent")
             filled = browser.evaluate("document.querySelectorAll('#block .cell.done, #block .cell.new').length")
             tpf = browser.evaluate("document.getElementById('s-tpf').textContent")
@@ -61,8 +62,9 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
             keybox = browser.evaluate("getComputedStyle(document.getElementById('keybox')).display")
             viewport = browser.evaluate("[innerWidth, innerHeight].map(v => Math.round(v * devicePixelRatio))")
             reply = "document.querySelector('.msg.assistant .body')"
-            box = browser.evaluate("(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))"
-                                   f"({reply}.getBoundingClientRect())")  # fmt: skip
+            box = browser.evaluate(
+                f"(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))({reply}.getBoundingClientRect())"
+            )
         finally:
             browser.close()
     assert done and status.startswith("done"), status
@@ -145,9 +147,11 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
             url = srv.url + "/?key=pg-key&mode=agent&world=0&policy=ar&delay=0"
             drawn = browser.open(url, "document.querySelectorAll('#map g.drone').length > 0")
             before = _map(browser)
-            browser.evaluate("document.getElementById('prompt').value = "
-                             "'recall drone 18 and lift no-fly zone Lower Arena'; "
-                             "document.getElementById('send').click()")  # fmt: skip
+            browser.evaluate(
+                "document.getElementById('prompt').value = "
+                "'recall drone 18 and lift no-fly zone Lower Arena'; "
+                "document.getElementById('send').click()"
+            )
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline:
                 if browser.evaluate("['done', 'error'].includes(document.getElementById('status').dataset.state)"):
@@ -156,12 +160,16 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
             status = browser.evaluate("document.getElementById('status').textContent")
             after = _map(browser)
             log = browser.evaluate("document.getElementById('log').innerText")
-            changed = browser.evaluate("[...document.querySelectorAll('#map .changed')].map(g => "
-                                       "g.dataset.drone || g.dataset.zone).sort().join(',')")  # fmt: skip
+            changed = browser.evaluate(
+                "[...document.querySelectorAll('#map .changed')].map(g => "
+                "g.dataset.drone || g.dataset.zone).sort().join(',')"
+            )
             shot = tmp_path / "agent.png"
             browser.screenshot(shot)
-            map_box = browser.evaluate("(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))"
-                                       "(document.getElementById('map').getBoundingClientRect())")  # fmt: skip
+            map_box = browser.evaluate(
+                "(r => [r.x, r.y, r.width, r.height].map(v => v * devicePixelRatio))"
+                "(document.getElementById('map').getBoundingClientRect())"
+            )
             # a wrong key: the world route answers 401 like the other /v1 routes, and the page says so
             browser.evaluate("localStorage.clear()")
             state_is_error = "document.getElementById('status').dataset.state === 'error'"
@@ -226,8 +234,12 @@ def test_png_reader_undoes_each_filter(kind):
     def chunk(tag: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))  # fmt: skip
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
     assert png_pixels(png) == (w, h, bpp, rows)
     assert colours_in(png, (0, 0, 1, 1)) == 1 and colours_in(png) == len(
         {r[i : i + 4] for r in rows for i in range(0, 28, 4)}

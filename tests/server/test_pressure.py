@@ -62,10 +62,9 @@ def gated_engine(tiny_model, tokenizer):
 
 def test_full_queue_prefill_disconnect_and_slow_reader(live, gated_engine):
     engine, entered, release = gated_engine
-    body = {"model": "clover", "messages": MSG, "max_tokens": 64, "stream": True, "ignore_eos": True,
-            "temperature": 0}  # fmt: skip
+    body = {"model": "clover", "messages": MSG, "max_tokens": 64, "stream": True, "ignore_eos": True, "temperature": 0}
     with live(engine, max_queue=1) as srv:
-        health = lambda: httpx.get(srv.url + "/health").json()  # noqa: E731
+        health = lambda: httpx.get(srv.url + "/health").json()
         first = _send_raw(srv.url, "/v1/chat/completions", body)  # its prefill holds the engine
         assert entered.wait(600), "the request never reached the engine"
         second = _send_raw(srv.url, "/v1/chat/completions", body)  # waits in the queue
@@ -84,8 +83,10 @@ def test_full_queue_prefill_disconnect_and_slow_reader(live, gated_engine):
         second.close()
         _wait_idle(srv.url)
         # the first never finished: counted as aborted, the second by its length
-        assert sorted(_finished(srv.url)) == ['clover_engine_requests_total{reason="aborted"} 1.0',
-                                              'clover_engine_requests_total{reason="length"} 1.0']  # fmt: skip
+        assert sorted(_finished(srv.url)) == [
+            'clover_engine_requests_total{reason="aborted"} 1.0',
+            'clover_engine_requests_total{reason="length"} 1.0',
+        ]
         fast = httpx.post(srv.url + "/v1/chat/completions", json={**body, "stream": False}, timeout=600)
         assert fast.status_code == 200
         slow_text = _sse_text(raw)

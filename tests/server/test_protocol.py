@@ -124,7 +124,6 @@ def test_half_formed_tool_markup_is_never_a_replys_words():
     assert assistant_message("Done.<tool_call>{bad json", True, None, names) == ("Done.", [])
     assert assistant_message(text, False) == (text, [])
     s = AssistantStream("", parse_tools=True, names=names)
-    sent = [d["content"] for piece in ("You", "'re", 'call_drone", "argu', 'ments": {welcome.')
-            for d in s.feed(piece)]  # fmt: skip
+    sent = [d["content"] for piece in ("You", "'re", 'call_drone", "argu', 'ments": {welcome.') for d in s.feed(piece)]
     sent += [d["content"] for d in s.finish()]
     assert "".join(sent) == "You'" and s.calls == []

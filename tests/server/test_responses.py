@@ -12,8 +12,12 @@ from tests.server.conftest import ForcedEngine
 
 CALL = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>'
 TOOLS = [{"type": "function", **t["function"]} for t in AIRSPACE_TOOLS]  # the Responses' flat form
-SCHEMA = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"}},
-          "required": ["drone_id", "urgent"], "additionalProperties": False}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"}},
+    "required": ["drone_id", "urgent"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +31,15 @@ def forced(live, tiny_model, tokenizer):
 def test_plain_text_input(forced):
     engine, client = forced
     engine.force("Drone D-17 is on its way home.")
-    r = client.responses.create(model="clover", input="Where is drone 17?", store=False, metadata={"k": "v"},
-                                user="u1", reasoning={"effort": "low"}, truncation="disabled")  # fmt: skip
+    r = client.responses.create(
+        model="clover",
+        input="Where is drone 17?",
+        store=False,
+        metadata={"k": "v"},
+        user="u1",
+        reasoning={"effort": "low"},
+        truncation="disabled",
+    )
     assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
     assert r.incomplete_details is None and r.error is None
     (item,) = r.output
@@ -43,16 +54,26 @@ def test_plain_text_input(forced):
 def test_input_list_with_instructions_renders_like_chat(forced, tokenizer):
     engine, client = forced
     engine.force("Ok.")
-    r = client.responses.create(model="clover", instructions="You are a drone controller.", input=[
-        {"role": "user", "content": "hello"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi."}]},
-        {"role": "user", "content": [{"type": "input_text", "text": "status?"}]},
-    ])  # fmt: skip
+    r = client.responses.create(
+        model="clover",
+        instructions="You are a drone controller.",
+        input=[
+            {"role": "user", "content": "hello"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi."}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "status?"}]},
+        ],
+    )
     assert r.output_text == "Ok." and r.instructions == "You are a drone controller."
     resp_prompt = engine.prompts[-1]
-    client.chat.completions.create(model="clover", messages=[
-        {"role": "system", "content": "You are a drone controller."}, {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "status?"}])  # fmt: skip
+    client.chat.completions.create(
+        model="clover",
+        messages=[
+            {"role": "system", "content": "You are a drone controller."},
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": "Hi."},
+            {"role": "user", "content": "status?"},
+        ],
+    )
     assert resp_prompt == engine.prompts[-1]
 
 
@@ -67,8 +88,9 @@ def test_function_call_output_item(forced):
     assert call.name == "recall_drone" and json.loads(call.arguments) == {"drone_id": "D-17"}
     assert call.status == "completed" and r.tools[0].name == TOOLS[0]["name"]
     engine.force(CALL[len('<tool_call>{"name": "recall_drone') :])  # prefilled up to the name: only a call
-    r = client.responses.create(model="clover", input="Recall drone 17", tools=TOOLS,
-                                tool_choice={"type": "function", "name": "recall_drone"})  # fmt: skip
+    r = client.responses.create(
+        model="clover", input="Recall drone 17", tools=TOOLS, tool_choice={"type": "function", "name": "recall_drone"}
+    )
     assert [o.type for o in r.output] == ["function_call"] and r.output_text == ""
 
 
@@ -76,31 +98,60 @@ def test_function_call_round_trip_renders_like_a_chat_tool_result(forced):
     engine, client = forced
     engine.force("Drone D-17 is returning to base.")
     args, result = json.dumps({"drone_id": "D-17"}), json.dumps({"status": "returning"})
-    r = client.responses.create(model="clover", tools=TOOLS, input=[
-        {"role": "user", "content": "Recall drone 17"},
-        {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
-        {"type": "function_call_output", "call_id": "call_1", "output": result},
-    ])  # fmt: skip
+    r = client.responses.create(
+        model="clover",
+        tools=TOOLS,
+        input=[
+            {"role": "user", "content": "Recall drone 17"},
+            {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
+            {"type": "function_call_output", "call_id": "call_1", "output": result},
+        ],
+    )
     assert r.output_text == "Drone D-17 is returning to base."
     resp_prompt = engine.prompts[-1]
-    client.chat.completions.create(model="clover", tools=AIRSPACE_TOOLS, messages=[
-        {"role": "user", "content": "Recall drone 17"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": result}])  # fmt: skip
+    client.chat.completions.create(
+        model="clover",
+        tools=AIRSPACE_TOOLS,
+        messages=[
+            {"role": "user", "content": "Recall drone 17"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ],
+    )
     assert resp_prompt == engine.prompts[-1]
     # a call that follows an assistant message joins it
-    client.responses.create(model="clover", tools=TOOLS, input=[
-        {"role": "user", "content": "Recall drone 17"}, {"role": "assistant", "content": "On it."},
-        {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
-        {"type": "function_call_output", "call_id": "call_1", "output": result},
-    ])  # fmt: skip
+    client.responses.create(
+        model="clover",
+        tools=TOOLS,
+        input=[
+            {"role": "user", "content": "Recall drone 17"},
+            {"role": "assistant", "content": "On it."},
+            {"type": "function_call", "call_id": "call_1", "name": "recall_drone", "arguments": args},
+            {"type": "function_call_output", "call_id": "call_1", "output": result},
+        ],
+    )
     resp_prompt = engine.prompts[-1]
-    client.chat.completions.create(model="clover", tools=AIRSPACE_TOOLS, messages=[
-        {"role": "user", "content": "Recall drone 17"},
-        {"role": "assistant", "content": "On it.", "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": result}])  # fmt: skip
+    client.chat.completions.create(
+        model="clover",
+        tools=AIRSPACE_TOOLS,
+        messages=[
+            {"role": "user", "content": "Recall drone 17"},
+            {
+                "role": "assistant",
+                "content": "On it.",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "recall_drone", "arguments": args}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ],
+    )
     assert resp_prompt == engine.prompts[-1]
 
 
@@ -137,8 +188,13 @@ def test_streaming_text(forced):
     kinds = [e.type for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    for k in ("response.output_item.added", "response.content_part.added", "response.output_text.done",
-              "response.content_part.done", "response.output_item.done"):  # fmt: skip
+    for k in (
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ):
         assert kinds.count(k) == 1, k
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     final = events[-1].response
@@ -179,12 +235,16 @@ def test_errors_in_the_openai_shape(forced):
         (dict(input="hi", tools=[{"type": "web_search"}]), "tools.0.type"),
         (dict(input="hi", temperature=3.5), "temperature"),
         (dict(input="hi", max_output_tokens=10**6), "max_output_tokens"),
-        (dict(input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "weird"}}}),
-         "text.format"),
-        (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
-         "input.0.content.0.type"),
+        (
+            dict(input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "weird"}}}),
+            "text.format",
+        ),
+        (
+            dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+            "input.0.content.0.type",
+        ),
         (dict(input="hi", tool_choice={"type": "function", "name": "nope"}, tools=TOOLS), "tool_choice"),
-    ]  # fmt: skip
+    ]
     for kw, param in cases:
         with pytest.raises(openai.BadRequestError) as e:
             client.responses.create(model="clover", **kw)
@@ -209,9 +269,15 @@ def _sse_events(r: httpx.Response) -> list[dict]:
 
 
 # ``ModelSettings(top_logprobs=2, max_tokens=32)``: the SDK adds the include entry itself
-LOGPROBS_BODY = {"model": "clover", "include": ["message.output_text.logprobs"], "input": [
-    {"content": "Where is drone 17?", "role": "user"}], "instructions": "Airspace.", "max_output_tokens": 32,
-    "tools": [], "top_logprobs": 2}  # fmt: skip
+LOGPROBS_BODY = {
+    "model": "clover",
+    "include": ["message.output_text.logprobs"],
+    "input": [{"content": "Where is drone 17?", "role": "user"}],
+    "instructions": "Airspace.",
+    "max_output_tokens": 32,
+    "tools": [],
+    "top_logprobs": 2,
+}
 
 
 def test_agents_sdk_top_logprobs_are_returned(forced, tokenizer):
@@ -259,8 +325,12 @@ def test_agents_sdk_top_logprobs_streamed(forced):
 def test_agents_sdk_stored_prompt_is_refused_not_ignored(forced):
     # ``Agent(prompt={"id": ..., "version": ..., "variables": ...})``: a template kept on OpenAI's side
     _, client = forced
-    body = {"model": "clover", "include": [], "input": [{"content": "hi", "role": "user"}],
-            "prompt": {"id": "pmpt_123", "version": "2", "variables": {"city": "Oslo"}}}  # fmt: skip
+    body = {
+        "model": "clover",
+        "include": [],
+        "input": [{"content": "hi", "role": "user"}],
+        "prompt": {"id": "pmpt_123", "version": "2", "variables": {"city": "Oslo"}},
+    }
     r = _post(client, body)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
@@ -269,13 +339,20 @@ def test_agents_sdk_stored_prompt_is_refused_not_ignored(forced):
 
 def test_chat_style_nested_tools_are_read_too(live):
     """Clients moving from chat completions often keep chat's nested tool and tool_choice forms."""
-    flat = {"type": "function", "name": "recall_drone", "parameters": {"type": "object", "properties": {
-        "drone_id": {"type": "string"}}, "required": ["drone_id"]}}  # fmt: skip
+    flat = {
+        "type": "function",
+        "name": "recall_drone",
+        "parameters": {"type": "object", "properties": {"drone_id": {"type": "string"}}, "required": ["drone_id"]},
+    }
     nested = {"type": "function", "function": {k: v for k, v in flat.items() if k != "type"}}
     with live() as srv:
-        bodies = [{"model": "clover", "input": "recall drone 17", "max_output_tokens": 24, "tools": [t],
-                   "tool_choice": c} for t, c in ((flat, {"type": "function", "name": "recall_drone"}),
-                   (nested, {"type": "function", "function": {"name": "recall_drone"}}))]  # fmt: skip
+        bodies = [
+            {"model": "clover", "input": "recall drone 17", "max_output_tokens": 24, "tools": [t], "tool_choice": c}
+            for t, c in (
+                (flat, {"type": "function", "name": "recall_drone"}),
+                (nested, {"type": "function", "function": {"name": "recall_drone"}}),
+            )
+        ]
         got = [httpx.post(srv.url + "/v1/responses", json=b, timeout=60).json() for b in bodies]
     assert got[0]["output"] and [o.get("name") for o in got[0]["output"]] == [o.get("name") for o in got[1]["output"]]
     assert [o.get("arguments") for o in got[0]["output"]] == [o.get("arguments") for o in got[1]["output"]]

@@ -24,8 +24,9 @@ def test_echo_with_logprobs_scores_the_prompt_as_the_engine_does(server, client,
     ids = tokenizer.encode(context + continuation)
     ctxlen = len(tokenizer.encode(context))
     # lm-evaluation-harness' loglikelihood payload (token ids, one token generated, echo)
-    r = client.completions.create(model="clover", prompt=[ids], temperature=0, max_tokens=1, logprobs=1, echo=True,
-                                  seed=1234)  # fmt: skip
+    r = client.completions.create(
+        model="clover", prompt=[ids], temperature=0, max_tokens=1, logprobs=1, echo=True, seed=1234
+    )
     lp = r.choices[0].logprobs
     assert len(lp.token_logprobs) == len(ids) + 1 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     assert r.choices[0].text.startswith(tokenizer.decode(ids)) and r.usage.completion_tokens == 1
@@ -57,11 +58,20 @@ def test_echo_counts_a_generated_eos_as_the_generated_token(server, client, toke
 def test_echo_without_logprobs_and_streamed(server, client):
     r = client.completions.create(model="clover", prompt="Recall drone 4", max_tokens=3, echo=True)
     assert r.choices[0].text.startswith("Recall drone 4") and r.choices[0].logprobs is None
-    parts = [c.choices[0].text for c in client.completions.create(
-        model="clover", prompt="Recall drone 4", max_tokens=3, echo=True, stream=True) if c.choices]  # fmt: skip
+    parts = [
+        c.choices[0].text
+        for c in client.completions.create(
+            model="clover", prompt="Recall drone 4", max_tokens=3, echo=True, stream=True
+        )
+        if c.choices
+    ]
     assert parts[0] == "Recall drone 4" and "".join(parts) == r.choices[0].text
-    bad = httpx.post(server.url + "/v1/completions", headers=AUTH, timeout=60,
-                     json={"model": "clover", "prompt": "x", "echo": True, "stream": True, "logprobs": 1})  # fmt: skip
+    bad = httpx.post(
+        server.url + "/v1/completions",
+        headers=AUTH,
+        timeout=60,
+        json={"model": "clover", "prompt": "x", "echo": True, "stream": True, "logprobs": 1},
+    )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "echo"
 
 
@@ -75,7 +85,11 @@ def test_tokenize_detokenize_and_tokenizer_info(server, tokenizer, client):
     assert chat["count"] == used and "".join(chat["token_strs"]) == tokenizer.decode(chat["tokens"])
     info = _tok(server, "/tokenizer_info").json()
     assert info["eos_token"] == tokenizer.decode([tokenizer.eos_token_id]) and "bos_token" in info
-    for body, param in [({}, "prompt"), ({"prompt": "a", "messages": msgs}, "prompt"), ({"tokens": [-1]}, "tokens"),
-                        ({"prompt": "a", "model": "other"}, "model")]:  # fmt: skip
+    for body, param in [
+        ({}, "prompt"),
+        ({"prompt": "a", "messages": msgs}, "prompt"),
+        ({"tokens": [-1]}, "tokens"),
+        ({"prompt": "a", "model": "other"}, "model"),
+    ]:
         res = _tok(server, "/detokenize" if "tokens" in body else "/tokenize", body)
         assert res.status_code in (400, 404) and res.json()["error"]["param"] == param

@@ -49,7 +49,6 @@ def test_help_follows_the_policy_registry():
     assert SamplingParams().policy == DEFAULT_POLICY
 
 
-
 def test_no_default_policy_or_threshold_is_retyped():
     """Outside engine/policies.py no code gives the default policy or threshold (nor the old
     "threshold" / 0.9) as a default of its own."""
@@ -59,8 +58,13 @@ def test_no_default_policy_or_threshold_is_retyped():
         if path.as_posix().endswith(("engine/policies.py", "export/hf_modeling/generation_clover.py")):
             continue  # the one definition; the exported model's code runs without clover installed
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            retyped = (f'default="{DEFAULT_POLICY}"', f"default={DEFAULT_THRESHOLD}", f'or "{DEFAULT_POLICY}"',
-                       'default="threshold"', "default=0.9")  # fmt: skip
+            retyped = (
+                f'default="{DEFAULT_POLICY}"',
+                f"default={DEFAULT_THRESHOLD}",
+                f'or "{DEFAULT_POLICY}"',
+                'default="threshold"',
+                "default=0.9",
+            )
             if any(r in line for r in retyped):
                 wrong.append(f"{path.relative_to(root)}:{n}")
     assert wrong == []

@@ -58,16 +58,31 @@ def test_previous_response_id_carries_the_conversation_with_tool_calls(scripted,
     call = next(o for o in r1.output if o.type == "function_call")
     out = json.dumps({"status": "returning"})
     result = {"type": "function_call_output", "call_id": call.call_id, "output": out}
-    r2 = client.responses.create(model="clover", previous_response_id=r1.id, tools=TOOLS, instructions="Be brief.",
-                                 input=[result])  # fmt: skip
+    r2 = client.responses.create(
+        model="clover", previous_response_id=r1.id, tools=TOOLS, instructions="Be brief.", input=[result]
+    )
     assert r2.previous_response_id == r1.id and r2.output_text == "Drone D-17 is returning."
     seen = engine.prompts[-1]
-    client.chat.completions.create(model="clover", tools=[{"type": "function", "function": {
-        k: v for k, v in t.items() if k != "type"}} for t in TOOLS], messages=[
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Recall drone 17"},
-        {"role": "assistant", "content": "Recalling it.", "tool_calls": [{"id": call.call_id, "type": "function",
-         "function": {"name": call.name, "arguments": call.arguments}}]},
-        {"role": "tool", "tool_call_id": call.call_id, "content": out}])  # fmt: skip
+    client.chat.completions.create(
+        model="clover",
+        tools=[{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in TOOLS],
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Recall drone 17"},
+            {
+                "role": "assistant",
+                "content": "Recalling it.",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call.call_id, "content": out},
+        ],
+    )
     assert seen == engine.prompts[-1]
     # the whole conversation is listed, newest first by default
     items = client.responses.input_items.list(r2.id).data
@@ -160,8 +175,9 @@ def _body(rid: str, text: str = "x") -> dict:
 @pytest.mark.parametrize("path", [None, "db"])
 def test_store_bounds_entries_bytes_and_time(tmp_path, path):
     clock = Clock()
-    store = ResponseStore(str(tmp_path / "r.sqlite") if path else None, max_entries=3, max_mb=2048 / 2**20,
-                          ttl_s=60, clock=clock)  # fmt: skip
+    store = ResponseStore(
+        str(tmp_path / "r.sqlite") if path else None, max_entries=3, max_mb=2048 / 2**20, ttl_s=60, clock=clock
+    )
     for i in range(3):
         clock.t += 1
         store.put(f"r{i}", _body(f"r{i}"), [], owner=None)

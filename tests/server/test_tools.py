@@ -66,8 +66,11 @@ def test_parallel_tool_calls_false_gives_one_call_and_stops_after_it(forced):
     assert len(both.choices[0].message.tool_calls) == 2
 
 
-SCHEMA = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"},
-          "eta": {"type": "integer"}}, "required": ["drone_id", "urgent"]}  # fmt: skip
+SCHEMA = {
+    "type": "object",
+    "properties": {"drone_id": {"enum": ["D-1", "D-2"]}, "urgent": {"type": "boolean"}, "eta": {"type": "integer"}},
+    "required": ["drone_id", "urgent"],
+}
 
 
 def test_response_format_json_object_and_json_schema_constrain_the_answer(forced):
@@ -75,8 +78,9 @@ def test_response_format_json_object_and_json_schema_constrain_the_answer(forced
     engine.force(None)  # the random model itself, under the grammar
     fmt = {"type": "json_schema", "json_schema": {"name": "status", "schema": SCHEMA, "strict": True}}
     for seed in range(3):
-        r = client.chat.completions.create(model="clover", messages=MSG, response_format=fmt, max_tokens=40,
-                                           temperature=1.0, seed=seed)  # fmt: skip
+        r = client.chat.completions.create(
+            model="clover", messages=MSG, response_format=fmt, max_tokens=40, temperature=1.0, seed=seed
+        )
         c = r.choices[0]
         if c.finish_reason == "stop":  # else cut by max_tokens inside an integer: still a valid prefix
             ans = json.loads(c.message.content)
@@ -84,15 +88,19 @@ def test_response_format_json_object_and_json_schema_constrain_the_answer(forced
             assert set(ans) <= {"drone_id", "urgent", "eta"} and isinstance(ans.get("eta", 0), int)
     assert engine.grammars[-1].accepts('{"urgent": false, "drone_id": "D-2"}')
     assert not engine.grammars[-1].accepts('{"drone_id": "D-3", "urgent": true}')
-    r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "json_object"},
-                                       max_tokens=12)  # fmt: skip
+    r = client.chat.completions.create(
+        model="clover", messages=MSG, response_format={"type": "json_object"}, max_tokens=12
+    )
     assert engine.grammars[-1].accepts('{"any": [1, {"thing": null}]}') and not engine.grammars[-1].accepts("[1]")
     assert r.choices[0].message.content.startswith("{")
     r = client.chat.completions.create(model="clover", messages=MSG, response_format={"type": "text"}, max_tokens=4)
     assert r.choices[0].finish_reason in ("stop", "length") and engine.grammars[-1] is None
-    bad = [{"type": "xml"}, {"type": "json_schema"},
-           {"type": "json_schema", "json_schema": {"schema": {"type": "weird"}}},
-           {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://example.com/s.json"}}}]  # fmt: skip
+    bad = [
+        {"type": "xml"},
+        {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": {"schema": {"type": "weird"}}},
+        {"type": "json_schema", "json_schema": {"schema": {"$ref": "https://example.com/s.json"}}},
+    ]
     for fmt in bad:
         with pytest.raises(openai.BadRequestError, match="response_format") as e:
             client.chat.completions.create(model="clover", messages=MSG, response_format=fmt)
@@ -103,11 +111,19 @@ def test_tool_result_turn(forced, tokenizer):
     engine, client = forced
     engine.force("Drone D-17 is returning to base.")
     msgs = MSG + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "recall_drone", "arguments": json.dumps({"drone_id": "D-17"})}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "recall_drone", "arguments": json.dumps({"drone_id": "D-17"})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"status": "returning"})},
-    ]  # fmt: skip
+    ]
     r = client.chat.completions.create(model="clover", messages=msgs, tools=AIRSPACE_TOOLS)
     assert r.choices[0].message.content == "Drone D-17 is returning to base."
     assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
@@ -132,8 +148,9 @@ def test_tool_choice_none_required_named(forced, tokenizer):
     assert not g.accepts(rest.replace("recall_drone", "launch_drone"))
     assert not g.accepts(rest.replace('"drone_id"', '"drone"'))  # not a parameter of recall_drone
     assert not g.accepts('get_drone_status", "arguments": {}}</tool_call>')  # drone_id is required
-    client.chat.completions.create(model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required",
-                                   parallel_tool_calls=False)  # fmt: skip
+    client.chat.completions.create(
+        model="clover", messages=MSG, tools=AIRSPACE_TOOLS, tool_choice="required", parallel_tool_calls=False
+    )
     assert engine.grammars[-1].accepts(rest) and not engine.grammars[-1].accepts(rest + "\n" + CALL)
 
     # required with a single tool is that tool named
@@ -162,10 +179,20 @@ def test_random_model_with_tools_gives_a_valid_shape(client):
         json.loads(call.function.arguments)
 
 
-SWITCH = [{"type": "function", "function": {"name": "set_mode", "parameters": {"type": "object", "properties": {
-    "mode": {"enum": ["on", "off"]}, "level": {"type": "integer"}}, "required": ["mode"]}}},
-    {"type": "function",
-     "function": {"name": "get_mode", "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
+SWITCH = [
+    {
+        "type": "function",
+        "function": {
+            "name": "set_mode",
+            "parameters": {
+                "type": "object",
+                "properties": {"mode": {"enum": ["on", "off"]}, "level": {"type": "integer"}},
+                "required": ["mode"],
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_mode", "parameters": {"type": "object", "properties": {}}}},
+]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -173,8 +200,14 @@ def test_required_tool_choice_on_a_random_model_returns_valid_calls(client, stre
     """A model that knows nothing of these tools, under the grammar: a call of an offered
     function with arguments its schema admits (plain and streamed), whatever the weights."""
     for choice in ("required", {"type": "function", "function": {"name": "set_mode"}}):
-        kw = dict(model="clover", messages=[{"role": "user", "content": "lights on"}], tools=SWITCH,
-                  tool_choice=choice, parallel_tool_calls=False, max_tokens=60)  # fmt: skip
+        kw = dict(
+            model="clover",
+            messages=[{"role": "user", "content": "lights on"}],
+            tools=SWITCH,
+            tool_choice=choice,
+            parallel_tool_calls=False,
+            max_tokens=60,
+        )
         finish, got = _calls(client, "chat", stream, **kw)
         if finish == "length":  # a long integer can run to max_tokens; the shape up to there is still right
             continue
@@ -221,14 +254,20 @@ def test_legacy_functions_and_function_call(forced, tokenizer):
     assert [f.name for f in fc] == ["recall_drone"] and chunks[-1].choices[0].finish_reason == "function_call"
     # function_call named / none; a function result turn in the legacy shape
     engine.force('", "arguments": {"drone_id": "D-3"}}</tool_call>')
-    r = client.chat.completions.create(model="clover", messages=MSG, functions=functions,
-                                       function_call={"name": "get_drone_status"})  # fmt: skip
+    r = client.chat.completions.create(
+        model="clover", messages=MSG, functions=functions, function_call={"name": "get_drone_status"}
+    )
     assert r.choices[0].message.function_call.name == "get_drone_status"
     assert tokenizer.decode(engine.prompts[-1]).endswith('<tool_call>{"name": "get_drone_status')
     engine.force("It is returning.")
-    msgs = MSG + [{"role": "assistant", "content": None, "function_call": {"name": "recall_drone",
-                   "arguments": '{"drone_id": "D-17"}'}}, {"role": "function", "name": "recall_drone",
-                   "content": '{"status": "returning"}'}]  # fmt: skip
+    msgs = MSG + [
+        {
+            "role": "assistant",
+            "content": None,
+            "function_call": {"name": "recall_drone", "arguments": '{"drone_id": "D-17"}'},
+        },
+        {"role": "function", "name": "recall_drone", "content": '{"status": "returning"}'},
+    ]
     r = client.chat.completions.create(model="clover", messages=msgs, functions=functions, function_call="none")
     prompt = tokenizer.decode(engine.prompts[-1])
     assert CALL in prompt and '<tool_response>{"status": "returning"}</tool_response>' in prompt
@@ -245,48 +284,73 @@ def test_vllm_and_sglang_structured_output_extras(forced):
     engine.force(None)  # the random model itself, under the grammar
     options = ["positive", "negative", "neutral"]
     for seed in range(3):
-        r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, temperature=1.0, seed=seed,
-                                           extra_body={"guided_choice": options})  # fmt: skip
+        r = client.chat.completions.create(
+            model="clover",
+            messages=MSG,
+            max_tokens=12,
+            temperature=1.0,
+            seed=seed,
+            extra_body={"guided_choice": options},
+        )
         assert r.choices[0].message.content in options and r.choices[0].finish_reason == "stop"
-        r = client.completions.create(model="clover", prompt="Sentiment:", max_tokens=12, temperature=1.0, seed=seed,
-                                      extra_body={"structured_outputs": {"choice": options}})  # fmt: skip
+        r = client.completions.create(
+            model="clover",
+            prompt="Sentiment:",
+            max_tokens=12,
+            temperature=1.0,
+            seed=seed,
+            extra_body={"structured_outputs": {"choice": options}},
+        )
         assert r.choices[0].text in options
     for body in [
         {"guided_regex": r"D-\d{1,3}"},
         {"regex": r"D-\d{1,3}"},
         {"structured_outputs": {"regex": r"D-\d{1,3}"}},
     ]:
-        r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, temperature=1.0, seed=1,
-                                           extra_body=body)  # fmt: skip
+        r = client.chat.completions.create(
+            model="clover", messages=MSG, max_tokens=12, temperature=1.0, seed=1, extra_body=body
+        )
         assert re.fullmatch(r"D-\d{1,3}", r.choices[0].message.content), (body, r.choices[0].message.content)
     schema = {"type": "object", "properties": {"drone_id": {"enum": ["D-1", "D-2"]}}, "required": ["drone_id"]}
-    for body in [{"guided_json": schema}, {"guided_json": json.dumps(schema)}, {"json_schema": json.dumps(schema)},
-                 {"structured_outputs": {"json": schema}}, {"response_format": {"type": "json_schema", "json_schema": {
-                     "name": "s", "schema": schema}}}]:  # fmt: skip
+    for body in [
+        {"guided_json": schema},
+        {"guided_json": json.dumps(schema)},
+        {"json_schema": json.dumps(schema)},
+        {"structured_outputs": {"json": schema}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}},
+    ]:
         r = client.completions.create(model="clover", prompt="Status:", max_tokens=20, extra_body=body)
         g = engine.grammars[-1]
         assert g.accepts('{"drone_id": "D-2"}') and not g.accepts('{"drone_id": "D-3"}'), body
         if r.choices[0].finish_reason == "stop":
             assert json.loads(r.choices[0].text)["drone_id"] in ("D-1", "D-2")
-    client.chat.completions.create(model="clover", messages=MSG, max_tokens=4,
-                                   extra_body={"structured_outputs": {"json_object": True}})  # fmt: skip
+    client.chat.completions.create(
+        model="clover", messages=MSG, max_tokens=4, extra_body={"structured_outputs": {"json_object": True}}
+    )
     assert engine.grammars[-1].accepts('{"a": 1}') and not engine.grammars[-1].accepts("[1]")
-    client.chat.completions.create(model="clover", messages=MSG, max_tokens=4,
-                                   extra_body={"guided_decoding_backend": "xgrammar"})  # fmt: skip
+    client.chat.completions.create(
+        model="clover", messages=MSG, max_tokens=4, extra_body={"guided_decoding_backend": "xgrammar"}
+    )
     assert engine.grammars[-1] is None  # backend choice and other knobs alone ask for nothing
 
 
 @pytest.mark.parametrize(
     "body, param",
-    [({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
-     ({"guided_json": {}, "response_format": {"type": "json_object"}}, "guided_json"),
-     ({"guided_grammar": "root ::= 'a'"}, "guided_grammar"), ({"ebnf": "root ::= 'a'"}, "ebnf"),
-     ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
-     ({"guided_regex": "("}, "guided_regex"), ({"guided_choice": []}, "guided_choice"),
-     ({"guided_choice": ["a", ""]}, "guided_choice"), ({"guided_json": "{not json"}, "guided_json"),
-     ({"guided_json": {"type": "weird"}}, "guided_json"), ({"guided_json": [1]}, "guided_json"),
-     ({"guided_json": {}, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, "guided_json")],
-)  # fmt: skip
+    [
+        ({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
+        ({"guided_json": {}, "response_format": {"type": "json_object"}}, "guided_json"),
+        ({"guided_grammar": "root ::= 'a'"}, "guided_grammar"),
+        ({"ebnf": "root ::= 'a'"}, "ebnf"),
+        ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
+        ({"guided_regex": "("}, "guided_regex"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_choice": ["a", ""]}, "guided_choice"),
+        ({"guided_json": "{not json"}, "guided_json"),
+        ({"guided_json": {"type": "weird"}}, "guided_json"),
+        ({"guided_json": [1]}, "guided_json"),
+        ({"guided_json": {}, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, "guided_json"),
+    ],
+)
 def test_structured_output_extras_refused_by_name(forced, body, param):
     _, client = forced
     with pytest.raises(openai.BadRequestError) as e:
@@ -304,8 +368,14 @@ def test_vllm_sampling_extras(forced, tokenizer):
     engine.force(None)
     r = client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length"
-    r = client.completions.create(model="clover", prompt="Recall", max_tokens=12, temperature=1.0, seed=3,
-                                  extra_body={"min_tokens": 10, "repetition_penalty": 1.3, "min_p": 0.05})  # fmt: skip
+    r = client.completions.create(
+        model="clover",
+        prompt="Recall",
+        max_tokens=12,
+        temperature=1.0,
+        seed=3,
+        extra_body={"min_tokens": 10, "repetition_penalty": 1.3, "min_p": 0.05},
+    )
     assert r.usage.completion_tokens >= 10
     ids = tokenizer.encode("Recalling drone 17 now")
     engine.force("Recalling drone 17 now", eos=False)
@@ -314,9 +384,13 @@ def test_vllm_sampling_extras(forced, tokenizer):
     )
     assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 2
     engine.force(None)
-    for body, param in [({"repetition_penalty": 0}, "repetition_penalty"), ({"min_p": 2}, "min_p"),
-                        ({"min_tokens": 30}, "min_tokens"), ({"stop_token_ids": [10**6]}, "stop_token_ids"),
-                        ({"ignore_eos": True, "response_format": {"type": "json_object"}}, "ignore_eos")]:  # fmt: skip
+    for body, param in [
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"min_p": 2}, "min_p"),
+        ({"min_tokens": 30}, "min_tokens"),
+        ({"stop_token_ids": [10**6]}, "stop_token_ids"),
+        ({"ignore_eos": True, "response_format": {"type": "json_object"}}, "ignore_eos"),
+    ]:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="clover", messages=MSG, max_tokens=12, extra_body=body)
         assert e.value.body["param"] == param, e.value.body
@@ -328,37 +402,62 @@ def test_continue_final_message_prefills_the_answer(forced, tokenizer):
     engine, client = forced
     engine.force('D-17", "urgent": true}')
     msgs = MSG + [{"role": "assistant", "content": '{"drone_id": "'}]
-    r = client.chat.completions.create(model="clover", messages=msgs, extra_body={"continue_final_message": True,
-                                       "add_generation_prompt": False})  # fmt: skip
+    r = client.chat.completions.create(
+        model="clover", messages=msgs, extra_body={"continue_final_message": True, "add_generation_prompt": False}
+    )
     assert r.choices[0].message.content == 'D-17", "urgent": true}'
     prompt = tokenizer.decode(engine.prompts[-1])
     assert prompt.endswith('<|im_start|>assistant\n{"drone_id": "') and prompt.count("<|im_start|>assistant") == 1
     r = client.chat.completions.create(model="clover", messages=msgs)  # by default a new turn starts after it
     assert tokenizer.decode(engine.prompts[-1]).count("<|im_start|>assistant") == 2
-    for body, m in [({"continue_final_message": True, "add_generation_prompt": True}, msgs),
-                    ({"continue_final_message": True}, MSG),
-                    ({"continue_final_message": True, "tool_choice": "required",
-                      "tools": AIRSPACE_TOOLS}, msgs)]:  # fmt: skip
+    for body, m in [
+        ({"continue_final_message": True, "add_generation_prompt": True}, msgs),
+        ({"continue_final_message": True}, MSG),
+        ({"continue_final_message": True, "tool_choice": "required", "tools": AIRSPACE_TOOLS}, msgs),
+    ]:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="clover", messages=m, extra_body=body)
         assert e.value.body["param"] == "continue_final_message"
     engine.force(None)
 
 
-FIND = [{"type": "function", "function": {"name": "find", "parameters": {"type": "object", "properties": {
-    "place": {"type": "string", "x-grounded": True}, "radius": {"type": "number", "x-grounded": "user"},
-    "note": {"type": "string"}}, "required": ["place", "radius"]}}}]  # fmt: skip
-FIND_MSG = [{"role": "system", "content": "Zone Delta is closed."},
-            {"role": "user", "content": 'Look around "Old Harbour Pier" within 2,500 m, near gate 7'}]  # fmt: skip
+FIND = [
+    {
+        "type": "function",
+        "function": {
+            "name": "find",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "place": {"type": "string", "x-grounded": True},
+                    "radius": {"type": "number", "x-grounded": "user"},
+                    "note": {"type": "string"},
+                },
+                "required": ["place", "radius"],
+            },
+        },
+    }
+]
+FIND_MSG = [
+    {"role": "system", "content": "Zone Delta is closed."},
+    {"role": "user", "content": 'Look around "Old Harbour Pier" within 2,500 m, near gate 7'},
+]
 
 
 def _calls(client, api: str, stream: bool, **kw) -> tuple[str | None, list[dict]]:
     """(finish, [{"name", "arguments"}]) through the Chat Completions or the Responses API."""
     if api == "responses":
-        r = client.responses.create(model="clover", input=kw["messages"], tools=[
-            {"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
-            for t in kw["tools"]], tool_choice="required", max_output_tokens=kw["max_tokens"],
-            extra_body=kw.get("extra_body"))  # fmt: skip
+        r = client.responses.create(
+            model="clover",
+            input=kw["messages"],
+            tools=[
+                {"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+                for t in kw["tools"]
+            ],
+            tool_choice="required",
+            max_output_tokens=kw["max_tokens"],
+            extra_body=kw.get("extra_body"),
+        )
         calls = [{"name": o.name, "arguments": o.arguments} for o in r.output if o.type == "function_call"]
         return ("length" if r.status == "incomplete" else "tool_calls"), calls
     if not stream:
@@ -384,8 +483,19 @@ def test_grounded_arguments_on_a_random_model_are_copied_from_the_user(client, a
     from clover.engine.grounding import SpanIndex, number_written
 
     user = FIND_MSG[1]["content"]
-    finish, got = _calls(client, api, stream, model="clover", messages=FIND_MSG, tools=FIND, tool_choice="required",
-                         parallel_tool_calls=False, max_tokens=80, seed=1, temperature=1.0)  # fmt: skip
+    finish, got = _calls(
+        client,
+        api,
+        stream,
+        model="clover",
+        messages=FIND_MSG,
+        tools=FIND,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=80,
+        seed=1,
+        temperature=1.0,
+    )
     if finish == "length":  # a long free "note" can run to max_tokens
         return
     assert len(got) == 1 and got[0]["name"] == "find", got
@@ -394,8 +504,14 @@ def test_grounded_arguments_on_a_random_model_are_copied_from_the_user(client, a
 
 
 def test_grounding_can_be_turned_off_and_a_bad_keyword_is_a_400(client):
-    r = client.chat.completions.create(model="clover", messages=FIND_MSG, tools=FIND, tool_choice="required",
-                                       max_tokens=40, extra_body={"grounded": False})  # fmt: skip
+    r = client.chat.completions.create(
+        model="clover",
+        messages=FIND_MSG,
+        tools=FIND,
+        tool_choice="required",
+        max_tokens=40,
+        extra_body={"grounded": False},
+    )
     assert r.choices[0].finish_reason in ("tool_calls", "length")
     bad = json.loads(json.dumps(FIND))
     bad[0]["function"]["parameters"]["properties"]["place"]["x-grounded"] = "assistant"
@@ -408,13 +524,24 @@ def test_a_grounded_tool_with_nothing_to_copy_leaves_words(client):
     """auto: a tool whose required grounded argument has no possible value (the message holds no
     number) cannot be called; the model answers in words."""
     for seed in range(3):
-        r = client.chat.completions.create(model="clover", messages=[{"role": "user", "content": "hello there"}],
-                                           tools=FIND, max_tokens=24, seed=seed, temperature=1.0)  # fmt: skip
+        r = client.chat.completions.create(
+            model="clover",
+            messages=[{"role": "user", "content": "hello there"}],
+            tools=FIND,
+            max_tokens=24,
+            seed=seed,
+            temperature=1.0,
+        )
         assert not r.choices[0].message.tool_calls and r.choices[0].finish_reason in ("stop", "length")
 
 
 def test_a_required_call_with_nothing_to_copy_is_a_400(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="clover", messages=[{"role": "user", "content": "hello there"}],
-                                       tools=FIND, tool_choice="required", max_tokens=8)  # fmt: skip
+        client.chat.completions.create(
+            model="clover",
+            messages=[{"role": "user", "content": "hello there"}],
+            tools=FIND,
+            tool_choice="required",
+            max_tokens=8,
+        )
     assert e.value.body["param"] == "tool_choice" and "x-grounded" in e.value.body["message"]

@@ -131,25 +131,62 @@ def test_the_checkpoint_loads_in_transformers_and_generates_a_tool_call_that_par
 
 def _clover(*args, timeout=600):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "clover", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "clover", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_train_ar_then_convert_then_adapt_with_init_from(tmp_path):
     cfg = tmp_path / "tiny.json"
     cfg.write_text(json.dumps({"model": TINY, "data": {"batch_size": 4, "max_len": 256}}))
-    r = _clover("train", "--recipe", "airspace-ar", "--config", cfg, "--out", tmp_path / "ar_run", "--steps", 2,
-                "--export", tmp_path / "ar", "--init-from", BUNDLED, "--no-progress")  # fmt: skip
+    r = _clover(
+        "train",
+        "--recipe",
+        "airspace-ar",
+        "--config",
+        cfg,
+        "--out",
+        tmp_path / "ar_run",
+        "--steps",
+        2,
+        "--export",
+        tmp_path / "ar",
+        "--init-from",
+        BUNDLED,
+        "--no-progress",
+    )
     assert r.returncode != 0 and "--init-from" in r.stderr  # a Clover model is not an AR base
-    r = _clover("train", "--recipe", "airspace-ar", "--config", cfg, "--out", tmp_path / "ar_run", "--steps", 2,
-                "--export", tmp_path / "ar", "--no-progress")  # fmt: skip
+    r = _clover(
+        "train",
+        "--recipe",
+        "airspace-ar",
+        "--config",
+        cfg,
+        "--out",
+        tmp_path / "ar_run",
+        "--steps",
+        2,
+        "--export",
+        tmp_path / "ar",
+        "--no-progress",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "ar" / "training.json").read_text())["step"] == 2
     r = _clover("convert", "--from", tmp_path / "ar", "--out", tmp_path / "c", "--dtype", "fp32")
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "c" / "chat_template.jinja").exists()
-    r = _clover("train", "--init-from", tmp_path / "c", "--out", tmp_path / "adapt", "--steps", 1,
-                "--export", tmp_path / "clover", "--no-progress")  # fmt: skip
+    r = _clover(
+        "train",
+        "--init-from",
+        tmp_path / "c",
+        "--out",
+        tmp_path / "adapt",
+        "--steps",
+        1,
+        "--export",
+        tmp_path / "clover",
+        "--no-progress",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((tmp_path / "clover" / "training.json").read_text())
     assert record["step"] == 1 and 0 < record["val_loss"] < float("inf")
@@ -158,8 +195,20 @@ def test_train_ar_then_convert_then_adapt_with_init_from(tmp_path):
     assert (tmp_path / "clover" / "chat_template.jinja").exists()  # the template travels with the model
     ablation = tmp_path / "causal.json"  # an ablation switch on top of the converted model's own shape
     ablation.write_text(json.dumps({"model": {"gdn_block_mixing": "causal"}}))
-    r = _clover("train", "--init-from", tmp_path / "c", "--config", ablation, "--out", tmp_path / "abl", "--steps", 1,
-                "--export", tmp_path / "abl_out", "--no-progress")  # fmt: skip
+    r = _clover(
+        "train",
+        "--init-from",
+        tmp_path / "c",
+        "--config",
+        ablation,
+        "--out",
+        tmp_path / "abl",
+        "--steps",
+        1,
+        "--export",
+        tmp_path / "abl_out",
+        "--no-progress",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     config = json.loads((tmp_path / "abl_out" / "config.json").read_text())
     assert config["gdn_block_mixing"] == "causal" and config["hidden_size"] == TINY["hidden_size"]
@@ -169,12 +218,37 @@ def test_bench_twin_measures_clover_against_its_ar_twin(tmp_path):
     tok = _tok()
     torch.manual_seed(0)
     save_hf(build_model(_recipe().hf_config(tok)), tok, tmp_path / "twin")  # random weights: speeds only
-    r = _clover("bench", "twin", "--twin", tmp_path / "twin", "--n", 2, "--text", 0, "--multiturn", 0,
-                "--speed-prompts", 1, "--batch", 2, "--max-tokens", 8, "--json", tmp_path / "t.json")  # fmt: skip
+    r = _clover(
+        "bench",
+        "twin",
+        "--twin",
+        tmp_path / "twin",
+        "--n",
+        2,
+        "--text",
+        0,
+        "--multiturn",
+        0,
+        "--speed-prompts",
+        1,
+        "--batch",
+        2,
+        "--max-tokens",
+        8,
+        "--json",
+        tmp_path / "t.json",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     f = json.loads((tmp_path / "t.json").read_text())["figures"]
-    for k in ("twin_exact_match", "clover_ar_exact_match", "clover_threshold_exact_match", "clover_threshold_tpf",
-              "twin_tokens_per_s", "clover_threshold_tokens_per_s", "speedup_vs_twin"):  # fmt: skip
+    for k in (
+        "twin_exact_match",
+        "clover_ar_exact_match",
+        "clover_threshold_exact_match",
+        "clover_threshold_tpf",
+        "twin_tokens_per_s",
+        "clover_threshold_tokens_per_s",
+        "speedup_vs_twin",
+    ):
         assert f[k] is not None and f[k] >= 0, k
     assert set(f["by_batch"]) == {"1", "2"} and f["n"] == 2
     assert f["speedup_vs_twin"] == f["clover_threshold_tokens_per_s"] / f["twin_tokens_per_s"]

@@ -73,8 +73,17 @@ def test_a_run_with_drawn_block_sizes_trains_at_each_and_resumes_bit_exactly(tmp
     def run(until=None, resume=False):
         torch.manual_seed(0)
         m = CloverForBlockDiffusion(preset("tiny", block_size=8, max_block_size=64, shift_logits=False))
-        cfg = TrainConfig(steps=12, lr=3e-3, warmup=2, block_size=8, ckpt_every=100, log_every=100, seed=1,
-                          block_size_range=[1, 64], masking=MaskingConfig(samples=1))  # fmt: skip
+        cfg = TrainConfig(
+            steps=12,
+            lr=3e-3,
+            warmup=2,
+            block_size=8,
+            ckpt_every=100,
+            log_every=100,
+            seed=1,
+            block_size_range=[1, 64],
+            masking=MaskingConfig(samples=1),
+        )
         t = Trainer(m, _source(0, cfg), cfg, tmp_path)
         if resume:
             t.resume()

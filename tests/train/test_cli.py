@@ -76,8 +76,13 @@ def _chats(path, n=25):
     """Chat JSONL in OpenAI's fine-tuning format: airspace turns plus a tool the model never saw."""
     from clover.airspace.corpus import generate
 
-    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
     lines = [json.dumps({"messages": e["messages"], "tools": e["tools"]}) for e in generate("train", n - 5, seed=4)]
     for city in ("Oslo", "Lyon", "Perth", "Quito", "Graz"):
         call = {
@@ -85,8 +90,11 @@ def _chats(path, n=25):
             "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
         }
-        msgs = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"weather in {city}?"},
-                {"role": "assistant", "content": None, "tool_calls": [call]}]  # fmt: skip
+        msgs = [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": f"weather in {city}?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ]
         lines.append(json.dumps({"messages": msgs, "tools": [weather]}))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -114,8 +122,10 @@ def test_fine_tune_on_chat_jsonl_and_train_from_scratch_on_it(tmp_path):
 
 def test_bad_chat_data_is_refused_with_its_line(tmp_path):
     data = tmp_path / "bad.jsonl"
-    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
-                    '{"messages": [{"role": "user", "content": "no answer"}]}\n')  # fmt: skip
+    data.write_text(
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
+        '{"messages": [{"role": "user", "content": "no answer"}]}\n'
+    )
     r = _train("--out", tmp_path / "run", "--steps", 1, "--data", data)
     assert r.returncode != 0 and f"{data}:2: no assistant message" in r.stderr
     data.write_text("not json\n")
@@ -171,7 +181,7 @@ def test_multiturn_frac_mixes_in_conversations_with_earlier_turns():
 
     tok = CloverTokenizer.load(BUNDLED)
     base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0, max_len=2048)
-    users = lambda batch: [tok.decode(r.tolist()).count("<|im_start|>user") for r in batch["x0"]]  # noqa: E731
+    users = lambda batch: [tok.decode(r.tolist()).count("<|im_start|>user") for r in batch["x0"]]
     assert set(users(airspace_source(tok, base)(5))) == {1}  # (the toolless test: 0 replays the old batches)
     on = airspace_source(tok, dataclasses.replace(base, multiturn_frac=0.5))(5)
     assert 4 < sum(n >= 2 for n in users(on)) < 20  # about half hold earlier turns

@@ -78,8 +78,19 @@ def test_grow_refuses_a_layout_that_drops_or_reorders_source_layers(src):
 def test_train_grow_from_the_command_line_exports_the_deeper_model(tmp_path, src):
     over = tmp_path / "deeper.json"
     over.write_text(json.dumps({"model": {"num_hidden_layers": 6, "layer_types": DEEPER}}))
-    r = _train("--out", tmp_path / "run", "--config", over, "--init-from", src, "--grow", "--steps", 1,
-               "--export", tmp_path / "exp")  # fmt: skip
+    r = _train(
+        "--out",
+        tmp_path / "run",
+        "--config",
+        over,
+        "--init-from",
+        src,
+        "--grow",
+        "--steps",
+        1,
+        "--export",
+        tmp_path / "exp",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     record = json.loads((Path(tmp_path) / "exp" / "training.json").read_text())
     assert record["grown_layers"] == [0, None, 1, 2, 3, None]

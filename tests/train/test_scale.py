@@ -159,8 +159,19 @@ def test_init_from_streams_each_ranks_rows_only(tmp_path, big_source):
 def test_the_new_flags_from_the_command_line(tmp_path):
     """``--dtype bfloat16 --activation-checkpointing`` in one process: a sharded checkpoint that
     resumes in fp32; a bad --dtype and the AR recipe are refused with a clear message."""
-    r = _train("--out", tmp_path / "run", "--steps", 1, "--init-from", BUNDLED, "--export", tmp_path / "exp",
-               "--dtype", "bfloat16", "--activation-checkpointing")  # fmt: skip
+    r = _train(
+        "--out",
+        tmp_path / "run",
+        "--steps",
+        1,
+        "--init-from",
+        BUNDLED,
+        "--export",
+        tmp_path / "exp",
+        "--dtype",
+        "bfloat16",
+        "--activation-checkpointing",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "run" / "step-00000001" / "optimizer").is_dir()
     assert (tmp_path / "exp" / "model.safetensors.index.json").exists()
@@ -170,8 +181,19 @@ def test_the_new_flags_from_the_command_line(tmp_path):
     assert r.returncode != 0 and "--dtype" in r.stderr and "invalid choice" in r.stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for flag in (["--dtype", "bfloat16"], ["--activation-checkpointing"]):
-        cmd = [sys.executable, "-m", "clover", "train", "--recipe", "airspace-ar", "--out", str(tmp_path / "ar"),
-               "--steps", "1", *flag]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "clover",
+            "train",
+            "--recipe",
+            "airspace-ar",
+            "--out",
+            str(tmp_path / "ar"),
+            "--steps",
+            "1",
+            *flag,
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode != 0 and flag[0] in r.stderr and "autoregressive recipe" in r.stderr, r.stderr[-1000:]
 
@@ -251,8 +273,15 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     assert res["memory_model_bytes"]["1"] > 0
     assert (tmp_path / "work" / "run-1" / "latest").read_text() == "step-00000001"
     # the command it reports is the run it made: `clover train`'s parser gives the same RunSpec
-    assert res["commands"]["1"].endswith(" ".join(["clover", "train", *train_memory.train_flags(
-        train_memory.run_spec(tmp_path / "work", tmp_path / "work" / "source", 1))]))  # fmt: skip
+    assert res["commands"]["1"].endswith(
+        " ".join(
+            [
+                "clover",
+                "train",
+                *train_memory.train_flags(train_memory.run_spec(tmp_path / "work", tmp_path / "work" / "source", 1)),
+            ]
+        )
+    )
 
 
 def test_train_memory_flags_are_the_run_spec_it_launches(tmp_path, monkeypatch):

@@ -101,14 +101,25 @@ def score(
             by_kind[chats[i]["kind"]][1] += 1
             tokens += out["clover"]["tokens"]
             passes += out["clover"]["forward_passes"]
-    return {"n": len(chats), "exact": sum(right) / max(1, len(chats)),
-            "by_kind": {k: v[0] / v[1] for k, v in sorted(by_kind.items())}, "tpf": tokens / max(1, passes),
-            "tokens_per_s": tokens / max(1e-9, wall)}  # fmt: skip
+    return {
+        "n": len(chats),
+        "exact": sum(right) / max(1, len(chats)),
+        "by_kind": {k: v[0] / v[1] for k, v in sorted(by_kind.items())},
+        "tpf": tokens / max(1, passes),
+        "tokens_per_s": tokens / max(1e-9, wall),
+    }
 
 
-def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), policy: str = "ar",
-            device: str | None = None, threads: int | None = None, case_n: int | None = None,
-            block_size: int | None = None) -> dict:  # fmt: skip
+def compare(
+    models: dict[str, str | None],
+    n: int = 200,
+    cases: list[str] = (),
+    policy: str = "ar",
+    device: str | None = None,
+    threads: int | None = None,
+    case_n: int | None = None,
+    block_size: int | None = None,
+) -> dict:
     """``{model name: {"validation": figures, <case file stem>: figures}}`` for every model
     (``case_n``: only the first messages of each cases file)."""
     from clover.api.llm import LLM  # deferred: the engine and torch
@@ -117,6 +128,8 @@ def compare(models: dict[str, str | None], n: int = 200, cases: list[str] = (), 
     out = {}
     for name, path in models.items():
         llm = LLM(path, device=device, threads=threads)
-        out[name] = {"task": model_task(llm.config, default=True).name,
-                     **{k: score(llm, chats, policy, block_size=block_size) for k, chats in sets.items()}}  # fmt: skip
+        out[name] = {
+            "task": model_task(llm.config, default=True).name,
+            **{k: score(llm, chats, policy, block_size=block_size) for k, chats in sets.items()},
+        }
     return out

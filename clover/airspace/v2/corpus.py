@@ -63,12 +63,24 @@ from clover.airspace.v2.phrasing import (
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
 
 SPLITS = ("train", "validation", "test")
-MIX = {"tool_call": 0.25, "compound": 0.2, "tool_result": 0.1, "no_tool": 0.05, "unserved": 0.07,
-       "missing_tool": 0.04, "clarify": 0.08, "follow_up": 0.12, "no_tools": 0.04, "plain": 0.05}  # fmt: skip
+MIX = {
+    "tool_call": 0.25,
+    "compound": 0.2,
+    "tool_result": 0.1,
+    "no_tool": 0.05,
+    "unserved": 0.07,
+    "missing_tool": 0.04,
+    "clarify": 0.08,
+    "follow_up": 0.12,
+    "no_tools": 0.04,
+    "plain": 0.05,
+}
 TEXT_KINDS = ("no_tool", "unserved", "missing_tool", "clarify", "no_tools")  # answered in words
 _SPLIT_SEED = {"train": 0, "validation": 1, "test": 2}
-UNSERVED = ("Sorry, none of my tools can do that. I can create and lift no-fly zones, update waypoints, "
-            "assign missions, recall drones and check their status.")  # fmt: skip
+UNSERVED = (
+    "Sorry, none of my tools can do that. I can create and lift no-fly zones, update waypoints, "
+    "assign missions, recall drones and check their status."
+)
 Action = tuple[Pieces, list[tuple[str, dict]]]
 
 
@@ -171,14 +183,29 @@ def act_many(g: Gen, n: int) -> Action:
     items = [g.rng.choice(["D-{}", "d{}", "{}", "#{}"]).format(x) for x in nums]
     ds = ", ".join(items[:-1]) + g.rng.choice([" and ", " & ", ", ", "/"]) + items[-1]
     ds = ("drones " if not items[0].startswith(("D", "d")) else "") + ds
-    t = {"recall_drone": ["recall {ds}", "everyone back: {ds}", "RTB {ds}", "bring {ds} home"],
-         "get_drone_status": ["status of {ds}?", "quick check on {ds}", "how are {ds} doing?"]}[tool]  # fmt: skip
+    t = {
+        "recall_drone": ["recall {ds}", "everyone back: {ds}", "RTB {ds}", "bring {ds} home"],
+        "get_drone_status": ["status of {ds}?", "quick check on {ds}", "how are {ds} doing?"],
+    }[tool]
     return _fill(g.rng.choice(t), ds=ds), [(tool, {"drone_id": f"D-{x}"}) for x in nums]
 
 
 ACTIONS = [act_create, act_lift, act_waypoint, act_mission, act_recall, act_status]
-_JOIN = [", then ", "; also ", " and ", ". Also ", ", plus ", ". Next, ", " & ", ". ", ", and then ", "; ", "\n",
-         " - ", ". After that, "]  # fmt: skip
+_JOIN = [
+    ", then ",
+    "; also ",
+    " and ",
+    ". Also ",
+    ", plus ",
+    ". Next, ",
+    " & ",
+    ". ",
+    ", and then ",
+    "; ",
+    "\n",
+    " - ",
+    ". After that, ",
+]
 
 
 def actions(g: Gen, n: int) -> tuple[str, list[tuple[str, dict]]]:
@@ -186,8 +213,11 @@ def actions(g: Gen, n: int) -> tuple[str, list[tuple[str, dict]]]:
     parts, calls = [], []
     while len(calls) < n:
         room = n - len(calls)
-        pieces, cs = act_many(g, g.rng.randint(2, min(room, 3))) if room >= 2 and g.rng.random() < 0.15 else (
-            g.rng.choice(ACTIONS)(g))  # fmt: skip
+        pieces, cs = (
+            act_many(g, g.rng.randint(2, min(room, 3)))
+            if room >= 2 and g.rng.random() < 0.15
+            else (g.rng.choice(ACTIONS)(g))
+        )
         parts.append(pieces)
         calls += cs
     if len(parts) > 1 and g.rng.random() < 0.25:  # a numbered or bulleted list
@@ -207,9 +237,17 @@ def unserved_message(g: Gen) -> str:
     _, t = g.template("unserved", UNSERVED_T)
     d_txt, _ = drone_surface(g, "unserved")
     r_txt = length_surface(g, "unserved")[0]
-    slots = dict(place=g.name(), time=time_surface2(g, "unserved")[0], d=d_txt, t=g.name(target=True),
-                 city=g.rng.choice(_pool(CITIES, g.split)), n=g.rng.randint(1, 30), zone=g.name(), zone2=g.name(),
-                 r=r_txt)  # fmt: skip
+    slots = dict(
+        place=g.name(),
+        time=time_surface2(g, "unserved")[0],
+        d=d_txt,
+        t=g.name(target=True),
+        city=g.rng.choice(_pool(CITIES, g.split)),
+        n=g.rng.randint(1, 30),
+        zone=g.name(),
+        zone2=g.name(),
+        r=r_txt,
+    )
     return style(g.rng, _fill(t, **{k: v for k, v in slots.items() if "{" + k + "}" in t}))
 
 
@@ -221,12 +259,16 @@ def clarify_message(g: Gen) -> tuple[str, str]:
     if what in ("radius", "unit", "centre"):
         zone, where = g.name(), coord_surface(g, "clarify")[0]
         r_txt, r, _ = length_surface(g, "clarify")
-        text = {"radius": f"create a no-fly zone {quoted(rng, zone)} at {where}",
-                "unit": f"no-fly zone {quoted(rng, zone)} at {where}, radius {r}",
-                "centre": f"set up a {r_txt} no-fly zone called {quoted(rng, zone)}"}[what]  # fmt: skip
-        answer = {"radius": f"What radius should the no-fly zone {zone} have?",
-                  "unit": f"A radius of {r} in which unit: metres, kilometres, feet or nautical miles?",
-                  "centre": f"Where should {zone} be centred? Please give its coordinates."}[what]  # fmt: skip
+        text = {
+            "radius": f"create a no-fly zone {quoted(rng, zone)} at {where}",
+            "unit": f"no-fly zone {quoted(rng, zone)} at {where}, radius {r}",
+            "centre": f"set up a {r_txt} no-fly zone called {quoted(rng, zone)}",
+        }[what]
+        answer = {
+            "radius": f"What radius should the no-fly zone {zone} have?",
+            "unit": f"A radius of {r} in which unit: metres, kilometres, feet or nautical miles?",
+            "centre": f"Where should {zone} be centred? Please give its coordinates.",
+        }[what]
     elif what == "coords":
         wp = rng.randint(1, 12)
         text, answer = (
@@ -244,8 +286,10 @@ def clarify_message(g: Gen) -> tuple[str, str]:
     elif what == "drone_status":
         text, answer = rng.choice(["what's the battery?", "status?", "where is it now?"]), "Which drone do you mean?"
     else:
-        text, answer = rng.choice(["lift the zone", "remove the no-fly zone", "cancel the restriction"]), (
-            "Which no-fly zone should I lift?")  # fmt: skip
+        text, answer = (
+            rng.choice(["lift the zone", "remove the no-fly zone", "cancel the restriction"]),
+            ("Which no-fly zone should I lift?"),
+        )
     return style(rng, [(text, False)]), answer
 
 
@@ -279,8 +323,10 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
     history = [{"role": "user", "content": style(rng, first)}, _turn(calls)]
     if rng.random() < 0.7:  # the calls ran: results and a summary
         res, summary = tool_result(rng, name, args)
-        history += [{"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res, ensure_ascii=False)},
-                    {"role": "assistant", "content": summary}]  # fmt: skip
+        history += [
+            {"role": "tool", "tool_call_id": "call_0", "content": json.dumps(res, ensure_ascii=False)},
+            {"role": "assistant", "content": summary},
+        ]
     if name == "create_no_fly_zone":
         z = args["zone_name"]
         text = rng.choice(["lift it again", "remove that zone", "cancel it", "actually, lift it", "lift that one"])
@@ -298,12 +344,24 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
     if k < 0.85:
         mt, noun, verb = _mission_words(g)
         target = g.name(target=True)
-        text = _fill(rng.choice([f"send it to {verb} {{t}} instead", f"have that drone {verb} {{t}}",
-                                 f"actually, {_a(noun)} mission at {{t}} for it"]), t=target)  # fmt: skip
+        text = _fill(
+            rng.choice(
+                [
+                    f"send it to {verb} {{t}} instead",
+                    f"have that drone {verb} {{t}}",
+                    f"actually, {_a(noun)} mission at {{t}} for it",
+                ]
+            ),
+            t=target,
+        )
         return history, [("assign_mission", {"drone_id": d, "mission_type": mt, "target": target})], text
     wp, (lat, lon) = rng.randint(1, 12), coord_pair(rng)
-    text = _fill(rng.choice(["move its waypoint {wp} to {lat}, {lon}", "and its wp {wp} to {lat} {lon}"]),
-                 wp=wp, lat=lat, lon=lon)  # fmt: skip
+    text = _fill(
+        rng.choice(["move its waypoint {wp} to {lat}, {lon}", "and its wp {wp} to {lat} {lon}"]),
+        wp=wp,
+        lat=lat,
+        lon=lon,
+    )
     return (
         history,
         [("update_waypoint", {"drone_id": d, "waypoint_index": wp, "lat": float(lat), "lon": float(lon)})],
@@ -406,10 +464,17 @@ def greeting(rng: random.Random, split: str) -> dict:
     msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
     if answer == _THANKS and rng.random() < 0.5:
         earlier = example(rng, split, mix={"tool_result": 1.0})
-        msgs = [dict(m, weight=0) if m["role"] == "assistant" else m
-                for m in earlier["messages"] if m["role"] != "system"] + msgs  # fmt: skip
-    return {"kind": "greeting", "tools": EXTRACTION_TOOLS, "messages": msgs, "split": split, "novel": False,
-            "names": []}  # fmt: skip
+        msgs = [
+            dict(m, weight=0) if m["role"] == "assistant" else m for m in earlier["messages"] if m["role"] != "system"
+        ] + msgs
+    return {
+        "kind": "greeting",
+        "tools": EXTRACTION_TOOLS,
+        "messages": msgs,
+        "split": split,
+        "novel": False,
+        "names": [],
+    }
 
 
 def greeting_set(split: str, n: int = 40) -> list[dict]:
@@ -439,8 +504,8 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
     mix = mix or MIX
     g = Gen(rng, split, pieces)
     kind = rng.choices(list(mix), weights=list(mix.values()))[0]
-    user = lambda text: {"role": "user", "content": text}  # noqa: E731
-    said = lambda text: {"role": "assistant", "content": text}  # noqa: E731
+    user = lambda text: {"role": "user", "content": text}
+    said = lambda text: {"role": "assistant", "content": text}
     if kind == "plain":
         return {**plain_text(g), "split": split, "novel": g.novel, "names": g.names}
     if kind in ("tool_call", "compound"):
@@ -450,8 +515,10 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
         text, calls = actions(g, rng.choice([1, 1, 2]))
         results = [tool_result(rng, n, a) for n, a in calls]
         msgs = [user(text), _turn(calls)]
-        msgs += [{"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
-                 for i, (r, _) in enumerate(results)]  # fmt: skip
+        msgs += [
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": json.dumps(r, ensure_ascii=False)}
+            for i, (r, _) in enumerate(results)
+        ]
         msgs.append(said(" ".join(s for _, s in results)))
         tools = tools_for(rng, {c[0] for c in calls})
     elif kind == "follow_up":
@@ -505,8 +572,9 @@ def multi_turn(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> 
         h = example(rng, split, mix=_HISTORY_MIX if offered else {"no_tools": 1.0}, pieces=pieces)
         if any(c["function"]["name"] not in offered for m in h["messages"] for c in m.get("tool_calls") or []):
             h = example(rng, split, mix={"no_tool": 1.0}, pieces=pieces)  # small talk instead
-        history += [dict(m, weight=0) if m["role"] == "assistant" else m
-                    for m in h["messages"] if m["role"] != "system"]  # fmt: skip
+        history += [
+            dict(m, weight=0) if m["role"] == "assistant" else m for m in h["messages"] if m["role"] != "system"
+        ]
     msgs = final["messages"]
     head = msgs[:1] if msgs[0]["role"] == "system" else []
     return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :])
@@ -540,5 +608,16 @@ def load_split(split: str, n: int = 500) -> list[dict]:
     return generate(split, n, seed=1_000_003 + _SPLIT_SEED[split])
 
 
-__all__ = ["MIX", "SMALLTALK", "SPLITS", "TEXT_KINDS", "UNSERVED", "example", "generate", "load_split", "multi_turn",
-           "multiturn_set", "stream"]
+__all__ = [
+    "MIX",
+    "SMALLTALK",
+    "SPLITS",
+    "TEXT_KINDS",
+    "UNSERVED",
+    "example",
+    "generate",
+    "load_split",
+    "multi_turn",
+    "multiturn_set",
+    "stream",
+]

@@ -49,8 +49,11 @@ def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: li
 
 def length_units(ex: dict, message: str) -> str:
     """The units a turn's gold lengths were given in (``ft``, ``nm+m``, …), or ``none``."""
-    given = [c["arguments"][LENGTHS[c["name"]][1]] for c in gold_calls(ex)
-             if c["name"] in LENGTHS and LENGTHS[c["name"]][1] in c["arguments"]]  # fmt: skip
+    given = [
+        c["arguments"][LENGTHS[c["name"]][1]]
+        for c in gold_calls(ex)
+        if c["name"] in LENGTHS and LENGTHS[c["name"]][1] in c["arguments"]
+    ]
     units = sorted({unit_of(u) or "?" for u in given})
     return "+".join(units) or "none"
 

@@ -88,25 +88,50 @@ def _ordinal(n: int) -> str:
 def name(rng: random.Random, split: str, target: bool = False, pieces: tuple[str, ...] = ()) -> tuple[str, str]:
     """(a zone name, or with ``target`` a mission target; its family)."""
     fam = _family(rng, split)
-    w = lambda items=PLACES: word(rng, items, split, pieces)  # noqa: E731
+    w = lambda items=PLACES: word(rng, items, split, pieces)
     thing = (lambda: w(OBJECTS)) if target else (lambda: w(PLACES))
     if fam == "coined":
         out = " ".join(w(CITIES) for _ in range(rng.choice((1, 1, 2, 3))))
         out = f"{out} {thing()}" if rng.random() < 0.4 else out
     elif fam == "place":
-        out = rng.choice([f"{rng.choice(PREFIXES)} {thing()}", f"{thing()} {rng.choice(PREFIXES)}",
-                          f"{w(CITIES)} {thing()}", f"{w(PLACES)} {w(OBJECTS) if target else w(NATO)}"])  # fmt: skip
+        out = rng.choice(
+            [
+                f"{rng.choice(PREFIXES)} {thing()}",
+                f"{thing()} {rng.choice(PREFIXES)}",
+                f"{w(CITIES)} {thing()}",
+                f"{w(PLACES)} {w(OBJECTS) if target else w(NATO)}",
+            ]
+        )
     elif fam == "numbered":
         n = rng.choice([rng.randint(1, 9), rng.randint(10, 99), rng.randint(100, 999)])
-        out = rng.choice([f"{thing()} {n}", f"{thing()} {n}{rng.choice('ABCDEFGH')}",
-                          f"{thing()} {rng.choice('ABCDEFGH')}{rng.randint(1, 99)}", f"{thing()}-{n}",
-                          f"Sector {n}-{rng.choice('ABCDEFGH')}", f"Gate {rng.choice('ABCDEFGH')}{n}"])  # fmt: skip
+        out = rng.choice(
+            [
+                f"{thing()} {n}",
+                f"{thing()} {n}{rng.choice('ABCDEFGH')}",
+                f"{thing()} {rng.choice('ABCDEFGH')}{rng.randint(1, 99)}",
+                f"{thing()}-{n}",
+                f"Sector {n}-{rng.choice('ABCDEFGH')}",
+                f"Gate {rng.choice('ABCDEFGH')}{n}",
+            ]
+        )
     elif fam == "possessive":
-        out = rng.choice([f"St. {w(CITIES)}'s {thing()}", f"{w(CITIES)}'s {thing()}", f"O'{w(CITIES)} {thing()}",
-                          f"{w(CITIES)}'s {w(PLACES)} {thing()}", f"Saint {w(CITIES)}'s {thing()}"])  # fmt: skip
+        out = rng.choice(
+            [
+                f"St. {w(CITIES)}'s {thing()}",
+                f"{w(CITIES)}'s {thing()}",
+                f"O'{w(CITIES)} {thing()}",
+                f"{w(CITIES)}'s {w(PLACES)} {thing()}",
+                f"Saint {w(CITIES)}'s {thing()}",
+            ]
+        )
     elif fam == "event":
-        out = rng.choice([f"{w(CITIES)} {rng.choice(EVENTS)}", f"{w(PLACES)} {rng.choice(EVENTS)}",
-                          f"{w(CITIES)} {rng.choice(EVENTS)} {rng.randint(2020, 2031)}"])  # fmt: skip
+        out = rng.choice(
+            [
+                f"{w(CITIES)} {rng.choice(EVENTS)}",
+                f"{w(PLACES)} {rng.choice(EVENTS)}",
+                f"{w(CITIES)} {rng.choice(EVENTS)} {rng.randint(2020, 2031)}",
+            ]
+        )
     elif fam == "nato":
         nato = w(NATO)
         out = rng.choice([f"Zone {nato}", nato, f"{nato}-{rng.randint(1, 9)}", f"{nato} {rng.randint(1, 99)}"])
@@ -121,7 +146,11 @@ def name(rng: random.Random, split: str, target: bool = False, pieces: tuple[str
     elif fam == "ordinal":
         out = f"{_ordinal(rng.randint(1, 120))} {rng.choice(STREETS)} {thing()}"
     else:  # long: four words or more
-        out = rng.choice([f"Old {w(CITIES)} {w(PLACES)} of {w(CITIES)}",
-                          f"{rng.choice(PREFIXES)} {w(CITIES)} {w(PLACES)} {thing()}",
-                          f"{w(CITIES)} and {w(CITIES)} {thing()} {rng.choice(STREETS)}"])  # fmt: skip
+        out = rng.choice(
+            [
+                f"Old {w(CITIES)} {w(PLACES)} of {w(CITIES)}",
+                f"{rng.choice(PREFIXES)} {w(CITIES)} {w(PLACES)} {thing()}",
+                f"{w(CITIES)} and {w(CITIES)} {thing()} {rng.choice(STREETS)}",
+            ]
+        )
     return out, fam

@@ -18,12 +18,24 @@ from clover.airspace.phrasing import Ctx, Pieces, _dec, random_time, time_forms
 # unit -> the ways to write it after a number (tight: no space)
 _UNIT_TEXT = {
     "m": [("m", " m"), ("m_tight", "m"), ("metres", " metres"), ("meters", " meters"), ("mtrs", " mtrs")],
-    "km": [("km", " km"), ("km_tight", "km"), ("kilometres", " kilometres"), ("kilometers", " kilometers"),
-           ("KM", " KM"), ("kms", " kms")],
+    "km": [
+        ("km", " km"),
+        ("km_tight", "km"),
+        ("kilometres", " kilometres"),
+        ("kilometers", " kilometers"),
+        ("KM", " KM"),
+        ("kms", " kms"),
+    ],
     "ft": [("ft", " ft"), ("ft_tight", "ft"), ("feet", " feet"), ("foot", "-foot"), ("FT", " FT")],
-    "nm": [("nm", " nm"), ("nm_tight", "nm"), ("NM", " NM"), ("nmi", " nmi"), ("nautical", " nautical miles"),
-           ("nautical_1", " nautical mile")],
-}  # fmt: skip
+    "nm": [
+        ("nm", " nm"),
+        ("nm_tight", "nm"),
+        ("NM", " NM"),
+        ("nmi", " nmi"),
+        ("nautical", " nautical miles"),
+        ("nautical_1", " nautical mile"),
+    ],
+}
 
 
 def number(text: str) -> int | float:
@@ -81,16 +93,29 @@ def time_surface2(ctx: Ctx, tid: str) -> tuple[str, str]:
 
 # how a window is written; {s} start, {e} end
 WHEN = {
-    "both": [" from {s} to {e}", " {s}-{e}", " {s}–{e}", " from {s} until {e}", " between {s} and {e}",
-             ", active {s}-{e}", " ({s}-{e})", ", window {s} to {e}", " {s} till {e}", ", valid {s} until {e}",
-             " from {s} till {e}", ", {s} to {e}"],
+    "both": [
+        " from {s} to {e}",
+        " {s}-{e}",
+        " {s}–{e}",
+        " from {s} until {e}",
+        " between {s} and {e}",
+        ", active {s}-{e}",
+        " ({s}-{e})",
+        ", window {s} to {e}",
+        " {s} till {e}",
+        ", valid {s} until {e}",
+        " from {s} till {e}",
+        ", {s} to {e}",
+    ],
     "start": [" from {s}", " starting {s}", " as of {s}", " effective {s}", " beginning at {s}", ", starts {s}"],
     "end": [" until {e}", " till {e}", " up to {e}", " ending {e}", ", expires {e}", " until {e} only"],
-}  # fmt: skip
+}
 # labelled forms ("Zone name: ..., Active: 09:00-17:00") and bulletins put the window in a field
-WHEN_LABEL = {"both": [", Active: {s}-{e}", "\nWindow: {s} - {e}", ", Time: {s} to {e}", " / {s}-{e}"],
-              "start": [", From: {s}", "\nStart: {s}", " / from {s}"],
-              "end": [", Until: {e}", "\nEnd: {e}", " / until {e}"]}  # fmt: skip
+WHEN_LABEL = {
+    "both": [", Active: {s}-{e}", "\nWindow: {s} - {e}", ", Time: {s} to {e}", " / {s}-{e}"],
+    "start": [", From: {s}", "\nStart: {s}", " / from {s}"],
+    "end": [", Until: {e}", "\nEnd: {e}", " / until {e}"],
+}
 # names set off in the message; the gold name is what is inside
 QUOTES = [("", ""), ("", ""), ("", ""), ('"', '"'), ("'", "'"), ("“", "”"), ("«", "»"), ("[", "]"), ("(", ")")]
 

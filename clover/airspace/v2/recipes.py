@@ -28,11 +28,18 @@ from clover.train.trainer import TrainConfig
 class Airspace2Recipe(AirspaceRecipe):
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            steps=6_000, lr=3e-4, warmup=50, block_size=32, eval_every=200, ckpt_every=50, log_every=10,
-            micro_batches=4, block_size_range=[1, 64],
+            steps=6_000,
+            lr=3e-4,
+            warmup=50,
+            block_size=32,
+            eval_every=200,
+            ckpt_every=50,
+            log_every=10,
+            micro_batches=4,
+            block_size_range=[1, 64],
             masking=MaskingConfig(t_min=0.05, t_max=1.0, weighting="elbo", complementary=True, samples=2),
         )
-    )  # fmt: skip
+    )
     batch_size: int = 16
     max_len: int = 1024
     decision_frac: float = 0.15

@@ -33,8 +33,10 @@ _ALIASES = {
 }
 _UNIT_OF = {alias: unit for unit, aliases in _ALIASES.items() for alias in aliases}
 # tool -> (the length argument, its unit argument, the metres argument of the metres form)
-LENGTHS = {"create_no_fly_zone": ("radius", "radius_unit", "radius_m"),
-           "update_waypoint": ("altitude", "altitude_unit", "altitude_m")}  # fmt: skip
+LENGTHS = {
+    "create_no_fly_zone": ("radius", "radius_unit", "radius_m"),
+    "update_waypoint": ("altitude", "altitude_unit", "altitude_m"),
+}
 
 
 def unit_of(text) -> str | None:
@@ -56,8 +58,17 @@ _DIGITS = re.compile(r"\d+")
 # the arguments copied from the conversation, and from where (``x-grounded``)
 # (drone ids are not: the bundled model writes the world's D-<n>, which a message rarely holds as
 # written, and copying them as written needs a model trained to; the world reads both forms)
-GROUNDED = {"zone_name": "conversation", "target": "user", "lat": "user", "lon": "user", "radius": "user",
-            "altitude": "user", "waypoint_index": "user"}  # fmt: skip
+GROUNDED = {
+    "zone_name": "conversation",
+    "target": "user",
+    "lat": "user",
+    "lon": "user",
+    "radius": "user",
+    "altitude": "user",
+    "waypoint_index": "user",
+}
+
+
 def drone_key(text):
     """A drone as written ("drone 948", "UAV-948", "#948", "d948") as the world's id ``D-948``: the
     last number in it. Text without digits (or not a string) is returned as it is."""

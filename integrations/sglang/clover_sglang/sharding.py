@@ -142,8 +142,17 @@ class TensorParallel:
             "linear_attn.in_proj_z.weight": (0, [Part(dv, hv, vh)]),
             "linear_attn.out_proj.weight": (1, [Part(dv, hv, vh)]),
         }
-        for name in ("in_proj_b.weight", "in_proj_a.weight", "dt_bias", "A_log", "attn_scale", "mem_key",
-                     "mem_bias", "mem_gamma", "mem_scale"):  # fmt: skip
+        for name in (
+            "in_proj_b.weight",
+            "in_proj_a.weight",
+            "dt_bias",
+            "A_log",
+            "attn_scale",
+            "mem_key",
+            "mem_bias",
+            "mem_gamma",
+            "mem_scale",
+        ):
             out["linear_attn." + name] = (0, per_head)
         inter = [Part(1, len(self.inter) * self.size, self.inter)]
         if c.num_experts:

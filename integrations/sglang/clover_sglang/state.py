@@ -100,7 +100,7 @@ class GDNStatePool:
                     f"but its block starts at {p} (a reused prefix? the Clover algorithms need the radix cache off)"
                 )
         idx = slots.long()
-        get = lambda key, rows: self.t[key][idx] if rows is None else self.t[key][idx[rows]]  # noqa: E731
+        get = lambda key, rows: self.t[key][idx] if rows is None else self.t[key][idx[rows]]
         layers = {i: GDNCache(get(("S", i), None), get(("tail", i), None)) for i in self.gdn_layers}
         last = get(("last", -1), None)
         for rows, pre in ((again, "prev_"), (fresh, None)):

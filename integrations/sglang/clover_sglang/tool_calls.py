@@ -34,8 +34,9 @@ class CloverDetector(HermesDetector):
         while True:
             start = self._pending.find(self.bot_token)
             if start < 0:  # keep a tail that could still become "<tool_call>"
-                keep = next((n for n in range(len(self.bot_token) - 1, 0, -1)
-                             if self._pending.endswith(self.bot_token[:n])), 0)  # fmt: skip
+                keep = next(
+                    (n for n in range(len(self.bot_token) - 1, 0, -1) if self._pending.endswith(self.bot_token[:n])), 0
+                )
                 text += self._pending[: len(self._pending) - keep]
                 self._pending = self._pending[len(self._pending) - keep :]
                 break

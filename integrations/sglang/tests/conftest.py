@@ -68,8 +68,9 @@ def server(hf_dir, tmp_path_factory):
                 s.__exit__()
             _servers.clear()
             name = algorithm if tp_size == 1 else f"{algorithm}-tp{tp_size}"
-            s = SGLangServer(hf_dir, algorithm, logits_dir=logs / f"{name}-passes", log=logs / f"{name}.log",
-                             tp_size=tp_size)  # fmt: skip
+            s = SGLangServer(
+                hf_dir, algorithm, logits_dir=logs / f"{name}-passes", log=logs / f"{name}.log", tp_size=tp_size
+            )
             s.logits_dir = logs / f"{name}-passes"
             _servers[key] = s.__enter__()
         return _servers[key]

@@ -13,8 +13,9 @@ MAX_TOKENS = 64
 def clover_ids(model, prompts, policy: str, batch: int = 16) -> list[list[int]]:
     from clover.engine import Engine, SamplingParams
 
-    outs = Engine(model, max_batch_size=batch).generate_batch(prompts, SamplingParams(max_tokens=MAX_TOKENS,
-                                                                                      policy=policy))  # fmt: skip
+    outs = Engine(model, max_batch_size=batch).generate_batch(
+        prompts, SamplingParams(max_tokens=MAX_TOKENS, policy=policy)
+    )
     return [o.token_ids for o in outs]
 
 

@@ -64,7 +64,7 @@ def clover_answers(clover_model, tokenizer):
     convs = conversations(N)
     # grounded: false: SGLang's engine has no grounded-argument grammar (docs/sglang.md), so Clover's
     # side decodes x-grounded properties as plain ones too; with grounding Clover gets more right
-    chat = lambda m, t: llm.chat(m, tools=t, max_tokens=MAX_TOKENS, grounded=False)  # noqa: E731
+    chat = lambda m, t: llm.chat(m, tools=t, max_tokens=MAX_TOKENS, grounded=False)
     return convs, [calls(chat(m, t)["choices"][0]["message"]) for m, t, _ in convs]
 
 

@@ -43,10 +43,12 @@ def test_tool_calls_streamed_in_any_chunks_equal_the_whole_reply():
     from clover_sglang.tool_calls import CloverDetector
 
     tools = [_Tool("recall_drone"), _Tool("get_drone_status")]
-    reply = ('<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>\n'
-             '<tool_call>{"name": "nope", "arguments": {}}</tool_call>\n'
-             '<tool_call>{"name": "get_drone_status", "arguments": {"drone_id": "D-2"}}</tool_call>\n'
-             '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-')  # fmt: skip
+    reply = (
+        '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-17"}}</tool_call>\n'
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>\n'
+        '<tool_call>{"name": "get_drone_status", "arguments": {"drone_id": "D-2"}}</tool_call>\n'
+        '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-'
+    )
     whole = CloverDetector().detect_and_parse(reply, tools)
     want = [("recall_drone", {"drone_id": "D-17"}), ("get_drone_status", {"drone_id": "D-2"})]
     assert [(c.name, json.loads(c.parameters)) for c in whole.calls] == want
@@ -69,7 +71,10 @@ def test_parallel_layouts_read_from_sglang_and_those_not_implemented_refused():
     one = dict(tp_rank=1, tp_size=2, pp_size=1, attn_tp_size=2, moe_ep_size=1)
     with p.override(**one):
         assert parallel_rank() == (1, 2)
-    for change, flag in ((dict(pp_size=2), "--pp-size"), (dict(attn_tp_size=1), "dp-attention"),
-                         (dict(moe_ep_size=2), "--ep-size")):  # fmt: skip
+    for change, flag in (
+        (dict(pp_size=2), "--pp-size"),
+        (dict(attn_tp_size=1), "dp-attention"),
+        (dict(moe_ep_size=2), "--ep-size"),
+    ):
         with p.override(**{**one, **change}), pytest.raises(NotImplementedError, match=flag):
             parallel_rank()
