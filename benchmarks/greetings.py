@@ -1,6 +1,6 @@
 """Greetings and thanks with operations words in them, answered in words: no call and no decline.
 
-python benchmarks/greetings.py [--model DIR ...] [--n 40] [--json out.json]
+python benchmarks/greetings.py [--model [NAME=]DIR ...] [--n 40] [--json out.json]
 
 The validation split's fixed greetings and thanks (``clover.airspace.v2.corpus.greeting_set``:
 "hi there", "morning, quiet shift so far, how are you doing?", "thanks, that zone is exactly
@@ -40,11 +40,14 @@ def score(model: str | None, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", action="append", help="a model folder (repeat; default: the bundled model)")
+    ap.add_argument(
+        "--model", action="append", help="a model folder, or NAME=FOLDER (repeat; NAME= or none: the bundled model)"
+    )
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--json")
     args = ap.parse_args()
-    figures = {m or "bundled": score(m, args.n) for m in args.model or [None]}
+    named = [m.split("=", 1) if m and "=" in m else [m or "bundled", m] for m in args.model or [None]]
+    figures = {name: score(path or None, args.n) for name, path in named}
     rows = [[name, f"{100 * f['right']:.0f} %", f["n"]] for name, f in figures.items()]
     print_table("greetings and thanks answered in words (validation)", ["model", "right", "turns"], rows)
     for name, f in figures.items():
