@@ -28,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from clover.model.config import PRESETS
-
 # params + grads + AdamW moments dominate: wide experts, a small batch of short sequences
 SHAPE = (
     "hidden_size",
@@ -43,10 +41,10 @@ SHAPE = (
     "linear_value_head_dim",
     "num_experts_per_tok",
 )
-# the medium preset's attention and GDN with twice the experts at half the width
+# the medium preset's attention and GDN (``SHAPE``, filled in by ``_model``) with twice the
+# experts at half the width
 MODEL = {
     "layer_types": None,
-    **{k: PRESETS["medium"][k] for k in SHAPE},
     "num_experts": 32,
     "moe_intermediate_size": 256,
     "shared_expert_intermediate_size": 512,
@@ -56,6 +54,13 @@ RUN = {"train": {"micro_batches": 1, "warmup": 1}, "data": {"batch_size": 2, "ma
 SCALE = {"dtype": "bfloat16", "activation_checkpointing": True}
 TARGET = 0.6  # per-rank peak at 2 processes over the 1-process peak
 MMAP_THRESHOLD = 1 << 16
+
+
+def _model() -> dict:
+    """``MODEL`` over the medium preset's ``SHAPE``."""
+    from clover.model.config import PRESETS  # deferred: clover.model loads torch, not needed by clover --help
+
+    return {**{k: PRESETS["medium"][k] for k in SHAPE}, **MODEL}
 
 
 def _hwm() -> int:
@@ -79,7 +84,7 @@ def _source(out: Path):
     from clover.model.io import load_config, save_model
 
     bundled = default_model_dir()
-    config = CloverConfig.from_dict({**load_config(bundled).to_dict(), **MODEL})
+    config = CloverConfig.from_dict({**load_config(bundled).to_dict(), **_model()})
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(config)
     save_model(model, out)
@@ -168,7 +173,7 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
     base = {str(w): [r["baseline_rss_bytes"] for r in figs[w][0]] for w in worlds}
     res = {
         "preset": "train-memory: hidden 1024, 8 layers (6 GDN + 2 attention), 32 experts of 256, top-2",
-        "model": MODEL,
+        "model": _model(),
         "flags": train_flags(SCALE),
         "param_bytes": param_bytes,
         "world_sizes": worlds,
