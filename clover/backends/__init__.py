@@ -18,6 +18,7 @@ torch load with ``llamacpp``, on first use.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # the engines a model runs on: Clover's PyTorch model, or Clover's graph in llama.cpp's ggml
@@ -52,8 +53,6 @@ def open_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
     """A GGUF file from ``clover export gguf`` → ``LlamaCppClover``, on the CPU with ``threads``
     threads (default: every core). The library not built, a missing file, ``compile``, a GPU or a
     dtype asked for: a ValueError or FileNotFoundError saying why."""
-    import os
-
     if compile:
         raise ValueError("--compile applies to the torch backend only (llama.cpp runs its own graph)")
     if device not in ("auto", "cpu"):
