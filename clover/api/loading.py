@@ -9,6 +9,7 @@ read ``PREFIX_CACHE_MB`` for its help text without paying for them.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,8 +57,6 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
 def gguf_tokenizer(model):
     """The tokenizer a GGUF file carries (``LlamaCppClover.tokenizer_files``), loaded as
     ``CloverTokenizer.load`` loads a checkpoint directory; None when the file has none."""
-    import tempfile
-
     from clover.data.tokenizer import CloverTokenizer
 
     files = model.tokenizer_files()

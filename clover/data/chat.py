@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -216,8 +217,6 @@ def _compiled(template: str):
     """A chat template compiled in a sandbox (templates come with checkpoints: untrusted), with the
     ``tojson`` filter and the ``raise_exception`` / ``strftime_now`` globals that Hugging Face
     templates use."""
-    from datetime import datetime
-
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
