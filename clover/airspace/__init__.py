@@ -11,6 +11,7 @@ Nothing in the generic layers imports this package: they reach it through ``TASK
 from __future__ import annotations
 
 from clover.airspace.corpus import generate, load_split
+from clover.airspace.evaluate import evaluate_airspace
 from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
@@ -42,7 +43,6 @@ def _recipes() -> dict[str, type]:
 
 def _evaluate(*args, **kwargs) -> dict:
     # deferred: the evaluation needs the grammar module (torch), which listing the tasks does not
-    from clover.airspace.evaluate import evaluate_airspace
 
     return evaluate_airspace(*args, **kwargs)
 

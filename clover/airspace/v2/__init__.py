@@ -13,6 +13,7 @@ forms.
 from __future__ import annotations
 
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.world import World, execute
 from clover.data.task import Task
 
 NAME = "airspace2"
@@ -31,14 +32,10 @@ def _world(seed: int = 0, area_deg: float | None = None):
 
 
 def _world_from_dict(state: dict):
-    from clover.airspace.world import World
-
     return World.from_request(state)
 
 
 def _execute(world, name: str, arguments) -> dict:
-    from clover.airspace.world import execute
-
     return execute(world, name, arguments)
 
 
