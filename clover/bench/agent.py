@@ -7,12 +7,14 @@ whole. The task and the engine are imported inside the functions.
 
 from __future__ import annotations
 
+from clover.airspace.loop import LocalModel, run_agent
+from clover.data.task import model_task
+
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
 
 
 def run_policy(model, tasks, max_steps: int) -> dict:
     """Every task through the loop with one model side; success, time and passes per task."""
-    from clover.airspace.loop import run_agent
     from clover.airspace.tasks import task_success
 
     rows = []
@@ -46,7 +48,6 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 def local_model(llm, name: str, threshold: float | None):
     """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
     ``threshold`` (None: the default threshold)."""
-    from clover.airspace.loop import LocalModel
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     if name == "ar":
@@ -74,7 +75,6 @@ def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
     them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
     from clover.airspace.tasks import operator_tasks
-    from clover.data.task import model_task
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+from clover.api.loading import place_model
+
 
 class SyntheticHistory:
     """Prefill stand-in: a cache of the prompt's complete blocks with random contents.
@@ -67,7 +69,6 @@ def measure_context(
     and their ratios (Clover over all-attention)."""
     import torch
 
-    from clover.api.loading import place_model
     from clover.engine import Engine, Finished, SamplingParams
     from clover.model import CloverForBlockDiffusion
 

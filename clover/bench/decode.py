@@ -8,7 +8,13 @@ functions (deferred on purpose: listing the benchmarks needs neither).
 
 from __future__ import annotations
 
+import json
 import time
+
+from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.api.loading import place_model
+from clover.data.chat import parse_assistant, render_chat
+from clover.data.task import model_task
 
 DEFAULT_NAME = "default"  # the row of the default policy (clover.engine.policies.DEFAULT_POLICY)
 
@@ -17,7 +23,6 @@ def random_model_and_tokenizer(device, dtype):
     import torch
 
     from clover.airspace.tokenizer import build_default_tokenizer
-    from clover.api.loading import place_model
     from clover.model import CloverForBlockDiffusion, preset
 
     tok = build_default_tokenizer()
@@ -32,10 +37,6 @@ def random_model_and_tokenizer(device, dtype):
 def airspace_cases(tokenizer, n: int, config=None) -> list[tuple[list[int], list[dict] | None]]:
     """The first ``n`` tool-call turns of the test split of the model's own task (``config``'s;
     None: the bundled model's), as (prompt ids, gold calls)."""
-    from clover.airspace.corpus import gold_calls
-    from clover.data.chat import render_chat
-    from clover.data.task import model_task
-
     cases = []
     for ex in model_task(config, default=True).eval_split("test", max(4 * n, 64)):
         gold = gold_calls(ex)
@@ -50,8 +51,6 @@ def airspace_cases(tokenizer, n: int, config=None) -> list[tuple[list[int], list
 
 
 def file_cases(path: str, tokenizer, n: int):
-    import json
-
     cases = []
     for line in open(path):
         if line.strip():
@@ -64,9 +63,6 @@ def file_cases(path: str, tokenizer, n: int):
 def exact(text: str | None, gold) -> bool | None:
     if gold is None or text is None:
         return None
-    from clover.airspace.corpus import score_tool_calls
-    from clover.data.chat import parse_assistant
-
     return score_tool_calls(parse_assistant(text)[1], gold)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clover.api.loading import load_model_dir
 from clover.bench.decode import airspace_cases, run_engine
+from clover.data.task import model_task
 
 PRECISIONS = ("fp32", "int8", "int4")
 BITS = {"int8": 8, "int4": 4}
@@ -61,7 +62,6 @@ def measure_quant(args) -> tuple[dict, list[list]]:
     speed_prompts, int4_group_size, no_medium)."""
     import torch
 
-    from clover.data.task import model_task
     from clover.model.quant import weight_bytes
 
     figures: dict = {"bytes": {}, "tokens_per_s": {}, "exact_match": {}, "threads": torch.get_num_threads()}

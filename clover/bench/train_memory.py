@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from clover.data import default_model_dir
 
 # params + grads + AdamW moments dominate: wide experts, a small batch of short sequences
 SHAPE = (
@@ -75,11 +78,8 @@ def _hwm() -> int:
 def _source(out: Path):
     """The warm-start source: the bundled model's config and tokenizer, ``MODEL``'s shape,
     random weights. Returns its parameter bytes and config."""
-    import shutil
-
     import torch
 
-    from clover.data import default_model_dir
     from clover.model import CloverConfig, CloverForBlockDiffusion
     from clover.model.io import load_config, save_model
 
