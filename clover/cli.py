@@ -8,6 +8,10 @@ import importlib
 import os
 import sys
 
+from clover.bench import results
+from clover.commands.common import Parser
+from clover.commands.threads import passive_waits
+
 # in the order ``clover --help`` lists them
 COMMANDS = (
     "clover.commands.info",
@@ -26,8 +30,6 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from clover.commands.common import Parser
-
     p = Parser(prog="clover", description="Clover block-diffusion language models")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -43,11 +45,8 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from clover.commands.threads import passive_waits
-
     passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
-    from clover.bench import results
 
     results.reset(sys.argv[1:] if argv is None else argv)  # a result file names the command as typed
     try:

@@ -9,12 +9,16 @@ import json
 import os
 import sys
 
-from clover.commands.common import THREADS_HELP, add_threads_arg, count
+from rich.markup import escape
+from rich.table import Table
+
+from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
+from clover.airspace.world import World
+from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
+from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, count
 
 
 def print_world(world, console) -> None:
-    from rich.table import Table
-
     t = Table(title=f"airspace world at {world.clock}", title_justify="left")
     for c in ("drone", "status", "battery", "position", "altitude", "waypoints", "mission"):
         t.add_column(c, justify="right" if c in ("battery", "altitude", "waypoints") else "left")
@@ -47,8 +51,6 @@ def print_world(world, console) -> None:
 
 def print_step(console, step: int, reply, records) -> None:
     """One step of the loop: each call, its result (or error) and the world's changes."""
-    from rich.markup import escape
-
     for r in records:
         args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
         console.print(f"[magenta]call[/] [dim](step {step})[/] {escape(r.name)}({escape(args)})")
@@ -64,10 +66,6 @@ def print_step(console, step: int, reply, records) -> None:
 
 def run_session(model, world, console, max_steps: int = 4, system: str | None = None, errors=(ValueError,)) -> int:
     """The interactive loop: read a message, run the agent on it, print what happened."""
-    from rich.markup import escape
-
-    from clover.airspace.loop import run_agent
-
     start = world.copy()
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
@@ -117,8 +115,6 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from clover.airspace.loop import LocalModel, OpenAIModel
-    from clover.airspace.world import World
     from clover.bench import table_console  # a pipe or a file gets the world's tables whole
 
     if args.model_dir is not None:
@@ -175,9 +171,6 @@ def _at_least_one(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
-    from clover.commands.common import add_device_args
-
     p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
     p.add_argument(

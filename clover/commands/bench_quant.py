@@ -15,6 +15,7 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.quant import measure_quant
 from clover.commands.common import add_device_args, add_threads_arg, device_setup
 from clover.commands.threads import use_threads
+from clover.data import default_model_dir
 
 
 def add_quant_args(p: argparse.ArgumentParser) -> None:
@@ -45,7 +46,6 @@ def run_quant(args: argparse.Namespace) -> int:
             "(the bf16 row is computed from sizes); use --dtype float32 or auto"
         )
     set_threads(args.threads)
-    from clover.data import default_model_dir
     from clover.model import preset
     from clover.model.io import load_config
 

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from clover.airspace.corpus import load_split
+from clover.api.loading import load_engine, load_model_dir
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions
 from clover.commands.common import (
@@ -60,7 +62,6 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
 
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.api.loading import load_engine
 
     device_setup(args, "clover bench decisions")
     set_threads(args.threads)
@@ -193,8 +194,6 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
 
 def _prompts(n: int) -> list[dict]:
-    from clover.airspace.corpus import load_split
-
     out = []
     for ex in load_split("test", 4 * n):
         msgs = []
@@ -322,7 +321,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_long_prompt(args: argparse.Namespace) -> int:
-    from clover.api.loading import load_model_dir
     from clover.bench.serve_gaps import measure, model_for
 
     set_threads(args.threads)

@@ -12,6 +12,7 @@ import time
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.commands.common import add_threads_arg
 from clover.commands.threads import use_threads
+from clover.data import default_model_dir
 
 
 def add_sglang_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +47,6 @@ def run_sglang(args) -> dict:
     import torch
 
     from clover.bench.sglang import measure_sglang
-    from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
     from clover.engine.policies import DEFAULT_POLICY
     from clover.model.io import load_model, resolve_dir

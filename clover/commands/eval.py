@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
+from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
 from clover.bench.results import record_table
 from clover.commands.common import (
@@ -18,6 +20,7 @@ from clover.commands.common import (
     int_at_least,
     load_model_and_tokenizer,
 )
+from clover.data.task import model_task
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {
@@ -101,18 +104,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _cases2(path: str) -> list[dict]:
     """Hand-written messages for the second task: the cases file read as the first task reads it,
     offered the extraction tools (gold calls in either length form)."""
-    from clover.airspace.v2.tools import EXTRACTION_TOOLS
-
     return [{**c, "tools": EXTRACTION_TOOLS} for c in load_cases(path)]
 
 
 def _check_task(task: str, config) -> None:
     """One line on stderr when the model was trained for another task than the one evaluated:
     its figures then say how it copes with tools it never saw."""
-    import sys
-
-    from clover.data.task import model_task
-
     own = model_task(config, default=True).name
     if own != task:
         print(f"clover eval: note: this model was trained for {own!r}, not {task!r}", file=sys.stderr)

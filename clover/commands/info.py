@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.table import Table
+
+from clover.bench import table_console
+
 
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
@@ -64,9 +68,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info))
         return 0
-    from rich.table import Table
-
-    from clover.bench import table_console
 
     what = f"preset {args.preset}" if args.preset else args.model or "the bundled model"
     t = Table(title=f"Clover model: {what}")
@@ -145,10 +146,6 @@ def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
 
 
 def print_memory(m: dict) -> None:
-    from rich.table import Table
-
-    from clover.bench import table_console
-
     gib = lambda n: f"{n / 2**30:.2f} GiB"
     prec = "bf16" if m["bits"] == 16 else f"int{m['bits']}"
     grp = "" if m["bits"] == 16 else f", group {m['group_size'] or 'per row'}"

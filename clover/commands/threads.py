@@ -20,6 +20,7 @@ count the rule chose is said once per process, on stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -136,8 +137,6 @@ def on_cpu(model) -> bool:
 
 def active_params(config) -> int:
     """Parameters per token of a model of ``config`` (counted on the meta device, unquantized)."""
-    import dataclasses
-
     import torch
 
     from clover.model import CloverForBlockDiffusion
