@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover.backends import open_gguf, resolve_backend
+from clover.data import default_model_dir
 from clover.engine import PREFILL_CHUNK  # the package's face only: no torch yet
 from clover.ops.device import resolve_device, resolve_dtype
 
@@ -93,8 +94,6 @@ def load_model_dir(
         torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
     if model_dir is None:
-        from clover.data import default_model_dir
-
         model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
     from clover.model.io import load_config, load_model, resolve_dir
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
-from clover.bench.results import record_table
+from clover.bench.results import record_table, write_result
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -72,6 +72,4 @@ def write_json(path: str | None, figures) -> None:
     """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
     command line, the commit, the machine, the date and the tables printed so far."""
     if path:
-        from clover.bench.results import write_result
-
         write_result(path, figures)

@@ -15,7 +15,8 @@ from rich.table import Table
 from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
 from clover.airspace.world import World
 from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
-from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, count
+from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, count, device_setup
+from clover.commands.threads import apply_threads
 
 
 def print_world(world, console) -> None:
@@ -142,8 +143,6 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
         from clover.api.llm import LLM
-        from clover.commands.common import device_setup
-        from clover.commands.threads import apply_threads
         from clover.engine import POLICIES
 
         policy = args.policy

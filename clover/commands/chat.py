@@ -55,8 +55,6 @@ class BlockView:
 
     def render(self) -> Text:
         if self.output is not None:
-            from clover.data.chat import parse_assistant
-
             return Text(parse_assistant(self.final)[0])
         t = Text(self.final)
         if self.block_start < 0:

@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from clover.data import default_model_dir
+
 
 def _export(args: argparse.Namespace, write, import_hint: str | None = None) -> int:
     """``write(model_dir)`` → a report (``summary()``, fields for --json); a problem is one line, exit 2
@@ -17,8 +19,6 @@ def _export(args: argparse.Namespace, write, import_hint: str | None = None) -> 
 
     model_dir = args.model
     if model_dir is None:
-        from clover.data import default_model_dir
-
         model_dir = default_model_dir()
     try:
         report = write(model_dir)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from clover.api.structured import tools_grammar
 from clover.commands.common import add_decoding_args, count, decoding_setup, encode_prompt, offered_tools
+from clover.data.chat import parse_assistant, render_chat
 from clover.engine.grammar import GrammarError, choice_grammar, json_grammar, regex_grammar
 from clover.engine.grounding import source_texts
 
@@ -23,8 +24,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             text = text[:-1]
     params, model, tokenizer = decoding_setup(args)
     if args.chat:
-        from clover.data.chat import render_chat
-
         system = [{"role": "system", "content": args.system}] if args.system else []
         messages = system + [{"role": "user", "content": text}]
         text = render_chat(messages, offered_tools(args, model), True, getattr(tokenizer, "chat_template", None))
@@ -52,8 +51,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         d = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason, "stats": out.stats}
         if args.chat:
-            from clover.data.chat import parse_assistant
-
             d["content"], d["tool_calls"] = parse_assistant(out.text or "")
         print(json.dumps(d))
     else:

@@ -12,6 +12,7 @@ import json
 from rich.table import Table
 
 from clover.bench import table_console
+from clover.data import default_model_dir
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -28,8 +29,6 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.preset:
             config = preset(args.preset)
         else:
-            from clover.data import default_model_dir
-
             model_dir = args.model or default_model_dir()
             config = load_config(model_dir)
     except (CheckpointError, ConfigError, TypeError, FileNotFoundError) as e:  # an unknown preset, no config.json

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from clover.convert.weights import copy_into
 from clover.data.chat import CLOVER_TEMPLATE
+from clover.data.tokenizer import CloverTokenizer
 from clover.export.card import model_card
 from clover.model.config import CloverConfig
 from clover.model.io import CheckpointError, load_config, read_header, resolve_dir
@@ -131,8 +132,6 @@ def stop_ids(config: CloverConfig, src: Path) -> list[int]:
     tokenizer declares."""
     ids = set(config.eos_ids)
     if (src / "tokenizer.json").exists():
-        from clover.data.tokenizer import CloverTokenizer
-
         ids |= set(CloverTokenizer.load(src).eos_token_ids)
     return sorted(ids)
 
