@@ -8,6 +8,7 @@ import importlib
 import os
 import sys
 
+import clover
 from clover.bench import results
 from clover.commands.common import Parser
 from clover.commands.threads import passive_waits
@@ -39,8 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    import clover
-
     return clover.__version__
 
 

@@ -8,6 +8,7 @@ whole. The task and the engine are imported inside the functions.
 from __future__ import annotations
 
 from clover.airspace.loop import LocalModel, run_agent
+from clover.airspace.tasks import operator_tasks, task_success, zone_tasks
 from clover.data.task import model_task
 
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
@@ -15,8 +16,6 @@ DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLI
 
 def run_policy(model, tasks, max_steps: int) -> dict:
     """Every task through the loop with one model side; success, time and passes per task."""
-    from clover.airspace.tasks import task_success
-
     rows = []
     for task in tasks:
         r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
@@ -59,8 +58,6 @@ def zone_demo(llm, n: int, threshold: float | None, max_steps: int, load) -> dic
     """``n`` messages, each asking for one no-fly zone, through the loop one after another
     under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right.
     ``load``: the model's own task's ``eval_split``."""
-    from clover.airspace.tasks import zone_tasks
-
     tasks = zone_tasks(n, load=load)
     out: dict = {"messages": len(tasks)}
     for name in DECODERS:
@@ -74,7 +71,6 @@ def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple
     """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
     them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
-    from clover.airspace.tasks import operator_tasks
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools

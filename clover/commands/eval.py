@@ -12,6 +12,7 @@ from pathlib import Path
 from clover.airspace.evaluate import evaluate_airspace, load_cases
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
+from clover.bench.aup import aup
 from clover.bench.results import record_table
 from clover.commands.common import (
     add_device_args,
@@ -146,8 +147,6 @@ def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
 def _add_aup(results: list[dict]) -> None:
     """Each result gets its policy's AUP (``clover.bench.aup``) over the thresholds of this run,
     from the pooled accuracy of every scored answer, against the best accuracy of the run."""
-    from clover.bench.aup import aup
-
     y_max = max(100 * r["overall_acc"] for r in results)
     for r in results:
         sweep = [(x["tpf"], 100 * x["overall_acc"]) for x in results if x["policy"] == r["policy"]]
