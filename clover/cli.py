@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         code = _reader_gone()
     except RuntimeError as e:  # a missing or corrupt checkpoint: the message says which and why
-        from clover.model.io import CheckpointError
+        from clover.model.io import CheckpointError  # deferred: loads torch, not for clover --help
 
         if not isinstance(e, CheckpointError):
             raise

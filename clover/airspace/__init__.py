@@ -36,7 +36,7 @@ __all__ = [
 
 def _recipes() -> dict[str, type]:
     # deferred: the recipes import torch
-    from clover.airspace.recipes import RECIPES
+    from clover.airspace.recipes import RECIPES  # deferred: loads torch, not for clover --help
 
     return RECIPES
 
@@ -49,7 +49,7 @@ def _evaluate(*args, **kwargs) -> dict:
 
 def _tokenizer(vocab_size: int = 3072, **kwargs):
     # deferred: the tokenizer needs the tokenizers library
-    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
     return build_default_tokenizer(vocab_size, **kwargs)
 

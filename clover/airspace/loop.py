@@ -177,7 +177,7 @@ class OpenAIModel:
     ):
         if client is None:
             try:
-                import openai
+                import openai  # optional: openai (a test dependency)
             except ImportError:
                 raise ImportError("OpenAIModel needs the openai package: pip install openai") from None
             client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout, max_retries=0)

@@ -59,7 +59,7 @@ def open_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
         raise ValueError(f"the llama.cpp back end runs on the CPU only (got --device {device})")
     if dtype != "auto":
         raise ValueError(f"the GGUF file's types set the llama.cpp back end's precision (drop --dtype {dtype})")
-    from clover.backends.llamacpp import LlamaCppClover, LlamaCppError, available
+    from clover.backends.llamacpp import LlamaCppClover, LlamaCppError, available  # deferred: loads torch
 
     if not Path(path).is_file():
         what = "a directory, not a GGUF file" if Path(path).exists() else "no such file"

@@ -47,7 +47,7 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 def local_model(llm, name: str, threshold: float | None):
     """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
     ``threshold`` (None: the default threshold)."""
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     if name == "ar":
         return LocalModel(llm, policy="ar")
@@ -71,7 +71,7 @@ def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple
     """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
     them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
     tasks = operator_tasks(n, load=load)

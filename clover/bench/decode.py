@@ -20,10 +20,10 @@ DEFAULT_NAME = "default"  # the row of the default policy (clover.engine.policie
 
 
 def random_model_and_tokenizer(device, dtype):
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.airspace.tokenizer import build_default_tokenizer
-    from clover.model import CloverForBlockDiffusion, preset
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
+    from clover.model import CloverForBlockDiffusion, preset  # deferred: loads torch, not for clover --help
 
     tok = build_default_tokenizer()
     cfg = preset("small", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=tok.eos_token_id)
@@ -67,7 +67,7 @@ def exact(text: str | None, gold) -> bool | None:
 
 
 def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -> dict:
-    from clover.engine import Engine
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     engine = Engine(model, tokenizer, max_batch_size=batch, fuse=fuse)
     t0 = time.perf_counter()
@@ -90,9 +90,9 @@ def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -
 
 def hf_twin(config):
     """A transformers Qwen3.5-MoE of the same shape as a Clover config (random weights)."""
-    import torch
-    import transformers
-    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+    import torch  # deferred: torch, not for clover --help
+    import transformers  # optional: transformers (a test dependency)
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig  # optional: transformers (a test dependency)
 
     transformers.logging.set_verbosity_error()  # the "falling back to PyTorch kernels" notices
 
@@ -137,7 +137,7 @@ def run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
     requests' output over the time to deliver it. (Counting every row at the longest length
     would credit the baseline with the tokens it computes after a shorter row has ended.)
     """
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     tokens, wall = 0, 0.0
     for s in range(0, len(cases), batch):
@@ -184,7 +184,7 @@ def measure_decoders(model, tokenizer, cases, configs, sizes, speed_prompts: int
 
 def headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict:
     """The JSON's top-level figures: batch ``sizes[0]`` speed, quality and TPF from the big batch."""
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     b1, d, ar = by_batch[sizes[0]], DEFAULT_NAME, "ar"
     unfused = b1["unfused"]  # thr: the threshold policy at the sweep's last threshold (the old headline)
@@ -217,7 +217,7 @@ def compiled_figures(
     """One pass timed eager (batch 1) and, with ``compile``, compiled: the compile time, the compiled
     pass, the default policy's batch-1 speed compiled, and whether ``ar`` and the default give
     the same tokens compiled as eager on every prompt (run after the eager measurements)."""
-    from clover.bench.passes import compile_and_warm, pass_ms
+    from clover.bench.passes import compile_and_warm, pass_ms  # deferred: loads torch, not for clover --help
 
     eager = pass_ms(model)
     out = {"pass_ms_eager": eager["denoise"], "fused_pass_ms_eager": eager["fused"]}

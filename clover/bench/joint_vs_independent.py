@@ -24,7 +24,7 @@ def run_mode(
 ) -> dict:
     """Every group answered in ``mode`` (``sequential``: one call per question, one after another);
     group all-correct rate, per-question accuracy, seconds and passes per group, the joint layouts."""
-    from clover.api.joint_decisions import decide_sync
+    from clover.api.joint_decisions import decide_sync  # deferred: loads torch, not for clover --help
 
     knobs = {"policy": policy, "threshold": threshold}
     right_groups = right_q = n_q = 0
@@ -63,7 +63,7 @@ def run_mode(
 def expressible(engine, tok, groups) -> list:
     """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
     the layout cannot hold, such as one with a line break, is refused)."""
-    from clover.api.joint_decisions import DecisionError, plan_joint
+    from clover.api.joint_decisions import DecisionError, plan_joint  # deferred: loads torch, not for clover --help
 
     ok = []
     for g in groups:

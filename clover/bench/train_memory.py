@@ -78,10 +78,10 @@ def _hwm() -> int:
 def _source(out: Path):
     """The warm-start source: the bundled model's config and tokenizer, ``MODEL``'s shape,
     random weights. Returns its parameter bytes and config."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.model import CloverConfig, CloverForBlockDiffusion
-    from clover.model.io import load_config, save_model
+    from clover.model import CloverConfig, CloverForBlockDiffusion  # deferred: loads torch, not for clover --help
+    from clover.model.io import load_config, save_model  # deferred: loads torch, not for clover --help
 
     bundled = default_model_dir()
     config = CloverConfig.from_dict({**load_config(bundled).to_dict(), **_model()})
@@ -96,9 +96,9 @@ def _source(out: Path):
 def _predicted(config, worlds: list[int]) -> dict[int, int]:
     """The memory model's per-rank bytes of the step (clover/train/memory_model.py): the batch's
     clean tokens split over the ranks, CPU attention kernels, checkpointing on as in ``SCALE``."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.train.memory_model import activation_terms, estimate
+    from clover.train.memory_model import activation_terms, estimate  # deferred: loads torch, not for clover --help
 
     terms = activation_terms(config, torch.bfloat16)
     tokens = RUN["data"]["batch_size"] * RUN["data"]["max_len"]
@@ -193,7 +193,7 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
 def worker(out: str, spec_file: str) -> int:
     """Run ``clover train`` (the ``RunSpec`` in ``spec_file``) in this rank, then write its peak
     resident set and its baseline to ``OUT.<rank>``."""
-    import clover.train.fsdp
+    import clover.train.fsdp  # the baseline: what a rank imports before its step
     import clover.train.sharded_checkpoint  # noqa: F401
 
     fields = json.loads(Path(spec_file).read_text())

@@ -125,7 +125,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     errors: tuple = (ValueError,)
     if args.base_url:
         try:
-            import openai
+            import openai  # optional: openai (a test dependency)
         except ImportError:
             raise SystemExit("clover agent: --base-url needs the openai package (pip install openai)") from None
         errors += (openai.OpenAIError,)
@@ -142,8 +142,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
-        from clover.api.llm import LLM
-        from clover.engine import POLICIES
+        from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
+        from clover.engine import POLICIES  # deferred: loads torch, not for clover --help
 
         policy = args.policy
         if policy is not None and policy not in POLICIES:

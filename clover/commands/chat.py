@@ -70,7 +70,7 @@ class BlockView:
 
 
 def run_chat(model, tokenizer, params, tools=None, system=None, console=None) -> int:
-    from clover.engine import Engine
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     console = console or Console()
     engine = Engine(model, tokenizer)

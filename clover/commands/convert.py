@@ -11,7 +11,7 @@ from clover.commands.common import positive_int
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from clover.convert import ConversionError, convert
+    from clover.convert import ConversionError, convert  # deferred: loads torch, not for clover --help
 
     try:
         report = convert(

@@ -46,7 +46,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     evaluate = evaluate_airspace
     if second:
-        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate
+        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate  # deferred: the second world's corpus
     for flag, path in (("--errors", args.errors), ("--results", args.results)):
         try:  # fail now, not after the whole run, when the file cannot be written
             if path:
@@ -120,8 +120,8 @@ def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
     """The (policy, threshold) runs of ``--policy`` x ``--threshold``, each checked with the run's
     settings before the model loads. ``default`` is the default policy; no ``--threshold``: the
     default threshold; policies that read no threshold (``ar``, ``fixed``) run once."""
-    from clover.engine import SamplingParams
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
+    from clover.engine import SamplingParams  # deferred: loads torch, not for clover --help
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES  # deferred: loads torch
 
     names = [p.strip() for p in args.policy.split(",") if p.strip()]
     policies = [DEFAULT_POLICY if p == "default" else p for p in names]
@@ -172,7 +172,7 @@ def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str],
 
 
 def _column(r: dict) -> str:
-    from clover.engine.policies import POLICIES
+    from clover.engine.policies import POLICIES  # deferred: loads torch, not for clover --help
 
     name = r["policy"].split("+")[0]
     return r["policy"] + (f" τ {r['threshold']:g}" if POLICIES[name].reads_threshold else "")

@@ -15,7 +15,7 @@ from clover.engine.grounding import source_texts
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from clover.engine import Engine, Finished, TextDelta
+    from clover.engine import Engine, Finished, TextDelta  # deferred: loads torch, not for clover --help
 
     text = args.prompt
     if text == "-":  # the prompt from stdin, as `echo hi | clover generate -`

@@ -29,9 +29,9 @@ from clover.engine import PREFILL_CHUNK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import uvicorn  # deferred: uvicorn, not for clover --help
 
-    from clover.server.app import create_app
+    from clover.server.app import create_app  # deferred: fastapi and torch, not for clover --help
 
     take_model_positional(args)
     device_setup(args, "clover serve")

@@ -217,8 +217,8 @@ def _compiled(template: str):
     """A chat template compiled in a sandbox (templates come with checkpoints: untrusted), with the
     ``tojson`` filter and the ``raise_exception`` / ``strftime_now`` globals that Hugging Face
     templates use."""
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2 import TemplateError  # deferred: jinja2, only to render a chat template
+    from jinja2.sandbox import ImmutableSandboxedEnvironment  # deferred: jinja2, only to render a chat template
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

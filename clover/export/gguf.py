@@ -204,7 +204,7 @@ def tensor_type(name: str, shape: tuple[int, ...], want: str) -> str:
 
 def _encode(array: np.ndarray, kind: str):
     """(data, raw_dtype) for GGUFWriter.add_tensor."""
-    from gguf import GGMLQuantizationType, quants
+    from gguf import GGMLQuantizationType, quants  # optional: gguf (clover[llamacpp])
 
     if kind == "f32":
         return array, None
@@ -263,7 +263,7 @@ def _metadata(w, config: CloverConfig, src: Path, kind: str) -> None:
 
 def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     """gguf's token list and merges, the raw ``tokenizer.json``, the ids and the chat template."""
-    from gguf import TokenType
+    from gguf import TokenType  # optional: gguf (clover[llamacpp])
 
     w.add_uint32("tokenizer.ggml.mask_token_id", config.mask_token_id)
     stops = stop_ids(config, src)  # the config's EOS ids and those the tokenizer declares
@@ -313,7 +313,7 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
 def export_gguf(model_dir: str | Path, out: str | Path, type: str = "f32") -> GGUFReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) as the GGUF
     file ``out`` with weight matrices of ``type`` (``GGUF_TYPES``)."""
-    from gguf import GGUFWriter
+    from gguf import GGUFWriter  # optional: gguf (clover[llamacpp])
 
     t0 = time.time()
     if type not in GGUF_TYPES:

@@ -151,7 +151,7 @@ def resolve_dir(path: str | Path) -> Path:
         return p
     cache = os.environ.get("HF_HUB_CACHE") or str(Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # optional: huggingface_hub, for hub model names
 
         return Path(snapshot_download(s, local_files_only=True, cache_dir=Path(cache).expanduser()))
     except Exception:

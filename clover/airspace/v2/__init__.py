@@ -40,7 +40,7 @@ def _execute(world, name: str, arguments) -> dict:
 
 
 def _eval_split(split: str, n: int) -> list[dict]:
-    from clover.airspace.v2.corpus import load_split
+    from clover.airspace.v2.corpus import load_split  # deferred: the corpus is large to import
 
     return load_split(split, n)
 
@@ -58,7 +58,7 @@ def _evaluate(*args, **kwargs) -> dict:
 
 
 def _tokenizer(vocab_size: int = 3072, **kwargs):
-    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
     return build_default_tokenizer(vocab_size, **kwargs)
 
