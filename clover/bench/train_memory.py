@@ -193,7 +193,8 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
 def worker(out: str, spec_file: str) -> int:
     """Run ``clover train`` (the ``RunSpec`` in ``spec_file``) in this rank, then write its peak
     resident set and its baseline to ``OUT.<rank>``."""
-    import clover.train.fsdp  # the baseline: what a rank imports before its step
+    # the baseline: the modules a rank imports before its step
+    import clover.train.fsdp
     import clover.train.sharded_checkpoint  # noqa: F401
 
     fields = json.loads(Path(spec_file).read_text())

@@ -15,6 +15,7 @@ from rich.table import Table
 from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
 from clover.airspace.world import World
 from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
+from clover.bench import table_console
 from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, count, device_setup
 from clover.commands.threads import apply_threads
 
@@ -116,8 +117,6 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from clover.bench import table_console  # a pipe or a file gets the world's tables whole
-
     if args.model_dir is not None:
         if args.model is not None and args.model != args.model_dir:
             raise SystemExit(f"clover agent: two models given ({args.model_dir!r} and --model {args.model!r})")
@@ -156,6 +155,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)
             return 2
+    # a pipe or a file gets the world's tables whole
     return run_session(model, World.seeded(args.world), table_console(), args.max_steps, args.system, errors)
 
 
