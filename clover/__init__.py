@@ -18,18 +18,18 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import PackageNotFoundError, version  # deferred: only for __version__
 
         try:
             return version("clover")
         except PackageNotFoundError:  # a source tree that was never installed
             return "unknown"
     if name == "SamplingParams":  # vLLM's pair: from clover import LLM, SamplingParams
-        from clover.engine.params import SamplingParams
+        from clover.engine.params import SamplingParams  # deferred: loads torch, not for clover --help
 
         return SamplingParams
     if name in __all__:
-        from clover.api import llm
+        from clover.api import llm  # deferred: loads torch, not for clover --help
 
         return getattr(llm, name)
     raise AttributeError(f"module 'clover' has no attribute {name!r}")

@@ -8,6 +8,11 @@ import importlib
 import os
 import sys
 
+import clover
+from clover.bench import results
+from clover.commands.common import Parser
+from clover.commands.threads import passive_waits
+
 # in the order ``clover --help`` lists them
 COMMANDS = (
     "clover.commands.info",
@@ -26,8 +31,6 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from clover.commands.common import Parser
-
     p = Parser(prog="clover", description="Clover block-diffusion language models")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -37,17 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    import clover
-
     return clover.__version__
 
 
 def main(argv: list[str] | None = None) -> None:
-    from clover.commands.threads import passive_waits
-
     passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
-    from clover.bench import results
 
     results.reset(sys.argv[1:] if argv is None else argv)  # a result file names the command as typed
     try:
@@ -58,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         code = _reader_gone()
     except RuntimeError as e:  # a missing or corrupt checkpoint: the message says which and why
-        from clover.model.io import CheckpointError
+        from clover.model.io import CheckpointError  # deferred: loads torch, not for clover --help
 
         if not isinstance(e, CheckpointError):
             raise

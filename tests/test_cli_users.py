@@ -61,6 +61,21 @@ def test_the_command_line_does_not_import_the_web_stack():
     assert callable(create_app)
 
 
+def test_the_parser_does_not_import_torch():
+    """``clover --help``, ``clover tools`` and the benchmark list build the whole parser: torch,
+    transformers and the web stack load only when a command runs (a second, not four)."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "fastapi", "uvicorn")
+    code = (
+        "import sys, clover.cli; clover.cli.build_parser(); "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_info_describes_the_bundled_model_unless_told_otherwise(capsys):
     """Bare ``clover info`` describes the model ``clover serve`` runs, not a preset shape."""
     with pytest.raises(SystemExit) as e:
@@ -237,7 +252,9 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
     import clover.api.loading
 
     load = clover.api.loading.load_engine
-    monkeypatch.setattr("clover.api.loading.load_engine", lambda model, *a: seen.setdefault("model", model) and load())
+    monkeypatch.setattr(
+        "clover.commands.serve.load_engine", lambda model, *a: seen.setdefault("model", model) and load()
+    )
     monkeypatch.setattr("clover.server.app.create_app", lambda engine, **kw: None)
     monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: None)
     with pytest.raises(SystemExit) as e:

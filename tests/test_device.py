@@ -56,10 +56,11 @@ def test_cuda_without_a_gpu_is_one_line_before_anything_loads(argv, no_gpu, monk
 
     import clover.api.llm
     import clover.commands.common
+    import clover.commands.serve
 
     for module in (clover.api.loading, clover.commands.common):
         monkeypatch.setattr(module, "load_model_dir", loaded)
-    for module in (clover.api.loading, clover.api.llm):
+    for module in (clover.api.loading, clover.api.llm, clover.commands.serve):
         monkeypatch.setattr(module, "load_engine", loaded)
     with pytest.raises(SystemExit) as e:
         main([*argv, "--device", "cuda"])

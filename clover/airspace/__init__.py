@@ -11,6 +11,7 @@ Nothing in the generic layers imports this package: they reach it through ``TASK
 from __future__ import annotations
 
 from clover.airspace.corpus import generate, load_split
+from clover.airspace.evaluate import evaluate_airspace
 from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
@@ -35,21 +36,20 @@ __all__ = [
 
 def _recipes() -> dict[str, type]:
     # deferred: the recipes import torch
-    from clover.airspace.recipes import RECIPES
+    from clover.airspace.recipes import RECIPES  # deferred: loads torch, not for clover --help
 
     return RECIPES
 
 
 def _evaluate(*args, **kwargs) -> dict:
     # deferred: the evaluation needs the grammar module (torch), which listing the tasks does not
-    from clover.airspace.evaluate import evaluate_airspace
 
     return evaluate_airspace(*args, **kwargs)
 
 
 def _tokenizer(vocab_size: int = 3072, **kwargs):
     # deferred: the tokenizer needs the tokenizers library
-    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
     return build_default_tokenizer(vocab_size, **kwargs)
 

@@ -179,7 +179,7 @@ def evaluate_airspace(
     ``/v1/completions`` request), right when the continuation has words and no call (tasks whose
     ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + {False: "", True: "+grammar", "ungrounded": "+grammar-ungrounded"}[grammar]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from clover.airspace.world import World, execute
+from clover.data.task import model_task
 
 MAX_STEPS = 4
 MAX_TOKENS = 320  # a compound message's five calls fit (clover eval's budget)
@@ -68,8 +69,6 @@ class AgentResult:
 
 def default_tools() -> list[dict]:
     """The tools of the bundled model's task (a remote model's are not known)."""
-    from clover.data.task import model_task
-
     return model_task(None, default=True).tools()
 
 
@@ -145,7 +144,6 @@ class LocalModel:
         **request,
     ):
         from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
-        from clover.data.task import model_task
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
         self.tools = model_task(self.llm.config, default=True).tools()  # the tools of the model's own task
@@ -179,7 +177,7 @@ class OpenAIModel:
     ):
         if client is None:
             try:
-                import openai
+                import openai  # optional: openai (a test dependency)
             except ImportError:
                 raise ImportError("OpenAIModel needs the openai package: pip install openai") from None
             client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout, max_retries=0)

@@ -9,10 +9,12 @@ read ``PREFIX_CACHE_MB`` for its help text without paying for them.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover.backends import open_gguf, resolve_backend
+from clover.data import default_model_dir
 from clover.engine import PREFILL_CHUNK  # the package's face only: no torch yet
 from clover.ops.device import resolve_device, resolve_dtype
 
@@ -29,7 +31,7 @@ PREFIX_CACHE_MB = 256
 def place_model(model, device: torch.device | str, dtype: torch.dtype | None = None):
     """A model built in memory (random weights, a benchmark's preset) onto ``device`` in ``dtype``
     (None: as it is), its rope frequencies kept in at least fp32 as ``load_model`` leaves them."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     if model.config.quantization is not None and torch.device(device).type != "cpu":
         raise ValueError("a quantized model runs on the CPU only (its int8/int4 kernels are CPU ones)")
@@ -56,9 +58,7 @@ def load_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
 def gguf_tokenizer(model):
     """The tokenizer a GGUF file carries (``LlamaCppClover.tokenizer_files``), loaded as
     ``CloverTokenizer.load`` loads a checkpoint directory; None when the file has none."""
-    import tempfile
-
-    from clover.data.tokenizer import CloverTokenizer
+    from clover.data.tokenizer import CloverTokenizer  # deferred: tokenizers, not for clover --help
 
     files = model.tokenizer_files()
     if "tokenizer.json" not in files:
@@ -84,7 +84,7 @@ def load_model_dir(
     or a device torch cannot see a ValueError, a bad checkpoint a CheckpointError, each naming
     the path. ``compile``: decoding passes through torch.compile (``CloverForBlockDiffusion.compile_passes``).
     ``backend`` (``clover.backends.BACKENDS``): a GGUF file loads into llama.cpp instead (``load_gguf``)."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     if resolve_backend(model_dir, backend) == "llama.cpp":
         return load_gguf(model_dir, threads, device, dtype, compile)
@@ -94,10 +94,8 @@ def load_model_dir(
         torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # fast-decaying GDN heads otherwise hit slow denormals
     if model_dir is None:
-        from clover.data import default_model_dir
-
         model_dir = default_model_dir()  # FileNotFoundError with a clear message when absent
-    from clover.model.io import load_config, load_model, resolve_dir
+    from clover.model.io import load_config, load_model, resolve_dir  # deferred: loads torch, not for clover --help
 
     path = resolve_dir(model_dir)
     if not path.is_dir():
@@ -109,7 +107,7 @@ def load_model_dir(
         model.compile_passes()
     if not (path / "tokenizer.json").exists():
         return model, None
-    from clover.data.tokenizer import CloverTokenizer
+    from clover.data.tokenizer import CloverTokenizer  # deferred: tokenizers, not for clover --help
 
     return model, CloverTokenizer.load(path)  # a corrupt tokenizer file: ValueError naming it
 
@@ -128,7 +126,7 @@ def load_engine(
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer, the
     model on ``device`` in ``dtype``, its passes compiled or not, on ``backend`` (as ``load_model_dir``),
     prefilling ``prefill_chunk`` prompt tokens per step (0: whole prompts)."""
-    from clover.engine import Engine
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile, backend)
     if tokenizer is None:

@@ -18,6 +18,7 @@ torch load with ``llamacpp``, on first use.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # the engines a model runs on: Clover's PyTorch model, or Clover's graph in llama.cpp's ggml
@@ -52,15 +53,13 @@ def open_gguf(path, threads: int | None = None, device="auto", dtype="auto", com
     """A GGUF file from ``clover export gguf`` → ``LlamaCppClover``, on the CPU with ``threads``
     threads (default: every core). The library not built, a missing file, ``compile``, a GPU or a
     dtype asked for: a ValueError or FileNotFoundError saying why."""
-    import os
-
     if compile:
         raise ValueError("--compile applies to the torch backend only (llama.cpp runs its own graph)")
     if device not in ("auto", "cpu"):
         raise ValueError(f"the llama.cpp back end runs on the CPU only (got --device {device})")
     if dtype != "auto":
         raise ValueError(f"the GGUF file's types set the llama.cpp back end's precision (drop --dtype {dtype})")
-    from clover.backends.llamacpp import LlamaCppClover, LlamaCppError, available
+    from clover.backends.llamacpp import LlamaCppClover, LlamaCppError, available  # deferred: loads torch
 
     if not Path(path).is_file():
         what = "a directory, not a GGUF file" if Path(path).exists() else "no such file"

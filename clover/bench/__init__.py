@@ -16,7 +16,13 @@ imported, e.g.::
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+
+from rich.markup import escape
+from rich.table import Table
+
+from clover.bench.results import record_table, write_result
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -40,8 +46,6 @@ UNBOUNDED_WIDTH = 1000
 def table_console():
     """A rich Console for tables: the terminal's width on a terminal; a pipe or a file gets each
     table whole (``COLUMNS``, when set, still wins)."""
-    import os
-
     from rich.console import Console  # deferred: rich only when a table is printed
 
     console = Console()
@@ -52,11 +56,6 @@ def table_console():
 
 def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
     """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from clover.bench.results import record_table
-
     rec = record_table(title, columns, rows, notes)
     t = Table(title=title)
     for i, c in enumerate(rec["columns"]):
@@ -73,6 +72,4 @@ def write_json(path: str | None, figures) -> None:
     """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
     command line, the commit, the machine, the date and the tables printed so far."""
     if path:
-        from clover.bench.results import write_result
-
         write_result(path, figures)

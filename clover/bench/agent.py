@@ -7,14 +7,15 @@ whole. The task and the engine are imported inside the functions.
 
 from __future__ import annotations
 
+from clover.airspace.loop import LocalModel, run_agent
+from clover.airspace.tasks import operator_tasks, task_success, zone_tasks
+from clover.data.task import model_task
+
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
 
 
 def run_policy(model, tasks, max_steps: int) -> dict:
     """Every task through the loop with one model side; success, time and passes per task."""
-    from clover.airspace.loop import run_agent
-    from clover.airspace.tasks import task_success
-
     rows = []
     for task in tasks:
         r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
@@ -46,8 +47,7 @@ def run_policy(model, tasks, max_steps: int) -> dict:
 def local_model(llm, name: str, threshold: float | None):
     """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
     ``threshold`` (None: the default threshold)."""
-    from clover.airspace.loop import LocalModel
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     if name == "ar":
         return LocalModel(llm, policy="ar")
@@ -58,8 +58,6 @@ def zone_demo(llm, n: int, threshold: float | None, max_steps: int, load) -> dic
     """``n`` messages, each asking for one no-fly zone, through the loop one after another
     under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right.
     ``load``: the model's own task's ``eval_split``."""
-    from clover.airspace.tasks import zone_tasks
-
     tasks = zone_tasks(n, load=load)
     out: dict = {"messages": len(tasks)}
     for name in DECODERS:
@@ -73,9 +71,7 @@ def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple
     """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
     them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
-    from clover.airspace.tasks import operator_tasks
-    from clover.data.task import model_task
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
     tasks = operator_tasks(n, load=load)

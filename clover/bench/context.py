@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+from clover.api.loading import place_model
+
 
 class SyntheticHistory:
     """Prefill stand-in: a cache of the prompt's complete blocks with random contents.
@@ -21,9 +23,9 @@ class SyntheticHistory:
         self.model, self.spare = model, spare
 
     def __call__(self, req, alone: bool = False):
-        import torch
+        import torch  # deferred: torch, not for clover --help
 
-        from clover.model.cache import AttnCache
+        from clover.model.cache import AttnCache  # deferred: loads torch, not for clover --help
 
         bs = req.block_size
         P = len(req.prompt) // bs * bs
@@ -45,7 +47,7 @@ class SyntheticHistory:
 
 def context_config(preset_name: str, lengths: list[int]):
     """The model shape measured: ``preset_name`` with room for the longest prompt and its decode."""
-    from clover.model import preset
+    from clover.model import preset  # deferred: loads torch, not for clover --help
 
     return preset(preset_name, max_position_embeddings=2 * max(lengths) + 4096)  # RoPE has no hard limit
 
@@ -65,11 +67,10 @@ def measure_context(
     ``real_prefill``), with ``cfg`` and its all-attention variant (random weights, seed 0), on
     ``device`` in ``dtype`` (None: float32): ms per token and cache bytes per model and length,
     and their ratios (Clover over all-attention)."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.api.loading import place_model
-    from clover.engine import Engine, Finished, SamplingParams
-    from clover.model import CloverForBlockDiffusion
+    from clover.engine import Engine, Finished, SamplingParams  # deferred: loads torch, not for clover --help
+    from clover.model import CloverForBlockDiffusion  # deferred: loads torch, not for clover --help
 
     models = {}
     for name, c in (("clover", cfg), ("attention", cfg.all_attention())):

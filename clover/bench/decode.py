@@ -8,17 +8,22 @@ functions (deferred on purpose: listing the benchmarks needs neither).
 
 from __future__ import annotations
 
+import json
 import time
+
+from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.api.loading import place_model
+from clover.data.chat import parse_assistant, render_chat
+from clover.data.task import model_task
 
 DEFAULT_NAME = "default"  # the row of the default policy (clover.engine.policies.DEFAULT_POLICY)
 
 
 def random_model_and_tokenizer(device, dtype):
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.airspace.tokenizer import build_default_tokenizer
-    from clover.api.loading import place_model
-    from clover.model import CloverForBlockDiffusion, preset
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
+    from clover.model import CloverForBlockDiffusion, preset  # deferred: loads torch, not for clover --help
 
     tok = build_default_tokenizer()
     cfg = preset("small", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=tok.eos_token_id)
@@ -32,10 +37,6 @@ def random_model_and_tokenizer(device, dtype):
 def airspace_cases(tokenizer, n: int, config=None) -> list[tuple[list[int], list[dict] | None]]:
     """The first ``n`` tool-call turns of the test split of the model's own task (``config``'s;
     None: the bundled model's), as (prompt ids, gold calls)."""
-    from clover.airspace.corpus import gold_calls
-    from clover.data.chat import render_chat
-    from clover.data.task import model_task
-
     cases = []
     for ex in model_task(config, default=True).eval_split("test", max(4 * n, 64)):
         gold = gold_calls(ex)
@@ -50,8 +51,6 @@ def airspace_cases(tokenizer, n: int, config=None) -> list[tuple[list[int], list
 
 
 def file_cases(path: str, tokenizer, n: int):
-    import json
-
     cases = []
     for line in open(path):
         if line.strip():
@@ -64,14 +63,11 @@ def file_cases(path: str, tokenizer, n: int):
 def exact(text: str | None, gold) -> bool | None:
     if gold is None or text is None:
         return None
-    from clover.airspace.corpus import score_tool_calls
-    from clover.data.chat import parse_assistant
-
     return score_tool_calls(parse_assistant(text)[1], gold)
 
 
 def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -> dict:
-    from clover.engine import Engine
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     engine = Engine(model, tokenizer, max_batch_size=batch, fuse=fuse)
     t0 = time.perf_counter()
@@ -94,9 +90,9 @@ def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -
 
 def hf_twin(config):
     """A transformers Qwen3.5-MoE of the same shape as a Clover config (random weights)."""
-    import torch
-    import transformers
-    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+    import torch  # deferred: torch, not for clover --help
+    import transformers  # optional: transformers (a test dependency)
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig  # optional: transformers (a test dependency)
 
     transformers.logging.set_verbosity_error()  # the "falling back to PyTorch kernels" notices
 
@@ -141,7 +137,7 @@ def run_hf(hf, cases, lengths: list[int], batch: int) -> dict:
     requests' output over the time to deliver it. (Counting every row at the longest length
     would credit the baseline with the tokens it computes after a shorter row has ended.)
     """
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     tokens, wall = 0, 0.0
     for s in range(0, len(cases), batch):
@@ -188,7 +184,7 @@ def measure_decoders(model, tokenizer, cases, configs, sizes, speed_prompts: int
 
 def headline(full: dict, by_batch: dict, sizes: list[int], hf, thr: str) -> dict:
     """The JSON's top-level figures: batch ``sizes[0]`` speed, quality and TPF from the big batch."""
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     b1, d, ar = by_batch[sizes[0]], DEFAULT_NAME, "ar"
     unfused = b1["unfused"]  # thr: the threshold policy at the sweep's last threshold (the old headline)
@@ -221,7 +217,7 @@ def compiled_figures(
     """One pass timed eager (batch 1) and, with ``compile``, compiled: the compile time, the compiled
     pass, the default policy's batch-1 speed compiled, and whether ``ar`` and the default give
     the same tokens compiled as eager on every prompt (run after the eager measurements)."""
-    from clover.bench.passes import compile_and_warm, pass_ms
+    from clover.bench.passes import compile_and_warm, pass_ms  # deferred: loads torch, not for clover --help
 
     eager = pass_ms(model)
     out = {"pass_ms_eager": eager["denoise"], "fused_pass_ms_eager": eager["fused"]}

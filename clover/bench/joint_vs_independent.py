@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 
+from clover.airspace.decision_groups import load_groups
+from clover.data.decision_chat import DecisionGroup, Question, single_question
+
 
 def client_group(g):
     """The group as a client sends it: questions and options, no answers."""
-    from clover.data.decision_chat import DecisionGroup, Question
-
     return DecisionGroup(g.context, [Question(q.text, list(q.options)) for q in g.questions])
 
 
@@ -23,8 +24,7 @@ def run_mode(
 ) -> dict:
     """Every group answered in ``mode`` (``sequential``: one call per question, one after another);
     group all-correct rate, per-question accuracy, seconds and passes per group, the joint layouts."""
-    from clover.api.joint_decisions import decide_sync
-    from clover.data.decision_chat import single_question
+    from clover.api.joint_decisions import decide_sync  # deferred: loads torch, not for clover --help
 
     knobs = {"policy": policy, "threshold": threshold}
     right_groups = right_q = n_q = 0
@@ -63,7 +63,7 @@ def run_mode(
 def expressible(engine, tok, groups) -> list:
     """Groups this tokenizer can ask (options of several tokens take the grammar path; an option
     the layout cannot hold, such as one with a line break, is refused)."""
-    from clover.api.joint_decisions import DecisionError, plan_joint
+    from clover.api.joint_decisions import DecisionError, plan_joint  # deferred: loads torch, not for clover --help
 
     ok = []
     for g in groups:
@@ -82,8 +82,6 @@ def measure_decisions(
     ``independent`` and (``sequential``) ``independent_sequential`` after a warm-up of two groups
     each → (the figures, flat as the JSON holds them; each mode's ``run_mode`` result). No group
     askable: a ValueError."""
-    from clover.airspace.decision_groups import load_groups
-
     tok = engine.tokenizer
     asked = load_groups(split, n)
     groups = expressible(engine, tok, asked)

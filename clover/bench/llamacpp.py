@@ -19,12 +19,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import torch
+
+from clover.backends.llamacpp import LlamaCppClover
 from clover.bench.decode import DEFAULT_NAME, airspace_cases, hf_twin, run_engine
 from clover.bench.passes import median_ms
+from clover.data import default_model_dir
+from clover.data.task import model_task
+from clover.data.tokenizer import CloverTokenizer
+from clover.engine import SamplingParams
+from clover.export.gguf import export_gguf
+from clover.model import CloverForBlockDiffusion, preset
+from clover.model.io import load_model, save_model
 
 TYPES = ("f32", "q8_0", "q4_k")
 SIZES = (1, 8, 32)
@@ -47,14 +59,6 @@ def stock_tool() -> Path:
 def medium_checkpoint(out: Path, tok) -> Path:
     """The ``medium`` preset with random weights (its head scaled so that the default policy commits
     several tokens per pass), saved with the bundled tokenizer as a checkpoint directory."""
-    import shutil
-
-    import torch
-
-    from clover.data import default_model_dir
-    from clover.model import CloverForBlockDiffusion, preset
-    from clover.model.io import save_model
-
     cfg = preset("medium", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=None)
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(cfg).eval()
@@ -69,8 +73,6 @@ def medium_checkpoint(out: Path, tok) -> Path:
 def twin_gguf(config, tok_dir: Path, work: Path, types, tool: Path) -> dict[str, Path]:
     """The same-shape Qwen3.5-MoE (random weights) as stock llama.cpp files: saved by transformers,
     converted to f32 by the pinned ``convert_hf_to_gguf.py``, quantized by libllama (``pure``)."""
-    import shutil
-
     src = Path(tool).parents[1] / "src"
     hf = work / "twin-hf"
     hf_twin(config).save_pretrained(hf, safe_serialization=True)
@@ -117,8 +119,6 @@ def stock_passes(tool: Path, gguf: Path, reps: int, n_gen: int, threads: int = 1
 def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
     """One denoise pass of B positions after a ``HISTORY``-token history, median ms:
     ``{"llamacpp": {B: ms}, "torch": {B: ms} or None}`` (``torch_model`` None: not timed)."""
-    import torch
-
     g = torch.Generator().manual_seed(0)
     hist = torch.randint(4, vocab, (1, HISTORY), generator=g)
     out: dict = {"llamacpp": {}, "torch": {} if torch_model is not None else None}
@@ -141,8 +141,6 @@ def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
 def max_rel_logit_err(torch_model, native, vocab: int, block_size: int = 32, blocks: int = 4) -> float:
     """The largest relative logit error (max |llama.cpp − PyTorch| / max |PyTorch|) over a run of
     ``blocks`` blocks, each denoised then committed."""
-    import torch
-
     g = torch.Generator().manual_seed(1)
     tc, lc, worst = torch_model.new_cache(1), native.new_cache(), 0.0
     with torch.inference_mode():
@@ -158,8 +156,6 @@ def max_rel_logit_err(torch_model, native, vocab: int, block_size: int = 32, blo
 
 def decode_speed(model, tok, cases, max_tokens: int) -> dict:
     """Decode tokens/s, batch 1 (the prompts one after another), under ``ar`` and the default policy."""
-    from clover.engine import SamplingParams
-
     run_engine(model, tok, cases[:1], SamplingParams(max_tokens=8), 1)  # warm-up
     out = {}
     for name, kw in (("ar", {"policy": "ar"}), (DEFAULT_NAME, {})):
@@ -172,16 +168,12 @@ def decode_speed(model, tok, cases, max_tokens: int) -> dict:
 def airspace_exact(model, tok, n: int) -> float:
     """Exact match of tool calls on the test split of the model's own airspace task (``n`` turns),
     the default policy."""
-    from clover.data.task import model_task
-
     evaluate = model_task(model.config, default=True).evaluate
     return evaluate(model, tok, "test", n=n, n_groups=0, progress=False)["exact_match"]
 
 
 def same_tokens(a, b, tok, cases, policy: str | None, max_tokens: int) -> int:
     """How many of ``cases`` two models decode to the same committed tokens (greedy)."""
-    from clover.engine import SamplingParams
-
     params = SamplingParams(max_tokens=max_tokens, **({"policy": policy} if policy else {}))
     ids = [run_engine(m, tok, cases, params, 16)["ids"] for m in (a, b)]
     return sum(x == y for x, y in zip(*ids))
@@ -193,12 +185,6 @@ def bench_cases(tok, n: int):
 
 def _model_figures(which: str, src: Path, tok, cases, work: Path, tool: Path | None, args, fig: dict) -> None:
     """Every figure of one model (``bundled`` or ``medium``) into ``fig``."""
-    import torch
-
-    from clover.backends.llamacpp import LlamaCppClover
-    from clover.export.gguf import export_gguf
-    from clover.model.io import load_model
-
     tm = load_model(src, "cpu", torch.float32).eval()
     V = tm.config.vocab_size
     twin = twin_gguf(tm.config, src, work / which, TYPES, tool) if tool is not None else {}
@@ -243,11 +229,6 @@ def measure_llamacpp(args) -> dict:
     """The figures of ``clover bench llama.cpp`` (JSON keys as docs/llama-cpp.md lists them);
     ``args``: its settings (threads, reps, max_tokens, speed_prompts, n, same, same_max_tokens,
     twin_tokens, no_medium, no_stock, work)."""
-    import tempfile
-
-    from clover.data import default_model_dir
-    from clover.data.tokenizer import CloverTokenizer
-
     keys = (
         "pass_ms",
         "pass_efficiency",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clover.api.loading import load_model_dir
 from clover.bench.decode import airspace_cases, run_engine
+from clover.data.task import model_task
 
 PRECISIONS = ("fp32", "int8", "int4")
 BITS = {"int8": 8, "int4": 4}
@@ -18,7 +19,7 @@ INT4_BYTES_RATIO = 0.3
 
 
 def _bundled(precision: str, group4: int):
-    from clover.model.quant import quantize_model
+    from clover.model.quant import quantize_model  # deferred: loads torch, not for clover --help
 
     model, tok = load_model_dir(None, None, "cpu", "float32")
     if precision != "fp32":
@@ -27,10 +28,10 @@ def _bundled(precision: str, group4: int):
 
 
 def _medium(precision: str, tok, group4: int):
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.model import CloverForBlockDiffusion, preset
-    from clover.model.quant import quantize_model
+    from clover.model import CloverForBlockDiffusion, preset  # deferred: loads torch, not for clover --help
+    from clover.model.quant import quantize_model  # deferred: loads torch, not for clover --help
 
     cfg = preset("medium", vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, eos_token_id=None)
     torch.manual_seed(0)  # the same random weights for every precision
@@ -43,7 +44,7 @@ def _medium(precision: str, tok, group4: int):
 
 
 def _speed(model, tok, cases, args) -> dict:
-    from clover.engine import SamplingParams
+    from clover.engine import SamplingParams  # deferred: loads torch, not for clover --help
 
     run_engine(model, tok, cases[:1], SamplingParams(max_tokens=8), 1)  # warm-up
     out = {}
@@ -59,10 +60,9 @@ def measure_quant(args) -> tuple[dict, list[list]]:
     """Bytes, decode tokens/s and (bundled model) exact match per model and precision, as figures
     and table rows; ``args``: ``clover bench quant``'s settings (n, max_tokens, batch,
     speed_prompts, int4_group_size, no_medium)."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.data.task import model_task
-    from clover.model.quant import weight_bytes
+    from clover.model.quant import weight_bytes  # deferred: loads torch, not for clover --help
 
     figures: dict = {"bytes": {}, "tokens_per_s": {}, "exact_match": {}, "threads": torch.get_num_threads()}
     rows = []

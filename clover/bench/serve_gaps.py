@@ -20,6 +20,11 @@ import random
 import time
 from dataclasses import dataclass, field
 
+import torch
+
+from clover.engine import Engine, Finished, SamplingParams, StepEvent, TextDelta
+from clover.model import CloverForBlockDiffusion
+
 ALONE_CHUNKS = 8  # text deltas each stream gets before the long prompt arrives (the first two not timed)
 STREAM_PROMPT = 16  # tokens in each stream's prompt
 
@@ -43,10 +48,6 @@ def model_for(model, long_prompt: int, max_tokens: int):
     """``model`` when its context holds the long prompt and its answer, else a model of the same
     shape with random weights and a context long enough (what a step costs depends on the
     shape, not the weights) → (model, a note saying which)."""
-    import torch
-
-    from clover.model import CloverForBlockDiffusion
-
     need = long_prompt + max_tokens
     if model.config.max_position_embeddings >= need:
         return model, f"the model's own weights (context {model.config.max_position_embeddings})"
@@ -78,8 +79,6 @@ def measure(
     module's docstring). ``clock``: ``wall`` (what a client sees) or ``cpu``, this process's CPU
     time: the work between two deltas whatever else the machine runs (with one CPU thread and
     an idle machine the two agree)."""
-    from clover.engine import Engine, SamplingParams
-
     now = CLOCKS[clock]
 
     rnd = random.Random(0)
@@ -129,8 +128,6 @@ class _Stepper:
 
     def until(self, done, max_steps: int = 100_000) -> float:
         """Step until ``done()``; → the time the last step returned."""
-        from clover.engine import Finished, StepEvent, TextDelta
-
         now = self.now()
         for _ in range(max_steps):
             if done():

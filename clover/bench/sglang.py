@@ -22,6 +22,12 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import torch
+
+from clover.bench.decode import airspace_cases, run_engine
+from clover.engine import SamplingParams
+from clover.export.hf_folder import export_hf
+
 ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = {"prefix": "CloverPrefix", "threshold": "CloverThreshold", "ar": "CloverAR", "fixed": "CloverFixed"}
 TOOL_CALL_PARSER = "clover"  # clover_sglang.tool_calls: <tool_call>{"name": …, "arguments": …}</tool_call>
@@ -208,8 +214,6 @@ class SGLangServer:
 
 def read_passes(logits_dir: Path) -> list[dict]:
     """The passes written to ``logits_dir`` (oldest first); the files are removed."""
-    import torch
-
     files = sorted(logits_dir.glob("pass-*.pt"))
     recs = [torch.load(f) for f in files]
     for f in files:
@@ -220,8 +224,6 @@ def read_passes(logits_dir: Path) -> list[dict]:
 def pass_logit_error(model, sequence: list[int], rec: dict, row: int = 0) -> float:
     """Largest |SGLang - Clover| / max |Clover| over one pass's logits: Clover's model commits
     ``sequence[:start]`` and denoises the same block (``rec`` from ``read_passes``)."""
-    import torch
-
     start = int(rec["start"][row])
     with torch.inference_mode():
         prefix = torch.tensor([sequence[:start]], dtype=torch.long)
@@ -265,10 +267,6 @@ def measure_sglang(
     ``tp_size`` tensor-parallel ranks), on the first ``n_prompts`` airspace test prompts at batch 1
     and 16: tokens/s, TPF, same committed tokens, and the largest relative logit error over every
     pass of ``logit_prompts`` prompts."""
-    from clover.bench.decode import airspace_cases, run_engine
-    from clover.engine import SamplingParams
-    from clover.export.hf_folder import export_hf
-
     cases = [(ids, gold) for ids, gold in airspace_cases(tok, n_prompts, model.config)]
     prompts = [ids for ids, _ in cases]
     params = SamplingParams(max_tokens=max_tokens, policy=policy)

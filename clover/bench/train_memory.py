@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from clover.model.config import PRESETS
+from clover.data import default_model_dir
 
 # params + grads + AdamW moments dominate: wide experts, a small batch of short sequences
 SHAPE = (
@@ -43,10 +44,10 @@ SHAPE = (
     "linear_value_head_dim",
     "num_experts_per_tok",
 )
-# the medium preset's attention and GDN with twice the experts at half the width
+# the medium preset's attention and GDN (``SHAPE``, filled in by ``_model``) with twice the
+# experts at half the width
 MODEL = {
     "layer_types": None,
-    **{k: PRESETS["medium"][k] for k in SHAPE},
     "num_experts": 32,
     "moe_intermediate_size": 256,
     "shared_expert_intermediate_size": 512,
@@ -56,6 +57,13 @@ RUN = {"train": {"micro_batches": 1, "warmup": 1}, "data": {"batch_size": 2, "ma
 SCALE = {"dtype": "bfloat16", "activation_checkpointing": True}
 TARGET = 0.6  # per-rank peak at 2 processes over the 1-process peak
 MMAP_THRESHOLD = 1 << 16
+
+
+def _model() -> dict:
+    """``MODEL`` over the medium preset's ``SHAPE``."""
+    from clover.model.config import PRESETS  # deferred: clover.model loads torch, not needed by clover --help
+
+    return {**{k: PRESETS["medium"][k] for k in SHAPE}, **MODEL}
 
 
 def _hwm() -> int:
@@ -70,16 +78,13 @@ def _hwm() -> int:
 def _source(out: Path):
     """The warm-start source: the bundled model's config and tokenizer, ``MODEL``'s shape,
     random weights. Returns its parameter bytes and config."""
-    import shutil
+    import torch  # deferred: torch, not for clover --help
 
-    import torch
-
-    from clover.data import default_model_dir
-    from clover.model import CloverConfig, CloverForBlockDiffusion
-    from clover.model.io import load_config, save_model
+    from clover.model import CloverConfig, CloverForBlockDiffusion  # deferred: loads torch, not for clover --help
+    from clover.model.io import load_config, save_model  # deferred: loads torch, not for clover --help
 
     bundled = default_model_dir()
-    config = CloverConfig.from_dict({**load_config(bundled).to_dict(), **MODEL})
+    config = CloverConfig.from_dict({**load_config(bundled).to_dict(), **_model()})
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(config)
     save_model(model, out)
@@ -91,9 +96,9 @@ def _source(out: Path):
 def _predicted(config, worlds: list[int]) -> dict[int, int]:
     """The memory model's per-rank bytes of the step (clover/train/memory_model.py): the batch's
     clean tokens split over the ranks, CPU attention kernels, checkpointing on as in ``SCALE``."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.train.memory_model import activation_terms, estimate
+    from clover.train.memory_model import activation_terms, estimate  # deferred: loads torch, not for clover --help
 
     terms = activation_terms(config, torch.bfloat16)
     tokens = RUN["data"]["batch_size"] * RUN["data"]["max_len"]
@@ -168,7 +173,7 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
     base = {str(w): [r["baseline_rss_bytes"] for r in figs[w][0]] for w in worlds}
     res = {
         "preset": "train-memory: hidden 1024, 8 layers (6 GDN + 2 attention), 32 experts of 256, top-2",
-        "model": MODEL,
+        "model": _model(),
         "flags": train_flags(SCALE),
         "param_bytes": param_bytes,
         "world_sizes": worlds,
@@ -188,6 +193,7 @@ def measure_train_memory(worlds: list[int], work_dir: str | None = None, mmap_th
 def worker(out: str, spec_file: str) -> int:
     """Run ``clover train`` (the ``RunSpec`` in ``spec_file``) in this rank, then write its peak
     resident set and its baseline to ``OUT.<rank>``."""
+    # the baseline: the modules a rank imports before its step
     import clover.train.fsdp
     import clover.train.sharded_checkpoint  # noqa: F401
 

@@ -24,7 +24,7 @@ MAX_TOKENS = 320
 def load_twin(path: str | Path | None = None):
     """The AR twin (``Qwen3_5MoeForCausalLM``) and its tokenizer, from a Hugging Face directory."""
     import transformers  # deferred: a test/optional dependency, and heavy
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (a test dependency)
 
     transformers.logging.set_verbosity_error()  # the "falling back to PyTorch kernels" notices
     d = Path(path) if path else TWIN_DIR

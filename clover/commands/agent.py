@@ -9,12 +9,18 @@ import json
 import os
 import sys
 
-from clover.commands.common import THREADS_HELP, add_threads_arg, count
+from rich.markup import escape
+from rich.table import Table
+
+from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
+from clover.airspace.world import World
+from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
+from clover.bench import table_console
+from clover.commands.common import THREADS_HELP, add_device_args, add_threads_arg, count, device_setup
+from clover.commands.threads import apply_threads
 
 
 def print_world(world, console) -> None:
-    from rich.table import Table
-
     t = Table(title=f"airspace world at {world.clock}", title_justify="left")
     for c in ("drone", "status", "battery", "position", "altitude", "waypoints", "mission"):
         t.add_column(c, justify="right" if c in ("battery", "altitude", "waypoints") else "left")
@@ -47,8 +53,6 @@ def print_world(world, console) -> None:
 
 def print_step(console, step: int, reply, records) -> None:
     """One step of the loop: each call, its result (or error) and the world's changes."""
-    from rich.markup import escape
-
     for r in records:
         args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
         console.print(f"[magenta]call[/] [dim](step {step})[/] {escape(r.name)}({escape(args)})")
@@ -64,10 +68,6 @@ def print_step(console, step: int, reply, records) -> None:
 
 def run_session(model, world, console, max_steps: int = 4, system: str | None = None, errors=(ValueError,)) -> int:
     """The interactive loop: read a message, run the agent on it, print what happened."""
-    from rich.markup import escape
-
-    from clover.airspace.loop import run_agent
-
     start = world.copy()
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
@@ -117,10 +117,6 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from clover.airspace.loop import LocalModel, OpenAIModel
-    from clover.airspace.world import World
-    from clover.bench import table_console  # a pipe or a file gets the world's tables whole
-
     if args.model_dir is not None:
         if args.model is not None and args.model != args.model_dir:
             raise SystemExit(f"clover agent: two models given ({args.model_dir!r} and --model {args.model!r})")
@@ -128,7 +124,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     errors: tuple = (ValueError,)
     if args.base_url:
         try:
-            import openai
+            import openai  # optional: openai (a test dependency)
         except ImportError:
             raise SystemExit("clover agent: --base-url needs the openai package (pip install openai)") from None
         errors += (openai.OpenAIError,)
@@ -145,10 +141,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
     else:
-        from clover.api.llm import LLM
-        from clover.commands.common import device_setup
-        from clover.commands.threads import apply_threads
-        from clover.engine import POLICIES
+        from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
+        from clover.engine import POLICIES  # deferred: loads torch, not for clover --help
 
         policy = args.policy
         if policy is not None and policy not in POLICIES:
@@ -161,6 +155,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)
             return 2
+    # a pipe or a file gets the world's tables whole
     return run_session(model, World.seeded(args.world), table_console(), args.max_steps, args.system, errors)
 
 
@@ -175,9 +170,6 @@ def _at_least_one(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
-    from clover.commands.common import add_device_args
-
     p = sub.add_parser("agent", help="interactive chat in which the airspace tools act on a simulated world")
     p.add_argument("model_dir", nargs="?", metavar="MODEL", help="same as --model")
     p.add_argument(

@@ -29,8 +29,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover.api.llm import LLM
-    from clover.engine.policies import DEFAULT_POLICY
+    from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
+    from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
 
     if args.n < 1:
         raise SystemExit("clover bench agent: --n must be >= 1")

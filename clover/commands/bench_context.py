@@ -28,7 +28,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_context(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     device, dtype = device_setup(args, "clover bench context")
     set_threads(args.threads)

@@ -75,8 +75,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
 def _configs(args, taus: list[float], max_tokens: int) -> dict:
     """The decoders compared: ``ar``, the default policy (the headline), the threshold sweep,
     ``prefix`` and ``edit`` at the last threshold of the sweep."""
-    from clover.engine import SamplingParams
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine import SamplingParams  # deferred: loads torch, not for clover --help
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     base = dict(max_tokens=max_tokens, block_size=args.block_size)
     configs = {
@@ -112,7 +112,7 @@ def _rows(by_batch: dict, cases_at: dict) -> list[list]:
 
 
 def _label_default() -> str:
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     return f"default ({DEFAULT_POLICY} τ {DEFAULT_THRESHOLD:g})"
 
@@ -142,7 +142,7 @@ def _pass_note(p: dict) -> str:
 
 
 def run_decode(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     t_start = time.perf_counter()
     device, dtype = device_setup(args, "clover bench decode")

@@ -84,8 +84,8 @@ def _notes(fig: dict, took: float) -> list[str]:
 
 
 def run_llamacpp(args: argparse.Namespace) -> int:
-    from clover.backends.llamacpp import available
-    from clover.bench.llamacpp import measure_llamacpp
+    from clover.backends.llamacpp import available  # deferred: loads torch, not for clover --help
+    from clover.bench.llamacpp import measure_llamacpp  # deferred: loads torch, not for clover --help
 
     problem = available()
     if problem is not None:

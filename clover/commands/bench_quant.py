@@ -15,6 +15,7 @@ from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.quant import measure_quant
 from clover.commands.common import add_device_args, add_threads_arg, device_setup
 from clover.commands.threads import use_threads
+from clover.data import default_model_dir
 
 
 def add_quant_args(p: argparse.ArgumentParser) -> None:
@@ -30,7 +31,7 @@ def add_quant_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_quant(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     t_start = time.perf_counter()
     device, _ = device_setup(args, "clover bench quant")
@@ -45,9 +46,8 @@ def run_quant(args: argparse.Namespace) -> int:
             "(the bf16 row is computed from sizes); use --dtype float32 or auto"
         )
     set_threads(args.threads)
-    from clover.data import default_model_dir
-    from clover.model import preset
-    from clover.model.io import load_config
+    from clover.model import preset  # deferred: loads torch, not for clover --help
+    from clover.model.io import load_config  # deferred: loads torch, not for clover --help
 
     # one count for every row: the rule's for the largest model measured
     use_threads(args.threads, load_config(default_model_dir()) if args.no_medium else preset("medium"))

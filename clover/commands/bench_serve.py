@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from clover.airspace.corpus import load_split
+from clover.api.loading import load_engine, load_model_dir
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions
 from clover.commands.common import (
@@ -59,8 +61,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_decisions(args: argparse.Namespace) -> int:
-    from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.api.loading import load_engine
+    from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch
 
     device_setup(args, "clover bench decisions")
     set_threads(args.threads)
@@ -143,7 +144,7 @@ def _free_port() -> int:
 
 
 def _start_server(args, port: int) -> subprocess.Popen:
-    import httpx
+    import httpx  # optional: httpx (a test dependency)
 
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
     cmd = [
@@ -193,8 +194,6 @@ def _start_server(args, port: int) -> subprocess.Popen:
 
 
 def _prompts(n: int) -> list[dict]:
-    from clover.airspace.corpus import load_split
-
     out = []
     for ex in load_split("test", 4 * n):
         msgs = []
@@ -209,7 +208,7 @@ def _prompts(n: int) -> list[dict]:
 
 
 async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: list[dict]) -> dict:
-    import openai
+    import openai  # optional: openai (a test dependency)
 
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
     lat, ttft, tokens, errors = [], [], 0, 0
@@ -322,8 +321,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_long_prompt(args: argparse.Namespace) -> int:
-    from clover.api.loading import load_model_dir
-    from clover.bench.serve_gaps import measure, model_for
+    from clover.bench.serve_gaps import measure, model_for  # deferred: loads torch, not for clover --help
 
     set_threads(args.threads)
     if not args.prefill_chunk:

@@ -12,6 +12,7 @@ import time
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.commands.common import add_threads_arg
 from clover.commands.threads import use_threads
+from clover.data import default_model_dir
 
 
 def add_sglang_args(p: argparse.ArgumentParser) -> None:
@@ -43,13 +44,12 @@ def add_sglang_args(p: argparse.ArgumentParser) -> None:
 
 def run_sglang(args) -> dict:
     """The model and its prompts loaded as the flags say, then ``clover.bench.sglang.measure_sglang``."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.bench.sglang import measure_sglang
-    from clover.data import default_model_dir
-    from clover.data.tokenizer import CloverTokenizer
-    from clover.engine.policies import DEFAULT_POLICY
-    from clover.model.io import load_model, resolve_dir
+    from clover.bench.sglang import measure_sglang  # deferred: loads torch, not for clover --help
+    from clover.data.tokenizer import CloverTokenizer  # deferred: tokenizers, not for clover --help
+    from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
+    from clover.model.io import load_model, resolve_dir  # deferred: loads torch, not for clover --help
 
     args.policy = args.policy or DEFAULT_POLICY
     set_threads(args.threads)

@@ -6,14 +6,13 @@ import argparse
 import time
 
 from clover.airspace.evaluate import eval_chats
+from clover.api.settings import engine_default
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.twin import MAX_TOKENS, TWIN_DIR, load_twin, measure_twin
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer
 
 
 def run_twin(args: argparse.Namespace) -> int:
-    from clover.api.settings import engine_default
-    from clover.commands.common import device_setup, load_model_and_tokenizer
-
     t_start = time.perf_counter()
     threshold = engine_default("threshold") if args.threshold is None else args.threshold
     device_setup(args, "clover bench twin")
@@ -93,8 +92,6 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
 
 
 def add_twin_args(p: argparse.ArgumentParser) -> None:
-    from clover.commands.common import add_device_args, add_threads_arg
-
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--twin", help="the AR twin, a Hugging Face directory (default: the bundled twin)")
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])

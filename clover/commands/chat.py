@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from clover.api.structured import tools_grammar
 from clover.commands.common import (
     add_decoding_args,
     add_model_positional,
@@ -18,6 +19,7 @@ from clover.commands.common import (
     offered_tools,
     take_model_positional,
 )
+from clover.data.chat import parse_assistant, render_chat
 from clover.engine.grounding import source_texts
 from clover.engine.outputs import Finished, StepEvent, TextDelta
 
@@ -53,8 +55,6 @@ class BlockView:
 
     def render(self) -> Text:
         if self.output is not None:
-            from clover.data.chat import parse_assistant
-
             return Text(parse_assistant(self.final)[0])
         t = Text(self.final)
         if self.block_start < 0:
@@ -70,8 +70,7 @@ class BlockView:
 
 
 def run_chat(model, tokenizer, params, tools=None, system=None, console=None) -> int:
-    from clover.data.chat import parse_assistant, render_chat
-    from clover.engine import Engine
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     console = console or Console()
     engine = Engine(model, tokenizer)
@@ -133,8 +132,6 @@ def run_chat(model, tokenizer, params, tools=None, system=None, console=None) ->
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from clover.api.structured import tools_grammar
-
     take_model_positional(args)
     params, model, tokenizer = decoding_setup(args)
     if tokenizer is None:

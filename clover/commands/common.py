@@ -15,6 +15,7 @@ import sys
 from clover.api.loading import load_model_dir
 from clover.api.settings import add_decoding_flags, decoding_values
 from clover.backends import BACKENDS
+from clover.commands.threads import apply_threads
 from clover.data.task import get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 
@@ -63,8 +64,6 @@ def load_model_and_tokenizer(
     None), on ``device`` in ``dtype``, passes compiled or not (``--device``, ``--dtype``,
     ``--compile``), on ``backend`` (``--backend``), on ``threads`` CPU threads or the default
     (``clover.commands.threads``); a problem is a one-line ``clover: ...`` exit."""
-    from clover.commands.threads import apply_threads
-
     if compile:
         print(COMPILE_NOTE, file=sys.stderr)
     try:

@@ -7,9 +7,11 @@ import argparse
 import json
 import sys
 
+from clover.commands.common import positive_int
+
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from clover.convert import ConversionError, convert
+    from clover.convert import ConversionError, convert  # deferred: loads torch, not for clover --help
 
     try:
         report = convert(
@@ -35,8 +37,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from clover.commands.common import positive_int
-
     p = sub.add_parser(
         "convert",
         help="convert a Qwen3.5/3.6 (dense or MoE) or Qwen3-Next checkpoint (Hugging Face, safetensors) into a "

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
+from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
+from clover.bench.aup import aup
 from clover.bench.results import record_table
 from clover.commands.common import (
     add_device_args,
@@ -18,6 +21,7 @@ from clover.commands.common import (
     int_at_least,
     load_model_and_tokenizer,
 )
+from clover.data.task import model_task
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {
@@ -42,7 +46,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     evaluate = evaluate_airspace
     if second:
-        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate
+        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate  # deferred: the second world's corpus
     for flag, path in (("--errors", args.errors), ("--results", args.results)):
         try:  # fail now, not after the whole run, when the file cannot be written
             if path:
@@ -101,18 +105,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _cases2(path: str) -> list[dict]:
     """Hand-written messages for the second task: the cases file read as the first task reads it,
     offered the extraction tools (gold calls in either length form)."""
-    from clover.airspace.v2.tools import EXTRACTION_TOOLS
-
     return [{**c, "tools": EXTRACTION_TOOLS} for c in load_cases(path)]
 
 
 def _check_task(task: str, config) -> None:
     """One line on stderr when the model was trained for another task than the one evaluated:
     its figures then say how it copes with tools it never saw."""
-    import sys
-
-    from clover.data.task import model_task
-
     own = model_task(config, default=True).name
     if own != task:
         print(f"clover eval: note: this model was trained for {own!r}, not {task!r}", file=sys.stderr)
@@ -122,8 +120,8 @@ def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
     """The (policy, threshold) runs of ``--policy`` x ``--threshold``, each checked with the run's
     settings before the model loads. ``default`` is the default policy; no ``--threshold``: the
     default threshold; policies that read no threshold (``ar``, ``fixed``) run once."""
-    from clover.engine import SamplingParams
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
+    from clover.engine import SamplingParams  # deferred: loads torch, not for clover --help
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES  # deferred: loads torch
 
     names = [p.strip() for p in args.policy.split(",") if p.strip()]
     policies = [DEFAULT_POLICY if p == "default" else p for p in names]
@@ -149,8 +147,6 @@ def _checked_settings(args: argparse.Namespace) -> list[tuple[str, float]]:
 def _add_aup(results: list[dict]) -> None:
     """Each result gets its policy's AUP (``clover.bench.aup``) over the thresholds of this run,
     from the pooled accuracy of every scored answer, against the best accuracy of the run."""
-    from clover.bench.aup import aup
-
     y_max = max(100 * r["overall_acc"] for r in results)
     for r in results:
         sweep = [(x["tpf"], 100 * x["overall_acc"]) for x in results if x["policy"] == r["policy"]]
@@ -176,7 +172,7 @@ def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str],
 
 
 def _column(r: dict) -> str:
-    from clover.engine.policies import POLICIES
+    from clover.engine.policies import POLICIES  # deferred: loads torch, not for clover --help
 
     name = r["policy"].split("+")[0]
     return r["policy"] + (f" τ {r['threshold']:g}" if POLICIES[name].reads_threshold else "")

@@ -9,16 +9,16 @@ import argparse
 import json
 import sys
 
+from clover.data import default_model_dir
+
 
 def _export(args: argparse.Namespace, write, import_hint: str | None = None) -> int:
     """``write(model_dir)`` → a report (``summary()``, fields for --json); a problem is one line, exit 2
     (a missing optional package too, when ``import_hint`` says how to install it)."""
-    from clover.export import ExportError
+    from clover.export import ExportError  # deferred: loads torch, not for clover --help
 
     model_dir = args.model
     if model_dir is None:
-        from clover.data import default_model_dir
-
         model_dir = default_model_dir()
     try:
         report = write(model_dir)
@@ -38,13 +38,13 @@ def _export(args: argparse.Namespace, write, import_hint: str | None = None) -> 
 
 
 def cmd_export_hf(args: argparse.Namespace) -> int:
-    from clover.export import export_hf
+    from clover.export import export_hf  # deferred: loads torch, not for clover --help
 
     return _export(args, lambda d: export_hf(d, args.out, max_shard_bytes=int(args.max_shard_gb * 2**30)))
 
 
 def cmd_export_gguf(args: argparse.Namespace) -> int:
-    from clover.export.gguf import export_gguf
+    from clover.export.gguf import export_gguf  # deferred: loads torch, not for clover --help
 
     hint = "install the gguf package (pip install 'clover[llamacpp]')"
     return _export(args, lambda d: export_gguf(d, args.out, args.type), hint)

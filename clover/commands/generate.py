@@ -7,13 +7,15 @@ import json
 import sys
 from pathlib import Path
 
+from clover.api.structured import tools_grammar
 from clover.commands.common import add_decoding_args, count, decoding_setup, encode_prompt, offered_tools
+from clover.data.chat import parse_assistant, render_chat
+from clover.engine.grammar import GrammarError, choice_grammar, json_grammar, regex_grammar
+from clover.engine.grounding import source_texts
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from clover.api.structured import tools_grammar
-    from clover.engine import Engine, Finished, TextDelta
-    from clover.engine.grounding import source_texts
+    from clover.engine import Engine, Finished, TextDelta  # deferred: loads torch, not for clover --help
 
     text = args.prompt
     if text == "-":  # the prompt from stdin, as `echo hi | clover generate -`
@@ -22,8 +24,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             text = text[:-1]
     params, model, tokenizer = decoding_setup(args)
     if args.chat:
-        from clover.data.chat import render_chat
-
         system = [{"role": "system", "content": args.system}] if args.system else []
         messages = system + [{"role": "user", "content": text}]
         text = render_chat(messages, offered_tools(args, model), True, getattr(tokenizer, "chat_template", None))
@@ -51,8 +51,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         d = {"text": out.text, "token_ids": out.token_ids, "finish_reason": out.finish_reason, "stats": out.stats}
         if args.chat:
-            from clover.data.chat import parse_assistant
-
             d["content"], d["tool_calls"] = parse_assistant(out.text or "")
         print(json.dumps(d))
     else:
@@ -75,8 +73,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def _schema_grammar(spec: str):
     """``--json-schema``: a JSON Schema given inline or as a file; ``{}`` is any JSON value."""
-    from clover.engine.grammar import GrammarError, json_grammar
-
     inline = spec.lstrip().startswith(("{", "true"))
     if not inline and not Path(spec).is_file():
         try:
@@ -94,8 +90,6 @@ def _schema_grammar(spec: str):
 
 def _text_grammar(pattern: str | None, choices: list[str] | None):
     """``--regex`` (the whole output matches it) or ``--choice`` (the output is one of these)."""
-    from clover.engine.grammar import GrammarError, choice_grammar, regex_grammar
-
     try:
         return regex_grammar(pattern) if pattern is not None else choice_grammar([("", choices)])
     except GrammarError as e:

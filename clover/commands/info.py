@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.table import Table
+
+from clover.bench import table_console
+from clover.data import default_model_dir
+
 
 def cmd_info(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.model import CloverForBlockDiffusion, preset
-    from clover.model.config import ConfigError
-    from clover.model.io import CheckpointError, load_config
+    from clover.model import CloverForBlockDiffusion, preset  # deferred: loads torch, not for clover --help
+    from clover.model.config import ConfigError  # deferred: loads torch, not for clover --help
+    from clover.model.io import CheckpointError, load_config  # deferred: loads torch, not for clover --help
 
     if args.preset and args.model:
         raise SystemExit("clover info: give --preset or --model, not both")
@@ -24,15 +29,13 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.preset:
             config = preset(args.preset)
         else:
-            from clover.data import default_model_dir
-
             model_dir = args.model or default_model_dir()
             config = load_config(model_dir)
     except (CheckpointError, ConfigError, TypeError, FileNotFoundError) as e:  # an unknown preset, no config.json
         raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
         model = CloverForBlockDiffusion(config.replace(quantization=None))
-    from clover.convert.qwen import NEW_PARAMS
+    from clover.convert.qwen import NEW_PARAMS  # deferred: loads torch, not for clover --help
 
     counts = model.num_parameters()
     # the GDN mixer's own parameters (memory slot, right-context conv, scales): what a converted
@@ -64,9 +67,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info))
         return 0
-    from rich.table import Table
-
-    from clover.bench import table_console
 
     what = f"preset {args.preset}" if args.preset else args.model or "the bundled model"
     t = Table(title=f"Clover model: {what}")
@@ -98,7 +98,7 @@ GPUS_GIB = (16, 24)
 def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
     """Weight bytes at ``bits`` (16: bf16 throughout; 8/4: the quantized weights, the rest bf16)
     plus one sequence's decoding cache at ``context`` tokens, against 16 and 24 GiB GPUs."""
-    from clover.model.quant import DEFAULT_GROUP_SIZE, cache_bytes, weight_bytes
+    from clover.model.quant import DEFAULT_GROUP_SIZE, cache_bytes, weight_bytes  # deferred: loads torch
 
     if bits == 16:
         w, group_size = weight_bytes(config, None, float_bytes=2), None
@@ -145,10 +145,6 @@ def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
 
 
 def print_memory(m: dict) -> None:
-    from rich.table import Table
-
-    from clover.bench import table_console
-
     gib = lambda n: f"{n / 2**30:.2f} GiB"
     prec = "bf16" if m["bits"] == 16 else f"int{m['bits']}"
     grp = "" if m["bits"] == 16 else f", group {m['group_size'] or 'per row'}"

@@ -12,10 +12,10 @@ from clover.commands.common import int_at_least
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
-    from clover.model.io import CheckpointError, load_model, resolve_dir, save_model
-    from clover.model.quant import DEFAULT_GROUP_SIZE, QuantError, quantize_model, weight_bytes
+    from clover.model.io import CheckpointError, load_model, resolve_dir, save_model  # deferred: loads torch
+    from clover.model.quant import DEFAULT_GROUP_SIZE, QuantError, quantize_model, weight_bytes  # deferred: loads torch
 
     src = resolve_dir(args.model)
     out = Path(args.out)

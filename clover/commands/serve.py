@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 
-from clover.api.loading import PREFIX_CACHE_MB  # light: torch and the model load on first use
+from clover.api.loading import (
+    PREFIX_CACHE_MB,  # light: torch and the model load on first use
+    load_engine,
+)
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S
+from clover.commands.common import (
+    COMPILE_NOTE,
+    add_backend_arg,
+    add_device_args,
+    add_model_positional,
+    add_threads_arg,
+    device_setup,
+    int_at_least,
+    positive_int,
+    take_model_positional,
+)
+from clover.commands.threads import apply_threads
 from clover.engine import PREFILL_CHUNK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import uvicorn  # deferred: uvicorn, not for clover --help
 
-    from clover.api.loading import load_engine
-    from clover.commands.common import COMPILE_NOTE, device_setup, take_model_positional
-    from clover.commands.threads import apply_threads
-    from clover.server.app import create_app
+    from clover.server.app import create_app  # deferred: fastapi and torch, not for clover --help
 
     take_model_positional(args)
     device_setup(args, "clover serve")
@@ -74,9 +88,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _listen(host: str, port: int):
     """(a socket listening on ``host:port``, None), or (None, why it cannot be listened on), bound
     as uvicorn binds."""
-    import errno
-    import socket
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -118,15 +129,6 @@ def _port(text: str) -> int:
 
 
 def register(sub) -> None:
-    from clover.commands.common import (
-        add_backend_arg,
-        add_device_args,
-        add_model_positional,
-        add_threads_arg,
-        int_at_least,
-        positive_int,
-    )
-
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with tool calls, decisions and a playground")
     add_model_positional(p)
     p.add_argument("--model", help="Clover checkpoint directory, or a GGUF file (default: the bundled model)")

@@ -20,6 +20,7 @@ count the rule chose is said once per process, on stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -38,14 +39,14 @@ def passive_waits() -> None:
 
 
 def physical_cores() -> int:
-    import psutil
+    import psutil  # deferred: psutil, not for clover --help
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def machine_load() -> float:
     """The 1-minute load average: tasks running or waiting to run, averaged."""
-    import psutil
+    import psutil  # deferred: psutil, not for clover --help
 
     return psutil.getloadavg()[0]
 
@@ -102,7 +103,7 @@ def say_once(n: int, why: str) -> None:
 
 def use_threads(given: int | None, config) -> int:
     """torch's CPU threads for a model of ``config`` (``choose_threads``), said once; the count."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     n, why = choose_threads(given, active_params(config))
     torch.set_num_threads(n)
@@ -122,7 +123,7 @@ def apply_threads(model, given: int | None) -> int:
         return n
     if not on_cpu(model):
         if given:
-            import torch
+            import torch  # deferred: torch, not for clover --help
 
             torch.set_num_threads(given)
         return given or 0
@@ -136,11 +137,9 @@ def on_cpu(model) -> bool:
 
 def active_params(config) -> int:
     """Parameters per token of a model of ``config`` (counted on the meta device, unquantized)."""
-    import dataclasses
+    import torch  # deferred: torch, not for clover --help
 
-    import torch
-
-    from clover.model import CloverForBlockDiffusion
+    from clover.model import CloverForBlockDiffusion  # deferred: loads torch, not for clover --help
 
     with torch.device("meta"):
         model = CloverForBlockDiffusion(dataclasses.replace(config, quantization=None))

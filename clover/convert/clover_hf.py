@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover.convert.shards import ConversionError, read_json
+from clover.convert.weights import copy_into, expected_tensors
 from clover.model.config import CloverConfig, ConfigError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -42,8 +43,6 @@ def is_clover_export(src: Path) -> bool:
 
 def from_export(src: Path, out: Path, max_shard_bytes: int = 2 << 30) -> ExportConversionReport:
     """Convert the exported folder ``src`` into the Clover checkpoint ``out``."""
-    from clover.convert.weights import copy_into, expected_tensors
-
     t0 = time.time()
     fields = {f.name for f in dataclasses.fields(CloverConfig)}
     hf = read_json(src / "config.json") or {}

@@ -18,6 +18,7 @@ from clover.convert.plan import Plan, Target, assemble, plan
 from clover.convert.qwen import clover_config, family_of, text_config
 from clover.convert.shards import ConversionError, ShardWriter, SourceCheckpoint, read_json
 from clover.convert.tokens import TokenizerInfo, copy_tokenizer, pick_mask, special_ids
+from clover.model.io import CheckpointError, resolve_dir
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -163,8 +164,6 @@ def _report(out, p: Plan, family, ckpt, writer, files, dt, mask, copied, rho, se
 
 def _source_dir(src: str | Path) -> Path:
     """A local directory or a Hugging Face repo id already in the local cache (never downloaded)."""
-    from clover.model.io import CheckpointError, resolve_dir
-
     try:
         return resolve_dir(src)
     except CheckpointError as e:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -216,10 +217,8 @@ def _compiled(template: str):
     """A chat template compiled in a sandbox (templates come with checkpoints: untrusted), with the
     ``tojson`` filter and the ``raise_exception`` / ``strftime_now`` globals that Hugging Face
     templates use."""
-    from datetime import datetime
-
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2 import TemplateError  # deferred: jinja2, only to render a chat template
+    from jinja2.sandbox import ImmutableSandboxedEnvironment  # deferred: jinja2, only to render a chat template
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

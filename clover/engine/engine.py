@@ -18,6 +18,7 @@ import torch
 
 from clover.engine import PREFILL_CHUNK, closing
 from clover.engine.batch import Batch
+from clover.engine.grammar import TokenGrammar, TokenTable
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
 from clover.engine.policies import PassView
@@ -358,7 +359,6 @@ class Engine:
         if params.grammar is not None:
             if self.tokenizer is None:
                 raise ParamError("a grammar needs an engine with a tokenizer", "grammar")
-            from clover.engine.grammar import TokenGrammar, TokenTable
 
             if self._token_table is None:
                 self._token_table = TokenTable(self.tokenizer)

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from clover.export.hf_modeling.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
 from clover.model.config import ATTN, CloverConfig
+from clover.model.model import CloverForBlockDiffusion
 
 
 def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
     """The card's Markdown for a model of ``config`` exported from ``src``, stopping at ``stops``."""
-    import torch
-
-    from clover.export.hf_modeling.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
-    from clover.model.model import CloverForBlockDiffusion
-
     with torch.device("meta"):
         counts = CloverForBlockDiffusion(config).num_parameters()
     ffn = (

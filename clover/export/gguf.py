@@ -24,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from clover.export.hf_folder import ExportError, checked_source
+from clover.backends.llamacpp import LlamaCppError, quantize
+from clover.data.chat import CLOVER_TEMPLATE
+from clover.export.hf_folder import ExportError, checked_source, stop_ids
 from clover.model.config import ATTN, CloverConfig
-from clover.model.io import CheckpointError
+from clover.model.io import CheckpointError, load_model
 
 ARCH = "clover"
 GGUF_TYPES = ("f32", "f16", "q8_0", "q4_k")
@@ -201,7 +204,7 @@ def tensor_type(name: str, shape: tuple[int, ...], want: str) -> str:
 
 def _encode(array: np.ndarray, kind: str):
     """(data, raw_dtype) for GGUFWriter.add_tensor."""
-    from gguf import GGMLQuantizationType, quants
+    from gguf import GGMLQuantizationType, quants  # optional: gguf (clover[llamacpp])
 
     if kind == "f32":
         return array, None
@@ -209,7 +212,6 @@ def _encode(array: np.ndarray, kind: str):
         return array.astype(np.float16), None
     if kind == "q8_0":
         return quants.quantize(array, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0
-    from clover.backends.llamacpp import LlamaCppError, quantize
 
     try:
         return quantize(array, kind), GGMLQuantizationType.Q4_K
@@ -261,10 +263,7 @@ def _metadata(w, config: CloverConfig, src: Path, kind: str) -> None:
 
 def _tokenizer(w, config: CloverConfig, src: Path) -> None:
     """gguf's token list and merges, the raw ``tokenizer.json``, the ids and the chat template."""
-    from gguf import TokenType
-
-    from clover.data.chat import CLOVER_TEMPLATE
-    from clover.export.hf_folder import stop_ids
+    from gguf import TokenType  # optional: gguf (clover[llamacpp])
 
     w.add_uint32("tokenizer.ggml.mask_token_id", config.mask_token_id)
     stops = stop_ids(config, src)  # the config's EOS ids and those the tokenizer declares
@@ -314,10 +313,7 @@ def _tokenizer(w, config: CloverConfig, src: Path) -> None:
 def export_gguf(model_dir: str | Path, out: str | Path, type: str = "f32") -> GGUFReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) as the GGUF
     file ``out`` with weight matrices of ``type`` (``GGUF_TYPES``)."""
-    import torch
-    from gguf import GGUFWriter
-
-    from clover.model.io import load_model
+    from gguf import GGUFWriter  # optional: gguf (clover[llamacpp])
 
     t0 = time.time()
     if type not in GGUF_TYPES:

@@ -17,6 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover.convert.weights import copy_into
+from clover.data.chat import CLOVER_TEMPLATE
+from clover.data.tokenizer import CloverTokenizer
+from clover.export.card import model_card
 from clover.model.config import CloverConfig
 from clover.model.io import CheckpointError, load_config, read_header, resolve_dir
 
@@ -100,9 +104,6 @@ def checked_source(model_dir: str | Path, problems) -> tuple[Path, CloverConfig]
 
 def export_hf(model_dir: str | Path, out: str | Path, max_shard_bytes: int = 2 << 30) -> ExportReport:
     """Export the Clover checkpoint ``model_dir`` (a directory or a cached repo id) into ``out``."""
-    from clover.convert.weights import copy_into
-    from clover.export.card import model_card
-
     t0 = time.time()
     src, config = checked_source(model_dir, export_problems)
     out = Path(out)
@@ -131,8 +132,6 @@ def stop_ids(config: CloverConfig, src: Path) -> list[int]:
     tokenizer declares."""
     ids = set(config.eos_ids)
     if (src / "tokenizer.json").exists():
-        from clover.data.tokenizer import CloverTokenizer
-
         ids |= set(CloverTokenizer.load(src).eos_token_ids)
     return sorted(ids)
 
@@ -140,8 +139,6 @@ def stop_ids(config: CloverConfig, src: Path) -> list[int]:
 def copy_tokenizer(src: Path, out: Path) -> list[str]:
     """The tokenizer files, and the chat template as ``chat_template.jinja`` (Clover's own
     ChatML template when the checkpoint carries none). Returns the names written."""
-    from clover.data.chat import CLOVER_TEMPLATE
-
     names = []
     for name in TOKENIZER_FILES:
         if (src / name).exists():

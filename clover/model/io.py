@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from clover.model.config import CloverConfig, ConfigError
 from clover.model.model import CloverForBlockDiffusion
+from clover.model.quant import QuantError, apply_structure, prepare_model
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -150,7 +151,7 @@ def resolve_dir(path: str | Path) -> Path:
         return p
     cache = os.environ.get("HF_HUB_CACHE") or str(Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # optional: huggingface_hub, for hub model names
 
         return Path(snapshot_download(s, local_files_only=True, cache_dir=Path(cache).expanduser()))
     except Exception:
@@ -196,8 +197,6 @@ def load_model(
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config)
     if config.quantization is not None:
-        from clover.model.quant import QuantError, apply_structure
-
         try:
             apply_structure(model, config.quantization)
         except QuantError as e:
@@ -226,8 +225,6 @@ def load_model(
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     if config.quantization is not None:
-        from clover.model.quant import prepare_model
-
         prepare_model(model)
     # non-persistent buffers (rope frequencies) were on meta: rebuild them on the device, in at
     # least fp32 (bf16 frequencies would put long positions visibly off)

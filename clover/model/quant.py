@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clover.model.config import QUANT_SCHEMES, CloverConfig
+from clover.model.config import QUANT_SCHEMES, CloverConfig, quantization_problems
+from clover.model.model import CloverForBlockDiffusion
 
 BITS = tuple(QUANT_SCHEMES)
 DEFAULT_GROUP_SIZE = {8: 0, 4: 128}  # int8: one scale per row, the int8 kernel's own layout
@@ -360,8 +361,6 @@ def _weight_shape(model, name: str) -> tuple[int, ...]:
 def check_header(model, header: dict) -> None:
     """A quantization header against the (float) model it is to be applied to: every module it
     names must be one quantization replaces, and the group size must fit each one."""
-    from clover.model.config import quantization_problems
-
     problems = quantization_problems(header)
     if problems:
         raise QuantError("; ".join(problems))
@@ -435,8 +434,6 @@ def quantize_model(model, bits: int, group_size: int | None = None, modules: lis
 def dequantize_model(model, dtype=torch.float32):
     """A full-precision twin of a quantized model: a new model whose weights are the quantized
     ones dequantized (``dtype``), with no quantization header."""
-    from clover.model.model import CloverForBlockDiffusion
-
     config = model.config.replace(quantization=None)
     twin = CloverForBlockDiffusion(config).to(dtype)
     state = {}
@@ -466,8 +463,6 @@ def weight_bytes(
     """Bytes of a model's weights: full precision at ``float_bytes`` per parameter, or with the
     quantizable weights at ``bits`` (scales and zeros included) and the rest at ``float_bytes``.
     Computed from the config alone (a meta model): no memory, even for 35B."""
-    from clover.model.model import CloverForBlockDiffusion
-
     with torch.device("meta"):
         model = CloverForBlockDiffusion(config.replace(quantization=None))
     quant = set(quantizable(model)) if bits else set()

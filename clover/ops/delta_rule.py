@@ -144,6 +144,7 @@ _FLA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 @functools.cache
 def _fla_import():
     try:  # optional GPU extra
+        # optional: flash-linear-attention (clover[gpu])
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
     except Exception:
         return None

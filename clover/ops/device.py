@@ -21,7 +21,7 @@ def resolve_device(device: str | torch.device | None = "auto", cpu_only: bool = 
     """``auto`` (or None): cuda when torch sees a GPU (and the model is not ``cpu_only``), else cpu.
     Any other name or ``torch.device`` as given; a CUDA device that torch cannot see is a
     ValueError that says so, before anything is loaded."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     if device is None or device == "auto":
         return torch.device("cuda" if not cpu_only and torch.cuda.is_available() else "cpu")
@@ -43,7 +43,7 @@ def resolve_device(device: str | torch.device | None = "auto", cpu_only: bool = 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
     """``auto`` (or None): bfloat16 on a GPU, None (the checkpoint's stored dtype) on the CPU;
     else the named float dtype."""
-    import torch
+    import torch  # deferred: torch, not for clover --help
 
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+import uvicorn
+
 
 class LiveServer:
     """``with LiveServer(app) as srv: srv.url`` — port 0 lets the OS pick a free port."""
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
-        import uvicorn
-
         config = uvicorn.Config(
             app, host=host, port=port, log_level=log_level, lifespan="on", timeout_graceful_shutdown=3, ws="none"
         )

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+import clover
 from clover.api import joint_decisions as dec
 from clover.api.errors import APIError, bad_request
 from clover.api.protocol import (
@@ -84,8 +85,6 @@ def _model_card(s: ServerState) -> dict:
 @router.get("/version")
 async def version():
     """vLLM's ``/version``: the server's package version."""
-    import clover
-
     return {"version": clover.__version__}
 
 

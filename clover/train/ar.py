@@ -36,7 +36,7 @@ def hf_config(tok: CloverTokenizer, fields: dict):
 
 
 def build_model(config):
-    from transformers import Qwen3_5MoeForCausalLM
+    from transformers import Qwen3_5MoeForCausalLM  # optional: transformers (a test dependency)
 
     return Qwen3_5MoeForCausalLM(config)
 

@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from safetensors import safe_open
+
 from clover.model.io import CheckpointError
 from clover.train.fsdp import is_sharded
 
@@ -68,8 +70,6 @@ def damage(path: Path) -> str | None:
     missing or unreadable (a save cut before it finished), or a weights or optimizer file cut short
     or corrupt, found from the files' headers (safetensors checks that each file holds every
     tensor its header lists) without reading the tensors."""
-    from safetensors import safe_open
-
     try:
         state = json.loads((path / "state.json").read_text())
         if not isinstance(state, dict) or not isinstance(state.get("step"), int):

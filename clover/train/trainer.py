@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from clover.model import CloverForBlockDiffusion
 from clover.model.layers import balance_loss
@@ -221,8 +222,6 @@ class Trainer:
         length (``cfg.steps``, which the cosine decay reads) becomes the steps that fit in what
         is left (never more than asked); past the budget the run ends at once, with the final
         evaluation and checkpoint. All ranks take rank 0's decision."""
-        from tqdm import tqdm
-
         cfg = self.cfg
         if self.run_dir and self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)

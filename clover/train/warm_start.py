@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from safetensors import safe_open
 
 from clover.model.io import INDEX, WEIGHTS, CheckpointError, load_config
@@ -141,6 +142,4 @@ def init_weights(model, src_dir: Path, grow: bool = False) -> list[int | None] |
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

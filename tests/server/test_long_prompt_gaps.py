@@ -10,7 +10,7 @@ from clover.cli import build_parser
 
 
 def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
-    import clover.api.loading as loading
+    import clover.commands.serve as serve
 
     seen = {}
 
@@ -18,7 +18,7 @@ def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
         seen["args"] = args
         raise ValueError("stop here")  # cmd_serve reports it and returns 2, before any server starts
 
-    monkeypatch.setattr(loading, "load_engine", fake_load_engine)
+    monkeypatch.setattr(serve, "load_engine", fake_load_engine)
     for argv, want in (
         (["serve", "--port", "0", "--prefill-chunk", "64"], 64),
         (["serve", "--port", "0"], 512),

@@ -13,6 +13,7 @@ forms.
 from __future__ import annotations
 
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.world import World, execute
 from clover.data.task import Task
 
 NAME = "airspace2"
@@ -31,19 +32,15 @@ def _world(seed: int = 0, area_deg: float | None = None):
 
 
 def _world_from_dict(state: dict):
-    from clover.airspace.world import World
-
     return World.from_request(state)
 
 
 def _execute(world, name: str, arguments) -> dict:
-    from clover.airspace.world import execute
-
     return execute(world, name, arguments)
 
 
 def _eval_split(split: str, n: int) -> list[dict]:
-    from clover.airspace.v2.corpus import load_split
+    from clover.airspace.v2.corpus import load_split  # deferred: the corpus is large to import
 
     return load_split(split, n)
 
@@ -61,7 +58,7 @@ def _evaluate(*args, **kwargs) -> dict:
 
 
 def _tokenizer(vocab_size: int = 3072, **kwargs):
-    from clover.airspace.tokenizer import build_default_tokenizer
+    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
     return build_default_tokenizer(vocab_size, **kwargs)
 
