@@ -1,5 +1,6 @@
 import torch
 
+from clover.engine import SamplingParams
 from clover.model import CloverForBlockDiffusion, preset
 
 
@@ -15,6 +16,22 @@ def peaky_model(shift=True, seed=0, eos=5, scale=16.0, dtype=torch.float64, **ov
                 p.normal_(0, 0.3)
         m.lm_head.weight.mul_(scale)
     return m
+
+
+def mixed_params(n, max_tokens=lambda i: 5 + (3 * i) % 17):
+    """``n`` requests' sampling parameters, every policy, both block sizes and some sampled rows."""
+    policies = ["threshold", "fixed", "ar", "edit"]
+    return [
+        SamplingParams(
+            max_tokens=max_tokens(i),
+            block_size=(4, 8)[i % 2],
+            policy=policies[i % 4],
+            threshold=0.6 + 0.1 * (i % 3),
+            temperature=0.9 if i % 5 == 4 else 0.0,
+            seed=i,
+        )
+        for i in range(n)
+    ]
 
 
 def prompts(lengths, seed=0, vocab=96):

@@ -5,26 +5,13 @@ import pytest
 
 from clover.engine import Engine, Finished, SamplingParams, StepEvent
 from clover.engine.scheduler import PREFILL_CHUNK
-from tests.engine.helpers import peaky_model, prompts
+from tests.engine.helpers import mixed_params, peaky_model, prompts
 from tests.engine.reference import reference_decode
 
 
 def _mixed(n: int, seed: int):
     """Prompts from under a block to many blocks long; policies, block sizes and sampling mixed."""
-    ps = prompts([3 + (23 * i) % 90 for i in range(n)], seed=seed)
-    policies = ["threshold", "fixed", "ar", "edit"]
-    params = [
-        SamplingParams(
-            max_tokens=6 + (5 * i) % 15,
-            block_size=(4, 8)[i % 2],
-            policy=policies[i % 4],
-            threshold=0.6 + 0.1 * (i % 3),
-            temperature=0.9 if i % 5 == 4 else 0.0,
-            seed=i,
-        )
-        for i in range(n)
-    ]
-    return ps, params
+    return prompts([3 + (23 * i) % 90 for i in range(n)], seed=seed), mixed_params(n, lambda i: 6 + (5 * i) % 15)
 
 
 class Counting:

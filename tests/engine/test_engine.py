@@ -5,25 +5,12 @@ import torch
 
 from clover.engine import Engine, Finished, SamplingParams, StepEvent, TextDelta
 from clover.engine.grammar import json_grammar
-from tests.engine.helpers import CharTokenizer, peaky_model, prompts
+from tests.engine.helpers import CharTokenizer, mixed_params, peaky_model, prompts
 from tests.engine.reference import reference_decode
 
 
 def _mixed_requests(n=16):
-    ps = prompts([1 + (7 * i) % 29 for i in range(n)], seed=2)
-    policies = ["threshold", "fixed", "ar", "edit"]
-    params = [
-        SamplingParams(
-            max_tokens=5 + (3 * i) % 17,
-            block_size=(4, 8)[i % 2],
-            policy=policies[i % 4],
-            threshold=0.6 + 0.1 * (i % 3),
-            temperature=0.9 if i % 5 == 4 else 0.0,
-            seed=i,
-        )
-        for i in range(n)
-    ]
-    return ps, params
+    return prompts([1 + (7 * i) % 29 for i in range(n)], seed=2), mixed_params(n)
 
 
 @pytest.mark.parametrize("shift", [True, False])
