@@ -139,37 +139,11 @@ def _clover(*args, timeout=600):
 def test_train_ar_then_convert_then_adapt_with_init_from(tmp_path):
     cfg = tmp_path / "tiny.json"
     cfg.write_text(json.dumps({"model": TINY, "data": {"batch_size": 4, "max_len": 256}}))
-    r = _clover(
-        "train",
-        "--recipe",
-        "airspace-ar",
-        "--config",
-        cfg,
-        "--out",
-        tmp_path / "ar_run",
-        "--steps",
-        2,
-        "--export",
-        tmp_path / "ar",
-        "--init-from",
-        BUNDLED,
-        "--no-progress",
-    )
+    train = ["train", "--recipe", "airspace-ar", "--config", cfg, "--out", tmp_path / "ar_run", "--steps", 2]
+    train += ["--export", tmp_path / "ar", "--no-progress"]
+    r = _clover(*train, "--init-from", BUNDLED)
     assert r.returncode != 0 and "--init-from" in r.stderr  # a Clover model is not an AR base
-    r = _clover(
-        "train",
-        "--recipe",
-        "airspace-ar",
-        "--config",
-        cfg,
-        "--out",
-        tmp_path / "ar_run",
-        "--steps",
-        2,
-        "--export",
-        tmp_path / "ar",
-        "--no-progress",
-    )
+    r = _clover(*train)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "ar" / "training.json").read_text())["step"] == 2
     r = _clover("convert", "--from", tmp_path / "ar", "--out", tmp_path / "c", "--dtype", "fp32")
