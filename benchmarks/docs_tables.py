@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
-from clover.bench.results import RESULTS_DIR, read_result, render
+from clover.bench.results import RESULTS_DIR, read_result, render, short_commit
 
 ROOT = Path(__file__).parents[1]
 OPEN = re.compile(r"^<!-- results: (?P<spec>.+?) -->\s*$")
@@ -150,8 +150,7 @@ def _list(root: Path = ROOT) -> None:
             quoted.setdefault(Path(parse_spec(b.spec).path).stem, []).append(b.where)
     for name, f in result_files(root).items():
         r = read_result(f, f.relative_to(root).as_posix())
-        commit = (r["commit"] or "no commit")[:10] + ("+" if r.get("dirty") else "")
-        print(f"{name}: {r['date']} at {commit}: {r['command']}")
+        print(f"{name}: {r['date']} at {short_commit(r)}: {r['command']}")
         print(f"    quoted by: {', '.join(quoted.get(name, [])) or 'no page'}")
         for i, t in enumerate(r["tables"]):
             print(f"    table {i}: {t['title']} ({len(t['rows'])} rows: {', '.join(t['columns'])})")

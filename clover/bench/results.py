@@ -211,10 +211,15 @@ def select(table: dict, columns: list[str] | None = None, rows: list[str] | None
     return [table["columns"][i] for i in cols], [[table["rows"][j][i] for i in cols] for j in picked]
 
 
+def short_commit(r: dict) -> str:
+    """A result's commit as the docs name it: 10 hex digits, ``+`` when the tree had changes."""
+    return (r.get("commit") or "no commit")[:10] + ("+" if r.get("dirty") else "")
+
+
 def provenance(r: dict) -> str:
     """The line under a table: the command, the commit (``+`` when the tree had changes), the date
     and the machine."""
-    commit = (r.get("commit") or "no commit")[:10] + ("+" if r.get("dirty") else "")
+    commit = short_commit(r)
     m = r.get("machine") or {}
     where = ", ".join(
         x
