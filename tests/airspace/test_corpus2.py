@@ -201,3 +201,20 @@ def test_greetings_and_thanks_are_answered_in_words():
         last = ex["messages"][-1]
         assert last["role"] == "assistant" and last["content"] and not last.get("tool_calls")
         assert "Sorry" not in last["content"]
+
+
+def test_greetings_can_come_in_a_chat_without_tools():
+    """``no_tools`` draws a share of greetings as a plain chat (no tools offered), answered the
+    same; a thanks after a tool exchange keeps its tools, and the fixed sets offer tools always."""
+    import random
+
+    from clover.airspace.v2.corpus import greeting, greeting_set
+
+    rng = random.Random(0)
+    drawn = [greeting(rng, "train", no_tools=0.5) for _ in range(400)]
+    plain = [ex for ex in drawn if ex["tools"] is None]
+    assert 60 < len(plain) < 240 and all(len(ex["messages"]) == 2 for ex in plain)
+    assert all(ex["tools"] for ex in drawn if len(ex["messages"]) > 2)
+    answers = {ex["messages"][-1]["content"] for ex in plain}
+    assert answers <= {ex["messages"][-1]["content"] for ex in drawn if ex["tools"]}
+    assert all(ex["tools"] for ex in greeting_set("validation", 40))

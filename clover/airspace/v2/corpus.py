@@ -455,10 +455,11 @@ def _greeting_text(rng: random.Random, split: str) -> tuple[str, str]:
     return text, (_FINE if shape in ("question", "both") else _HELLO)
 
 
-def greeting(rng: random.Random, split: str) -> dict:
+def greeting(rng: random.Random, split: str, no_tools: float = 0.0) -> dict:
     """A greeting or thanks that names operations without asking for one ("hi there", "morning,
     quiet shift so far, how are you?", "thanks, the waypoint looks right"), answered in words with
-    no call; thanks come after a tool exchange half of the time."""
+    no call; thanks come after a tool exchange half of the time. A share ``no_tools`` of those
+    that do not is drawn in a chat that offers no tools (a plain OpenAI chat), answered the same."""
     text, answer = _greeting_text(rng, split)
     text = text + rng.choice(["", "", "!", "."]) if text[-1].isalnum() else text
     msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
@@ -467,9 +468,10 @@ def greeting(rng: random.Random, split: str) -> dict:
         msgs = [
             dict(m, weight=0) if m["role"] == "assistant" else m for m in earlier["messages"] if m["role"] != "system"
         ] + msgs
+    plain = no_tools and len(msgs) == 2 and rng.random() < no_tools
     return {
         "kind": "greeting",
-        "tools": EXTRACTION_TOOLS,
+        "tools": None if plain else EXTRACTION_TOOLS,
         "messages": msgs,
         "split": split,
         "novel": False,
