@@ -7,6 +7,8 @@ headline), ``ar`` (one position per pass of a whole block), ``threshold`` at sev
 speed-up vs ``ar``; plus a transformers ``Qwen3_5MoeForCausalLM`` of the same shape (random
 weights) run with ``generate()``: a real one-token-per-step decoder with a KV cache.
 Quality is batch-invariant, so it is measured once at the largest batch size; speed at each.
+After the full table, the two summaries the docs quote (``speed_tables``): README.md's decoders
+at the smallest and largest batch, and docs/benchmarks.md's one row per batch size.
 
 """
 
@@ -117,6 +119,75 @@ def _label_default() -> str:
     return f"default ({DEFAULT_POLICY} τ {DEFAULT_THRESHOLD:g})"
 
 
+def _rate(r: dict, tpf: bool) -> str:
+    return f"{r['tokens_per_s']:.0f}" + (f" ({r['tpf']:.2f})" if tpf else "")
+
+
+def speed_tables(by_batch: dict, sizes: list[int]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, columns, rows) of the two summaries the docs show: decoders as rows with tokens/s at
+    the smallest and the largest batch and exact match (README.md's "Benchmark"), then one row per
+    batch size with ``ar``, the default against both baselines, the default unfused and ``hf``
+    (docs/benchmarks.md's "Decode speed"). Cells are tokens/s, TPF in brackets; "-" where a
+    decoder did not run at that batch size."""
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
+
+    d, ends = DEFAULT_NAME, list(dict.fromkeys((sizes[0], sizes[-1])))
+    full = by_batch[sizes[-1]]
+
+    def versus(b: int, digits: int) -> str:
+        r = by_batch[b]
+        ratios = [f"{r[d]['tokens_per_s'] / r[k]['tokens_per_s']:.{digits}f}x {k}" for k in ("ar", "hf") if k in r]
+        return ", ".join(ratios)
+
+    names = [d, "ar", *sorted((k for k in full if k.startswith("threshold@")), key=lambda k: -float(k[10:]))]
+    names += [k for k in full if k not in names and "@" in k]
+    labels = {d: f"{DEFAULT_POLICY} τ {DEFAULT_THRESHOLD:g} (default)", "ar": "ar (one position per pass)"}
+    rows = []
+    for name in [*names, "hf"]:
+        cells = []
+        for b in ends:
+            r = by_batch[b].get(name)
+            cells.append(
+                "-"
+                if r is None
+                else _rate(r, name not in ("ar", "hf")) + (f": {versus(b, 1)}" if name == d and versus(b, 1) else "")
+            )
+        em = full.get(name, {}).get("exact_match")
+        label = labels.get(name) or ("hf generate() (same shape)" if name == "hf" else " τ ".join(name.split("@")))
+        rows.append([label, *cells, "-" if em is None else f"{100 * em:.1f} %"])
+    if "hf" not in full:
+        rows.pop()
+    summary = (
+        "decoders at the smallest and the largest batch (tokens/s, TPF in brackets)",
+        ["decoding", *[f"batch {b} tok/s (TPF)" for b in ends], "exact match"],
+        rows,
+    )
+    by_size = []
+    for b, r in by_batch.items():
+        default = ", ".join(filter(None, [f"{r[d]['tpf']:.2f}", versus(b, 2)]))
+        by_size.append(
+            [
+                b,
+                f"{r['ar']['tokens_per_s']:.0f}",
+                f"{r[d]['tokens_per_s']:.0f} ({default})",
+                f"{r['unfused']['tokens_per_s']:.0f}" if "unfused" in r else "-",
+                f"{r['hf']['tokens_per_s']:.0f}" if "hf" in r else "-",
+            ]
+        )
+    per_batch = (
+        "ar, the default and hf generate() at each batch size (tokens/s)",
+        [
+            "batch",
+            "ar tok/s",
+            f"default {DEFAULT_POLICY} τ {DEFAULT_THRESHOLD:g} tok/s (TPF, vs ar, vs hf)",
+            "default, unfused commit",
+            "hf generate() tok/s",
+        ],
+        by_size,
+    )
+    return [summary, per_batch]
+
+
 # how the table names its rows (the JSON keeps the short names)
 DECODER_LABELS = {
     "ar": "ar (block model, 1 position/pass)",
@@ -201,6 +272,8 @@ def run_decode(args: argparse.Namespace) -> int:
         _rows(by_batch, cases_at),
         notes,
     )
+    for title, columns, rows in speed_tables(by_batch, sizes):
+        print_table(title, columns, rows)
     write_json(args.json, figures)
     return 0
 

@@ -125,7 +125,13 @@ def test_bench_decode_writes_its_figures(checkpoint, tmp_path, capsys):
     out = tmp_path / "decode.json"
     argv = ["bench", "decode", "--model", str(d), "--prompts", str(prompts), "--n", "3", "--max-tokens", "8"]
     _run(argv + ["--batch-sizes", "1,2", "--thresholds", "0.9", "--json", str(out), "--no-hf"], capsys)
-    fig = json.loads(out.read_text())["figures"]
+    result = json.loads(out.read_text())
+    fig = result["figures"]
+    # the full table, then the two summaries the docs quote (README's, then one row per batch size)
+    assert [t["columns"][0] for t in result["tables"]] == ["batch", "decoding", "batch"]
+    summary = {r[0]: r for r in result["tables"][1]["rows"]}
+    assert summary["ar (one position per pass)"][1] == f"{fig['ar_tokens_per_s']:.0f}"
+    assert [r[0] for r in result["tables"][2]["rows"]] == ["1", "2"]
     for k in (
         "default_policy",
         "default_exact_match",
