@@ -154,8 +154,8 @@ def _add_aup(results: list[dict]) -> None:
 
 
 def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, columns, rows) of the two tables: the headline figures, one column per run, then
-    where the tool-call misses come from."""
+    """(title, columns, rows) of the three tables: the headline figures, one column per run, then
+    where the tool-call misses come from, then one row per run (``run_table``)."""
     head = ["metric", *map(_column, results)]
     figures = [
         [k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results]]
@@ -168,7 +168,48 @@ def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str],
         for k in results[0].get(group, {})  # each task reports the breakdowns it has
     ]
     where = "where tool-call misses come from (accuracy per message kind, tool and argument)"
-    return [(title, head, figures), (where, ["", *head[1:]], misses)]
+    return [(title, head, figures), (where, ["", *head[1:]], misses), run_table(results)]
+
+
+# the per-run table's accuracy columns: (result key, the key counting its answers, heading, decimals)
+RUN_COLUMNS = [
+    ("exact_match", "n", "tool calls", 1),
+    ("text_acc", "text_turns", "words", 1),
+    ("multiturn_acc", "multiturn_n", "conversations", 0),
+    ("decision_group_acc", "decision_groups", "decision groups", 0),
+    ("plain_acc", "plain_n", "plain text", 0),
+]
+
+
+def run_table(results: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """(title, columns, rows) of one row per run: its policy and τ, exact match per kind of turn
+    (the number of answers in brackets; kinds this run did not ask are left out), all turns, TPF
+    and AUP (given once per policy: it scores the policy's whole sweep)."""
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES  # deferred: loads torch
+
+    first = results[0]
+    kinds = [c for c in RUN_COLUMNS if first.get(c[1])]
+    columns = ["policy", "τ", *[f"{head} ({first[count]})" for _, count, head, _ in kinds], "all turns", "TPF", "AUP"]
+    rows, seen = [], set()
+    for r in results:
+        name = r["policy"].split("+")[0]
+        reads = POLICIES[name].reads_threshold
+        default = name == DEFAULT_POLICY and r["threshold"] == DEFAULT_THRESHOLD
+        label = r["policy"] + (" (default)" if default else "")
+        accs = [f"{100 * r[key]:.{d}f} %" for key, _, _, d in kinds]
+        aup_cell = "" if r["policy"] in seen else f"{r['aup']:.1f}"
+        seen.add(r["policy"])
+        rows.append(
+            [
+                label,
+                f"{r['threshold']:g}" if reads else "-",
+                *accs,
+                f"{100 * r['overall_acc']:.1f} %",
+                f"{r['tpf']:.2f}",
+                aup_cell,
+            ]
+        )
+    return "one row per run: exact match by kind of turn (answers in brackets)", columns, rows
 
 
 def _column(r: dict) -> str:

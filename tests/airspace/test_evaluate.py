@@ -48,9 +48,57 @@ def test_eval_writes_a_result_file_with_the_tables_it_would_print(tmp_path):
     assert res["figures"] == json.loads(r.stdout)
     typed = "clover eval airspace --n 3 --groups 1 --text 0 --multiturn 0 --json --policy ar --results"
     assert res["command"] == f"{typed} {path}"
-    head, misses = res["tables"]
+    head, misses, runs = res["tables"]
     assert head["columns"] == ["metric", "ar+grammar"] and ["n", "3"] in head["rows"]
     assert misses["columns"] == ["", "ar+grammar"] and any(row[0].startswith("field: ") for row in misses["rows"])
+    # one row per run, only the kinds of turn asked (no words, no conversations here)
+    assert runs["columns"] == ["policy", "τ", "tool calls (3)", "decision groups (1)", "all turns", "TPF", "AUP"]
+    f = res["figures"]
+    assert runs["rows"] == [
+        [
+            "ar+grammar",
+            "-",
+            f"{100 * f['exact_match']:.1f} %",
+            f"{100 * f['decision_group_acc']:.0f} %",
+            f"{100 * f['overall_acc']:.1f} %",
+            f"{f['tpf']:.2f}",
+            f"{f['aup']:.1f}",
+        ]
+    ]
+
+
+def test_the_run_table_names_the_default_and_gives_a_policys_aup_once():
+    from clover.commands.eval import run_table
+    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
+
+    def run(policy, tau, acc, tpf, aup):
+        return {
+            "policy": policy,
+            "threshold": tau,
+            "n": 200,
+            "exact_match": acc,
+            "text_turns": 0,
+            "text_acc": 0.0,
+            "multiturn_n": 100,
+            "multiturn_acc": acc,
+            "overall_acc": acc,
+            "tpf": tpf,
+            "aup": aup,
+        }
+
+    p = DEFAULT_POLICY
+    results = [
+        run("ar", DEFAULT_THRESHOLD, 0.495, 0.97, 56.6),
+        run(p, 0.9, 0.475, 4.17, 240.3),
+        run(p, DEFAULT_THRESHOLD, 0.495, 3.5, 240.3),
+    ]
+    _, columns, rows = run_table(results)
+    assert columns == ["policy", "τ", "tool calls (200)", "conversations (100)", "all turns", "TPF", "AUP"]
+    assert rows == [
+        ["ar", "-", "49.5 %", "50 %", "49.5 %", "0.97", "56.6"],
+        [p, "0.9", "47.5 %", "48 %", "47.5 %", "4.17", "240.3"],
+        [f"{p} (default)", f"{DEFAULT_THRESHOLD:g}", "49.5 %", "50 %", "49.5 %", "3.50", ""],
+    ]
 
 
 def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
