@@ -49,3 +49,46 @@ def test_tables_print_whole_to_a_pipe_or_a_file(tmp_path):
         [sys.executable, "-c", code, json.dumps(cells)], capture_output=True, text=True, env={**env, "COLUMNS": "60"}
     )
     assert not all(c.strip() in narrow.stdout for c in cells)  # COLUMNS, when set, still decides
+
+
+def _script(name: str, *args: str, timeout: int = 300):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the script imports clover, installed or not
+    cmd = [sys.executable, str(ROOT / "benchmarks" / name), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def test_accuracy_tables_prints_the_three_tables_the_docs_quote(tmp_path):
+    out = tmp_path / "accuracy.json"
+    small = ["--n", "2", "--text", "1", "--multiturn", "1", "--plain", "0", "--groups", "1"]
+    r = _script("accuracy_tables.py", *small, "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    f, (readme, grounded, card) = res["figures"], res["tables"]
+    assert set(f) == {"ar calls", "default calls", "default calls alone", "ar rest", "default rest"}
+    assert f["ar calls"]["n"] == 2 and f["ar rest"]["n"] == 0 and f["ar rest"]["decision_groups"] == 1
+    assert f["default calls"]["policy"].endswith("+grammar") and "+" not in f["default calls alone"]["policy"]
+    # README's: the kinds of turn asked (no plain texts here), ar and the default as columns
+    assert [row[0].split(" (")[0] for row in readme["rows"]] == [
+        "tool calls, exact match",
+        "the same, the model alone",
+        "replies in words: small talk, declines, questions, chats without tools",
+        "conversations, last turn right",
+        "decision groups, all answers right",
+    ]
+    assert readme["rows"][0][1] == f"{100 * f['ar calls']['exact_match']:.1f} %"
+    assert readme["rows"][1][2].endswith(f"at {f['default calls alone']['tpf']:.1f} tokens per pass")
+    assert readme["rows"][-1][1:] == [f"{100 * f[k]['decision_group_acc']:.0f} %" for k in ("ar rest", "default rest")]
+    # benchmarks.md's grounded table: one row per decoding; the model card's: one column per decoding
+    assert [row[0] for row in grounded["rows"]] == [
+        "default, the model alone",
+        "default, server's decoding (grounded)",
+        "ar, server's decoding (grounded)",
+    ]
+    d = f["default calls"]
+    assert grounded["rows"][1][4] == f"{d['ungrounded_args']} of {d['grounded_args']}" == card["rows"][1][1]
+    assert card["columns"][2:] == ["ar", "the model alone (default)"] and len(card["rows"]) == 4
+
+
+def test_accuracy_tables_refuses_a_run_with_nothing_but_tool_calls():
+    r = _script("accuracy_tables.py", "--text", "0", "--multiturn", "0", "--plain", "0", "--groups", "0")
+    assert r.returncode != 0 and "nothing but tool calls" in r.stderr
