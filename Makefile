@@ -15,7 +15,7 @@ LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench docs-tables llama-cpp llama-cpp-stock sglang test-sglang
+.PHONY: setup run test lint bench docs-tables results llama-cpp llama-cpp-stock sglang test-sglang
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ bench: setup
 # files in benchmarks/results (docs/benchmarks.md#results-and-tables); --check only says which are stale
 docs-tables: setup
 	$(BIN)/python benchmarks/docs_tables.py
+
+# re-measure what the docs quote (benchmarks/remeasure.txt: the cpu set, about 2.5 hours at one thread),
+# one command after another, then regenerate the tables; RESULTS="decode accuracy" (names or a group) for a subset
+RESULTS ?=
+results: setup
+	PYTHON=$(BIN)/python benchmarks/remeasure.sh $(RESULTS)
 
 # Clover's llama.cpp back end (docs/llama-cpp.md): the pinned llama.cpp source from PyPI, ggml for the
 # CPU and libclover, built into a cache directory once (again only when the pin or native/llamacpp changes)
