@@ -1,6 +1,6 @@
 """``clover bench llama.cpp``: Clover in llama.cpp against Clover's PyTorch engine and stock
 llama.cpp (the same-shape autoregressive model), batch 1 on the CPU; clover/bench/llamacpp.py
-measures, this module keeps the flags and the table (docs/llama-cpp.md)."""
+measures, this module keeps the flags and the tables: one pass, then decode tokens/s (docs/llama-cpp.md)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,41 @@ def _rows(fig: dict) -> list[list]:
     return rows
 
 
+DECODE_COLUMNS = [
+    "model",
+    "type",
+    "Clover llama.cpp ar",
+    "Clover llama.cpp default",
+    "Clover PyTorch ar",
+    "Clover PyTorch default",
+    "stock one-token",
+    "default / stock",
+]
+
+
+def _tps(x) -> str:
+    """tokens/s as the docs write them: whole from 100, else 3 significant figures."""
+    return x if isinstance(x, str) else f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def decode_rows(fig: dict) -> list[list]:
+    """One row per model and type of the decode tokens/s (docs/llama-cpp.md's second table): Clover
+    in llama.cpp and in PyTorch (f32 only) under ``ar`` and the default, stock llama.cpp decoding
+    one token per step, and the default's speed over stock's; "-" where a runtime did not run."""
+    rows = []
+    for which, pol in fig["llamacpp_tokens_per_s"].items():
+        torch_tps = fig["torch_tokens_per_s"].get(which, {})
+        for t in fig["types"]:
+            if t not in pol.get("ar", {}):
+                continue
+            torch_cells = [torch_tps.get(p, {}).get(t, "-") for p in ("ar", "default")]
+            stock = fig["twin_llamacpp_tokens_per_s"].get(which, {}).get(t, "-")
+            ratio = fig["speedup_vs_twin"].get(which, {}).get(t, "-")
+            cells = [pol["ar"][t], pol["default"][t], *torch_cells, stock]
+            rows.append([which, t, *map(_tps, cells), ratio if isinstance(ratio, str) else f"{ratio:.2f}"])
+    return rows
+
+
 def _notes(fig: dict, took: float) -> list[str]:
     notes = []
     for which, pol in fig["llamacpp_tokens_per_s"].items():
@@ -100,6 +135,7 @@ def run_llamacpp(args: argparse.Namespace) -> int:
         _rows(fig),
         _notes(fig, time.perf_counter() - t0),
     )
+    print_table("decode tokens/s (batch 1, the prompts one after another)", DECODE_COLUMNS, decode_rows(fig))
     write_json(args.json, fig)
     return 0
 
