@@ -24,6 +24,29 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
+SUMMARY_COLUMNS = ["run", "measured peak per rank", "memory model", "measured / model"]
+
+
+def summary_rows(res: dict, worlds: list[int]) -> list[list[str]]:
+    """docs/memory.md's check: per process count each rank's measured peak, the memory model's
+    figure for rank 0 (the baseline after importing torch and clover plus the model's estimate) and
+    their ratio; then, with 1 and 2 processes, the 2 / 1 ratio of the peaks and of the model."""
+
+    def mib(b: int) -> str:
+        return f"{b >> 20:,}"
+
+    rows, model_at = [], {}
+    for w in map(str, worlds):
+        peaks, model = res["peak_rss_bytes"][w], res["baseline_rss_bytes"][w][0] + res["memory_model_bytes"][w]
+        model_at[w] = model
+        ranks = f" (rank {' / rank '.join(map(str, range(len(peaks))))})" if len(peaks) > 1 else ""
+        name = f"{w} process{'es' if w != '1' else ''}{ranks}"
+        rows.append([name, " / ".join(map(mib, peaks)) + " MiB", f"{mib(model)} MiB", f"{peaks[0] / model:.2f}"])
+    if "ratio_2_over_1" in res and {"1", "2"} <= set(model_at):
+        rows.append(["2 / 1", f"{res['ratio_2_over_1']:.2f}", f"{model_at['2'] / model_at['1']:.2f}", ""])
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     worlds = [int(w) for w in args.world_sizes.split(",")]
     try:
@@ -47,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     notes.append("memory model: baseline + clover/train/memory_model.py's estimate (docs/memory.md)")
     cols = ["run", "rank", "baseline MiB", "peak MiB", "memory model MiB", "peak / param bytes", "wall s"]
     print_table("one training step, every scale feature on (clover train under torchrun, gloo)", cols, rows, notes)
+    print_table("measured against the memory model, per rank", SUMMARY_COLUMNS, summary_rows(res, worlds))
     write_json(args.json, res)
     return 0
 
