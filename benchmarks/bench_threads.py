@@ -73,6 +73,31 @@ def run_case(model, threads, wait, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _span(values: list[float], fmt: str) -> str:
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def by_setting(results: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The cases as docs/benchmarks.md's "CPU threads" shows them: one row per model and number of
+    spinners (the load's range over its cases), one column per thread count and OpenMP wait,
+    tokens/s (the range over repeats; a case that timed out says so)."""
+    settings = list(dict.fromkeys((r["threads"], r["wait"]) for r in results))
+    rows = []
+    for model, spinners in dict.fromkeys((r["model"], r["spinners"]) for r in results):
+        mine = [r for r in results if (r["model"], r["spinners"]) == (model, spinners)]
+        cells = []
+        for t, w in settings:
+            runs = [r for r in mine if (r["threads"], r["wait"]) == (t, w)]
+            speeds = [r["tokens_per_s"] for r in runs if "tokens_per_s" in r]
+            late = [r["timed_out_s"] for r in runs if "tokens_per_s" not in r]
+            cell = ", ".join(filter(None, [speeds and _span(speeds, ".3g"), late and f"timed out ({max(late)} s)"]))
+            cells.append(cell or "-")
+        rows.append([model, str(spinners), _span([r["loadavg_1m"] for r in mine], ".1f"), *cells])
+    names = [f"{t} thread" if t == 1 else f"{t} threads, {w} wait" for t, w in settings]
+    return ["model", "spinners", "load (1 min)", *names], rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bundled,medium")
@@ -117,6 +142,7 @@ def main() -> None:
         ["model", "spinners", "threads", "OMP wait", "load (1 min)", "tokens/s"],
         rows,
     )
+    print_table("the same, one row per model and spinners (tokens/s; a range over repeats)", *by_setting(results))
     write_json(args.json, {"cpu_count": os.cpu_count(), "results": results})
 
 

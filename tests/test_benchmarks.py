@@ -92,3 +92,38 @@ def test_accuracy_tables_prints_the_three_tables_the_docs_quote(tmp_path):
 def test_accuracy_tables_refuses_a_run_with_nothing_but_tool_calls():
     r = _script("accuracy_tables.py", "--text", "0", "--multiturn", "0", "--plain", "0", "--groups", "0")
     assert r.returncode != 0 and "nothing but tool calls" in r.stderr
+
+
+def test_bench_threads_pivots_its_cases_to_one_row_per_model_and_spinners():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_threads", ROOT / "benchmarks" / "bench_threads.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def case(model, spinners, threads, wait, load, tps=None):
+        r = {"model": model, "spinners": spinners, "threads": threads, "wait": wait, "loadavg_1m": load}
+        return r | ({"tokens_per_s": tps} if tps is not None else {"timed_out_s": 150})
+
+    results = [
+        case("bundled", 0, 1, "default", 5.3, 75.7),
+        case("bundled", 0, 2, "default", 5.6, 6.6),
+        case("bundled", 0, 2, "PASSIVE", 6.0, 39.9),
+        case("medium", 0, 1, "default", 5.6, 2.3),
+        case("medium", 0, 2, "default", 6.7),  # timed out
+        case("medium", 0, 2, "PASSIVE", 6.1, 1.89),
+        case("bundled", 0, 1, "default", 5.4, 69.0),  # a repeat: the cell gives the range
+    ]
+    columns, rows = mod.by_setting(results)
+    assert columns == [
+        "model",
+        "spinners",
+        "load (1 min)",
+        "1 thread",
+        "2 threads, default wait",
+        "2 threads, PASSIVE wait",
+    ]
+    assert rows == [
+        ["bundled", "0", "5.3-6.0", "69-75.7", "6.6", "39.9"],
+        ["medium", "0", "5.6-6.7", "2.3", "timed out (150 s)", "1.89"],
+    ]
