@@ -19,7 +19,7 @@ from clover.cli import build_parser
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "benchmarks" / "remeasure.sh"
-GROUPS = {"cpu", "idle", "ranks", "llamacpp", "stage20"}
+GROUPS = {"cpu", "idle", "ranks", "llamacpp", "sglang", "stage20"}
 
 
 def entries(path: Path = ROOT / "benchmarks" / "remeasure.txt") -> list[tuple[str, int, str, list[str]]]:
