@@ -127,3 +127,16 @@ def test_bench_threads_pivots_its_cases_to_one_row_per_model_and_spinners():
         ["bundled", "0", "5.3-6.0", "69-75.7", "6.6", "39.9"],
         ["medium", "0", "5.6-6.7", "2.3", "timed out (150 s)", "1.89"],
     ]
+
+
+def test_bench_closing_prints_its_rows_as_the_docs_show_them():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_closing", ROOT / "benchmarks" / "bench_closing.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    row = {"schema": "flat", "closing": "on", "max_tokens": 40, "requests": 3, "valid": 3, "stop": 2, "tokens": 117}
+    row |= {"wall_s": 2.7, "s_per_token": 0.0231, "closing_us_per_token": 129.4, "closing_share_pct": 0.57}
+    columns, rows = mod.table([row])
+    assert columns[3:5] == ["valid", "finish `stop`"] and len(columns) == 9
+    assert rows == [["flat", "on", 40, "3/3", "2/3", 117, "0.023", "129", "0.57 %"]]
