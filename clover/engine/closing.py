@@ -35,7 +35,9 @@ MAX_PIECES = 4096  # pieces in one ending (a deep schema's required structure), 
 SEARCH_STATES = 2000  # states one byte search may visit (pattern strings, bounded numbers, regexes)
 BREADTH_STATES = 500  # of them breadth-first (the shortest ending), before a depth-first walk
 SEARCH_DEPTH = 256  # bytes deep a depth-first search goes
-SEARCH_BUDGET_S = 0.25  # and the time one search may take (a pattern that backtracks cannot stall the engine)
+# and the CPU time one search may take (a pattern that backtracks cannot stall the engine): this
+# thread's own, so a machine busy with other programs does not cut a search short
+SEARCH_BUDGET_S = 0.25
 NEW_STATES = 64  # states whose ending one ``restrict`` may work out; tokens leading elsewhere are left out
 _DEFAULT_ALPHABET = b"0aA_-. x1"  # besides a pattern's own bytes: what character classes usually admit
 
@@ -280,8 +282,8 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
     small, else the first ending a depth-first walk finds (a valid ending, perhaps not the shortest)."""
     alphabet = bytes(sorted(set(alphabet) - set(range(0x20))))
     seen, queue = {state}, deque([(state, b"")])
-    deadline = time.monotonic() + SEARCH_BUDGET_S
-    while queue and len(seen) < BREADTH_STATES and time.monotonic() < deadline:
+    deadline = time.thread_time() + SEARCH_BUDGET_S
+    while queue and len(seen) < BREADTH_STATES and time.thread_time() < deadline:
         st, text = queue.popleft()
         for b in alphabet:
             nxt = g.advance(st, bytes([b]))
@@ -297,7 +299,7 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
 def _walk(g, state, alphabet: bytes, deadline: float) -> bytes | None:
     """Depth first, lowest byte first, at most ``SEARCH_DEPTH`` bytes deep and ``SEARCH_STATES`` tried."""
     stack, tried = [(state, b"", iter(alphabet))], 0
-    while stack and tried < SEARCH_STATES and time.monotonic() < deadline:
+    while stack and tried < SEARCH_STATES and time.thread_time() < deadline:
         st, text, todo = stack[-1]
         b = next(todo, None)
         if b is None:

@@ -2,6 +2,7 @@
 against a brute-force search over bytes, and decoding that always ends within ``max_tokens``."""
 
 import json
+import time
 from collections import deque
 from pathlib import Path
 
@@ -129,6 +130,28 @@ def test_shortest_endings_of_strings_numbers_regexes_and_tool_calls():
     assert closing.shortest_ending(g, g.start_state) == b""  # free text may end anywhere
     state = g.advance(g.start_state, b'Sure. <tool_call>{"name": "rec')
     assert closing.shortest_ending(g, state) == b'all", "arguments": {"id":""}}</tool_call>'
+
+
+def test_searches_are_not_cut_short_by_a_busy_machine(monkeypatch):
+    """The search budgets count this thread's CPU time, not the wall clock: a machine busy with
+    other programs (here, a wall clock that jumps 10 s at each reading, as it does for a thread
+    the scheduler keeps waiting) finds the same endings and the same allowed-token sets."""
+    table = TokenTable(CloverTokenizer.load(BUNDLED))
+    schema = {"type": "string", "format": "date"}
+    want = closing.shortest_ending(json_grammar(schema), json_grammar(schema).start_state)
+    first = TokenGrammar(regex_grammar(r"[a-z ]+ "), table, [])
+    want_set = first.allowed(first.start)
+    clock = [time.monotonic()]
+
+    def jumping() -> float:
+        clock[0] += 10.0
+        return clock[0]
+
+    monkeypatch.setattr(time, "monotonic", jumping)
+    g = json_grammar(schema)  # a new grammar: nothing memoised
+    assert want is not None and closing.shortest_ending(g, g.start_state) == want
+    fresh = TokenGrammar(regex_grammar(r"[a-z ]+ "), table, [])
+    assert fresh.allowed(fresh.start) == want_set and len(want_set) > 100
 
 
 @pytest.fixture(scope="module")

@@ -516,7 +516,7 @@ def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled, monkeypatch
     may become 12, ``"wp": 2`` can only end), and the token-level sets equal the slow reference."""
     import clover.engine.grammar as grammar
 
-    monkeypatch.setattr(grammar, "ALLOWED_BUDGET_S", 600.0)  # whole sets, however loaded the machine is
+    monkeypatch.setattr(grammar, "ALLOWED_BUDGET_S", 600.0)  # whole sets, however slow the machine is
     g = json_grammar(BOUNDED)
     assert g.advance(g.start_state, b'{"wp": 1') is not None and g.advance(g.start_state, b'{"wp": 13') is None
     assert g.advance(g.start_state, b'{"wp": 2') is not None and g.advance(g.start_state, b'{"wp": 20') is None
