@@ -180,3 +180,16 @@ def test_rerun_runs_each_result_files_command_as_typed(tmp_path, capsys):
         dt.rerun_argv("rm -rf x")
     dt._list(tmp_path)
     assert "prog: 2026-12-06T18:00:00Z at 0123456789: python prog.py --n '2 3'" in capsys.readouterr().out
+
+
+def test_cells_keep_three_figures_and_read_whole_from_a_thousand_up():
+    assert [results.cell(v) for v in (0.0311, 2.51, 835.4, 1082.7, 1234567.0, 1.6e-6, 7, "x")] == [
+        "0.0311",
+        "2.51",
+        "835",
+        "1,083",
+        "1,234,567",
+        "1.6e-06",
+        "7",
+        "x",
+    ]

@@ -44,8 +44,11 @@ def reset(clover_argv: list[str] | None = None) -> None:
 
 
 def cell(v) -> str:
-    """A value as a table prints it: floats to 3 significant figures, the rest as ``str``."""
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    """A value as a table prints it: floats to 3 significant figures (from 1,000 up, whole, with
+    thousands separators rather than an exponent), the rest as ``str``."""
+    if not isinstance(v, float):
+        return str(v)
+    return f"{v:,.0f}" if 1000 <= abs(v) < 1e15 else f"{v:.3g}"
 
 
 def record_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> dict:
