@@ -147,11 +147,8 @@ def speed_tables(by_batch: dict, sizes: list[int]) -> list[tuple[str, list[str],
         cells = []
         for b in ends:
             r = by_batch[b].get(name)
-            cells.append(
-                "-"
-                if r is None
-                else _rate(r, name not in ("ar", "hf")) + (f": {versus(b, 1)}" if name == d and versus(b, 1) else "")
-            )
+            vs = versus(b, 1) if name == d and r is not None else ""
+            cells.append("-" if r is None else _rate(r, name not in ("ar", "hf")) + (f": {vs}" if vs else ""))
         em = full.get(name, {}).get("exact_match")
         label = labels.get(name) or ("hf generate() (same shape)" if name == "hf" else " τ ".join(name.split("@")))
         rows.append([label, *cells, "-" if em is None else f"{100 * em:.1f} %"])
