@@ -1,61 +1,72 @@
-"""Structured output: tool calls decoded free vs under the tool-call grammar, on the airspace test prompts.
+"""Structured output: tool calls decoded free, under the tool-call grammar, and under it with
+grounded arguments, on the model's own task's test prompts.
 
 python benchmarks/bench_grammar.py [--model DIR] [--n 32] [--threads 1] [--json out.json]
 
-For each mode: exact match (names and arguments), calls that parse and validate against the tool
-schemas (names offered, required arguments present, no unknown ones, value types right), TPF and
-tokens/s. The grammar masks only the leftmost open position of a block and lets the following
-positions commit in the same pass while each is confident and grammatical, so `threshold` under
-the grammar should keep most of its tokens per pass.
+The prompts are the first ``--n`` test chats of the model's task (``model_task``: the bundled
+model's, airspace2) whose answer is tool calls, each offered the tools its chat offers. Modes:
+free (no grammar), grammar (the server's ``tool_choice: auto`` grammar with ``grounded: false``:
+free text, calls held to the offered names and their schemas) and grammar + grounded (the
+server's default: x-grounded values copied from the conversation). For each mode and decoding
+policy (``ar`` and the default): exact match (names and arguments), answers that are calls only,
+each of an offered function with arguments its JSON schema admits, TPF and tokens/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
+import jsonschema
 import torch
 
-from clover.airspace.corpus import gold_calls, load_split, score_tool_calls
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.evaluate import prompt_of
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json
 from clover.commands.common import load_model_and_tokenizer
-from clover.data.chat import parse_assistant, render
+from clover.data.chat import parse_assistant, render_chat
+from clover.data.task import model_task
 from clover.engine import Engine, SamplingParams
+from clover.engine.grounding import source_texts
+from clover.engine.policies import DEFAULT_POLICY
 
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
-TYPES = {"string": str, "integer": int, "number": (int, float)}
+MODES = ("free", "grammar", "grammar + grounded")
 
 
-def schema_valid(text: str) -> bool:
+def schema_valid(text: str, tools: list[dict]) -> bool:
     """The answer is tool calls only, each of an offered function with arguments its schema admits."""
     content, calls = parse_assistant(text)
     if content.strip() or not calls:
         return False
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
     for c in calls:
-        s = SCHEMAS.get(c["name"])
-        if s is None or not isinstance(c["arguments"], dict):
+        if c["name"] not in schemas or not isinstance(c["arguments"], dict):
             return False
-        props, args = s["properties"], c["arguments"]
-        if set(args) - set(props) or set(s.get("required", [])) - set(args):
+        try:
+            jsonschema.validate(c["arguments"], schemas[c["name"]])
+        except jsonschema.ValidationError:
             return False
-        for k, v in args.items():
-            p = props[k]
-            if "enum" in p and v not in p["enum"] or not isinstance(v, TYPES.get(p.get("type"), object)):
-                return False
-            if isinstance(v, bool):
-                return False
     return True
 
 
-def cases(tok, n: int):
-    out = []
-    for ex in load_split("test", 4 * n):
+def cases(task, tok, n: int) -> list[dict]:
+    """The first ``n`` test chats answered with calls: prompt ids, offered tools, gold calls and
+    the grammars of each mode."""
+    template = getattr(tok, "chat_template", None)
+    out, grammars = [], {}
+    for ex in task.eval_split("test", 8 * n):
         gold = gold_calls(ex)
-        if gold:
-            i = next(i for i, m in enumerate(ex["messages"]) if m["role"] == "assistant")
-            out.append((tok.encode(render(ex["messages"][:i], ex["tools"], add_generation_prompt=True)), gold))
+        if not gold:
+            continue
+        key = json.dumps(ex["tools"], sort_keys=True)
+        if key not in grammars:
+            grammars[key] = tools_grammar(ex["tools"])
+        g, msgs = grammars[key], prompt_of(ex)
+        ids = tok.encode(render_chat(msgs, ex["tools"], True, template))
+        modes = {"free": None, "grammar": g, "grammar + grounded": g and g.with_sources(source_texts(msgs))}
+        out.append({"ids": ids, "tools": ex["tools"], "gold": gold, "grammar": modes})
         if len(out) == n:
             break
     return out
@@ -70,24 +81,27 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     model, tok = load_model_and_tokenizer(args.model)
+    task = model_task(model.config, default=True)
+    if task.eval_split is None:
+        raise SystemExit(f"task {task.name!r} has no evaluation split to take prompts from")
     engine = Engine(model, tok, max_batch_size=1)
-    grammar = tools_grammar(AIRSPACE_TOOLS)  # what the server applies under tool_choice auto
-    data = cases(tok, args.n)
-    engine.generate(data[0][0], SamplingParams(max_tokens=8, grammar=grammar))  # builds the token table
-    figures, rows = {"n": len(data)}, []
-    for policy in ("ar", "threshold"):
-        for constrained in (False, True):
-            params = SamplingParams(max_tokens=200, policy=policy, grammar=grammar if constrained else None)
+    data = cases(task, tok, args.n)
+    for c in {id(c["grammar"]["grammar"]): c for c in data}.values():  # builds each token table outside the figures
+        engine.generate(c["ids"], SamplingParams(max_tokens=8, grammar=c["grammar"]["grammar"]))
+    figures, rows = {"n": len(data), "task": task.name}, []
+    for policy in ("ar", DEFAULT_POLICY):
+        for mode in MODES:
             t0, toks, passes, exact, valid = time.perf_counter(), 0, 0, 0, 0
-            for ids, gold in data:
+            for c in data:
+                params = SamplingParams(max_tokens=200, policy=policy, grammar=c["grammar"][mode])
                 with torch.inference_mode():
-                    out = engine.generate(ids, params)
+                    out = engine.generate(c["ids"], params)
                 toks += len(out.token_ids)
                 passes += out.stats["forward_passes"]
-                exact += bool(score_tool_calls(parse_assistant(out.text)[1], gold))
-                valid += schema_valid(out.text)
+                exact += bool(score_tool_calls(parse_assistant(out.text)[1], c["gold"]))
+                valid += schema_valid(out.text, c["tools"])
             wall = time.perf_counter() - t0
-            name = f"{policy}{' + grammar' if constrained else ''}"
+            name = policy if mode == "free" else f"{policy} + {mode}"
             r = {
                 "exact_match": exact / len(data),
                 "schema_valid": valid / len(data),
@@ -105,8 +119,9 @@ def main() -> None:
                 ]
             )
     print_table(
-        f"tool calls free vs under the grammar ({len(data)} test prompts, batch 1, {args.threads} thread(s))",
-        ["mode", "exact match", "schema-valid calls", "TPF", "tokens/s"],
+        f"tool calls free, under the grammar and grounded ({task.name}, {len(data)} test prompts, batch 1, "
+        f"{args.threads} thread(s))",
+        ["mode", "exact match", "calls only, schema-valid", "TPF", "tokens/s"],
         rows,
     )
     write_json(args.json, figures)

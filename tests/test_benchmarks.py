@@ -140,3 +140,43 @@ def test_bench_closing_prints_its_rows_as_the_docs_show_them():
     columns, rows = mod.table([row])
     assert columns[3:5] == ["valid", "finish `stop`"] and len(columns) == 9
     assert rows == [["flat", "on", 40, "3/3", "2/3", 117, "0.023", "129", "0.57 %"]]
+
+
+def test_bench_grammar_runs_on_the_models_own_task_and_checks_calls_against_their_schemas(tmp_path):
+    out = tmp_path / "g.json"
+    r = _script("bench_grammar.py", "--n", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(out.read_text())["figures"]
+    assert d["task"] == "airspace2" and d["n"] == 1
+    for mode in ("ar", "ar_grammar", "ar_grammar_grounded", "prefix_grammar_grounded"):
+        assert 0 <= d[f"{mode}_exact_match"] <= 1 and d[f"{mode}_tpf"] > 0
+    assert d["ar_grammar_schema_valid"] == 1.0  # the grammar admits only calls its schemas validate
+
+
+def test_bench_grammar_schema_check_rejects_what_the_schemas_do_not_admit():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_grammar", ROOT / "benchmarks" / "bench_grammar.py")
+    bg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bg)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "recall",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"drone_id": {"type": "string"}, "speed": {"type": "integer"}},
+                    "required": ["drone_id"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    call = lambda args, name="recall": f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
+    assert bg.schema_valid(call({"drone_id": "D-1", "speed": 3}), tools)
+    assert not bg.schema_valid(call({"speed": 3}), tools)  # required argument missing
+    assert not bg.schema_valid(call({"drone_id": "D-1", "speed": "fast"}), tools)  # wrong type
+    assert not bg.schema_valid(call({"drone_id": "D-1", "colour": "red"}), tools)  # unknown argument
+    assert not bg.schema_valid(call({"drone_id": "D-1"}, name="launch"), tools)  # not offered
+    assert not bg.schema_valid("Sure. " + call({"drone_id": "D-1"}), tools)  # words beside the call
