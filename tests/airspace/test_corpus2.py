@@ -218,3 +218,29 @@ def test_greetings_can_come_in_a_chat_without_tools():
     answers = {ex["messages"][-1]["content"] for ex in plain}
     assert answers <= {ex["messages"][-1]["content"] for ex in drawn if ex["tools"]}
     assert all(ex["tools"] for ex in greeting_set("validation", 40))
+
+
+def test_composed_greeting_remarks_are_trains_own_and_vary():
+    """``composed`` builds a share of train's remarks from parts: many distinct ones, none another
+    split's fixed remark; validation and test keep their fixed remarks whatever ``composed`` says,
+    and with ``composed`` 0 train's remarks are the fixed ones."""
+    import random
+
+    from clover.airspace.phrasing import _pool
+    from clover.airspace.v2.corpus import RESULT_REMARKS, SHIFT_REMARKS, composed_remark, greeting
+
+    rng = random.Random(0)
+    held_out = {r.lower() for s in ("validation", "test") for r in _pool(RESULT_REMARKS + SHIFT_REMARKS, s)}
+    made = [composed_remark(rng, result=i % 2 == 0) for i in range(2000)]
+    assert len(set(made)) > 1000 and not {m.lower() for m in made} & held_out
+    assert all("{" not in m and "}" not in m and "  " not in m for m in made)
+
+    def messages(split, composed, n=200):
+        rng = random.Random(1)
+        return [greeting(rng, split, composed=composed)["messages"][-2]["content"] for _ in range(n)]
+
+    assert messages("validation", 0.9) == messages("validation", 0.0)
+    assert messages("train", 0.9) != messages("train", 0.0)
+    fixed = _pool(RESULT_REMARKS + SHIFT_REMARKS, "train")
+    with_fixed = lambda ms: sum(any(r.lower() in m.lower() for r in fixed) for m in ms)
+    assert with_fixed(messages("train", 0.0)) > 60 and with_fixed(messages("train", 1.0)) < 5

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 
 from clover.airspace.corpus import SMALLTALK, _call, declined, no_tool_message, tool_result
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
     CITIES,
+    NATO,
+    PLACES,
     Ctx,
     Pieces,
     _a,
@@ -436,31 +439,94 @@ RESULT_REMARKS = ("that zone is exactly what I needed", "the waypoint looks righ
 # fmt: on
 
 
-def _greeting_text(rng: random.Random, split: str) -> tuple[str, str]:
+# Composed remarks (training only, ``composed`` of ``greeting``): a statement about the shift or
+# the fleet, or about a result, built from parts, so that a model learns the shape (a statement,
+# not a request) rather than the fixed remarks above; never one of another split's remarks.
+_SHIFT_PARTS = (
+    (
+        "{I'm|I am} {on|covering|running|watching} {the desk|the console|ops|dispatch|the board|the radio|the map}"
+        " {today|tonight|this morning|this afternoon|until noon|for a few hours|this week}"
+    ),
+    "{just|finally} {got in|logged on|sat down|clocked in|got here|got back}",
+    "{first|second|third|last} {day|week|night|shift} {on|at} {the desk|this console|ops|dispatch|the board}",
+    (
+        "{the|all the|our} {drones|zones|waypoints|missions|batteries|radios|screens|pads|routes|maps}"
+        " {look|seem|are} {fine|good|ready|calm|quiet|busy|normal|in order} {today|tonight|so far|this morning|}"
+    ),
+    "{nothing|not much} {new|happening|to report} {on|at} {my end|the board|the map|the radar} {yet|so far|}",
+    (
+        "{I'm|I am} {the|a} {relief|backup|day|night|weekend|second} {controller|pilot|dispatcher|supervisor|operator}"
+        " {here|on shift|for today|}"
+    ),
+    "{the|} {handover|briefing|shift change} {went|was} {fine|quick|smooth|long|easy}",
+    "{drone {id}|zone {name}|the {name} mission} {was|looked} {fine|quiet|calm} {overnight|last night|earlier|}",
+)
+_RESULT_PARTS = (
+    (
+        "{the|that|this} {zone|waypoint|mission|recall|status|reading|altitude|route|update|report|call}"
+        " {looks|is|seems} {right|fine|good|correct|perfect|ok|as expected|just right}"
+    ),
+    (
+        "{I|we} {see|have|got} {it|the zone|the update|the new route|the status|the change}"
+        " {on the map|on my screen|on the board|now|}"
+    ),
+    "{that's|that is} {all|everything|enough|it} {for now|for today|from me|}",
+    "{the|my|our} {drone|fleet|team|crew} {is on its way|is heading back|is in position|is all set|is where I wanted}",
+    "{drone {id}|zone {name}} {looks|is} {fine|good|right|sorted} {now|on my side|}",
+)
+
+_REMARK_NAMES = _pool(NATO, "train") + _pool(PLACES, "train")
+_HELD_OUT_REMARKS = {
+    r.lower() for s in ("validation", "test") for r in _pool(RESULT_REMARKS, s) + _pool(SHIFT_REMARKS, s)
+}
+
+
+def composed_remark(rng: random.Random, result: bool) -> str:
+    """A remark built from parts (see above): about a result when ``result``, else about the
+    shift. ``{a|b}`` picks one; ``{id}`` and ``{name}`` are a train-split drone id and name."""
+    while True:
+        text = rng.choice(_RESULT_PARTS if result else _SHIFT_PARTS)
+        text = text.replace("{id}", f"D-{drone_number(rng, 'train')}").replace("{name}", rng.choice(_REMARK_NAMES))
+        while "{" in text:  # innermost choice first
+            m = re.search(r"\{([^{}]*)\}", text)
+            text = text[: m.start()] + rng.choice(m.group(1).split("|")) + text[m.end() :]
+        text = " ".join(text.split())
+        if text.lower() not in _HELD_OUT_REMARKS:
+            return text
+
+
+def _remark(rng: random.Random, pool: tuple, split: str, composed: float, result: bool) -> str:
+    if composed and split == "train" and rng.random() < composed:
+        return composed_remark(rng, result)
+    return rng.choice(_pool(pool, split))
+
+
+def _greeting_text(rng: random.Random, split: str, composed: float = 0.0) -> tuple[str, str]:
     """(message, answer): a greeting (``_HELLO``, or ``_FINE`` when it asks how things are) or a
-    thanks (``_THANKS``)."""
+    thanks (``_THANKS``); in train, a share ``composed`` of the remarks is composed."""
     if rng.random() < 0.45:
         text = rng.choice(THANKS_WORDS)
         if rng.random() < 0.6:
-            remark = rng.choice(_pool(RESULT_REMARKS, split))
+            remark = _remark(rng, RESULT_REMARKS, split, composed, True)
             text = f"{text}, {remark}" if rng.random() < 0.7 else f"{remark[0].upper()}{remark[1:]}, {text}"
         return text, _THANKS
     text = rng.choice(OPENERS) + (f" {rng.choice(ADDRESSED)}" if rng.random() < 0.3 else "")
     shape = rng.choice(["remark", "question", "both", "alone"])
     if shape in ("remark", "both"):
-        text += rng.choice([", ", "! ", ". ", " - "]) + rng.choice(_pool(SHIFT_REMARKS, split))
+        text += rng.choice([", ", "! ", ". ", " - "]) + _remark(rng, SHIFT_REMARKS, split, composed, False)
     if shape in ("question", "both"):
         text += rng.choice([", ", "! ", ". "]) + rng.choice(_pool(QUESTIONS, split))
     text = text[0].upper() + text[1:] if rng.random() < 0.4 else text
     return text, (_FINE if shape in ("question", "both") else _HELLO)
 
 
-def greeting(rng: random.Random, split: str, no_tools: float = 0.0) -> dict:
+def greeting(rng: random.Random, split: str, no_tools: float = 0.0, composed: float = 0.0) -> dict:
     """A greeting or thanks that names operations without asking for one ("hi there", "morning,
     quiet shift so far, how are you?", "thanks, the waypoint looks right"), answered in words with
     no call; thanks come after a tool exchange half of the time. A share ``no_tools`` of those
-    that do not is drawn in a chat that offers no tools (a plain OpenAI chat), answered the same."""
-    text, answer = _greeting_text(rng, split)
+    that do not is drawn in a chat that offers no tools (a plain OpenAI chat), answered the same.
+    In train, a share ``composed`` of the remarks is composed from parts (``composed_remark``)."""
+    text, answer = _greeting_text(rng, split, composed)
     text = text + rng.choice(["", "", "!", "."]) if text[-1].isalnum() else text
     msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
     if answer == _THANKS and rng.random() < 0.5:

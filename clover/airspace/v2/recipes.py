@@ -46,6 +46,7 @@ class Airspace2Recipe(AirspaceRecipe):
     conversation_frac: float = 0.12  # of the other sequences: ``multi_turn`` conversations
     greeting_frac: float = 0.04  # of the rest: greetings and thanks with operations words (``corpus.greeting``)
     greeting_no_tools_frac: float = 0.0  # of those greetings: drawn in a chat that offers no tools
+    greeting_composed_frac: float = 0.0  # of their remarks (train only): composed from parts (``composed_remark``)
     curriculum_steps: int = 0
     name: ClassVar[str] = NAME
 
@@ -85,7 +86,7 @@ def airspace2_source(tok: CloverTokenizer, recipe: Airspace2Recipe, split: str =
             elif rng.random() < recipe.conversation_frac:
                 ex = multi_turn(rng, split, pieces)
             elif recipe.greeting_frac and rng.random() < recipe.greeting_frac:
-                ex = greeting(rng, split, recipe.greeting_no_tools_frac)
+                ex = greeting(rng, split, recipe.greeting_no_tools_frac, recipe.greeting_composed_frac)
             else:
                 ex = example(rng, split, pieces=pieces)
             if ex["kind"] == "plain":
