@@ -680,3 +680,40 @@ def test_optional_fields_keep_their_constraints():
         ('{"m": 7.5}', True),
     ):
         assert g.accepts(text) is ok, text
+
+
+def test_a_regex_match_cut_short_by_a_busy_machine_is_tried_again():
+    """The regex library's timeout counts the wall clock. A try that timed out without spending
+    half its budget of this thread's CPU time lost the time to other programs and is made again;
+    one that spent it (a pattern that backtracks) is not."""
+    import time
+
+    import regex
+
+    from clover.engine import grammar as gm
+
+    calls = []
+
+    def preempted(text, partial, timeout):  # the scheduler kept this thread waiting, twice
+        calls.append(text)
+        if len(calls) < 3:
+            raise TimeoutError("regex timed out")
+        return regex.fullmatch("[a-z]+", text, partial=partial)
+
+    assert gm._match(preempted, "abc", False) is not None and len(calls) == 3
+
+    def backtracking(text, partial, timeout):
+        calls.append(text)
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < timeout:
+            pass
+        raise TimeoutError("regex timed out")
+
+    calls.clear()
+    with pytest.raises(TimeoutError):
+        gm._match(backtracking, "abc", False)
+    assert len(calls) == 1
+    slow = regex.compile(r"(a|aa)+$")  # exponential backtracking on a long run of a's and a b
+    t0 = time.thread_time()
+    assert not gm._utf8_match(b"a" * 60 + b"b", False, lambda text, p: gm._match(slow.fullmatch, text, p))
+    assert time.thread_time() - t0 < 4 * gm.REGEX_TIMEOUT_S  # treated as no match after one budget
