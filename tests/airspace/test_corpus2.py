@@ -244,3 +244,23 @@ def test_composed_greeting_remarks_are_trains_own_and_vary():
     fixed = _pool(RESULT_REMARKS + SHIFT_REMARKS, "train")
     with_fixed = lambda ms: sum(any(r.lower() in m.lower() for r in fixed) for m in ms)
     assert with_fixed(messages("train", 0.0)) > 60 and with_fixed(messages("train", 1.0)) < 5
+
+
+def test_a_greeting_that_is_also_small_talk_has_small_talks_answer():
+    """"hello" or "thanks" can be drawn as small talk or as a greeting; both must answer it word
+    for word the same, or the model learns two answers to one message and blends them."""
+    import random
+
+    from clover.airspace.v2.corpus import SMALLTALK, greeting
+
+    known = dict(SMALLTALK)
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(3000):
+        ex = greeting(rng, rng.choice(["train", "validation", "test"]), no_tools=0.5)
+        message, answer = ex["messages"][-2]["content"], ex["messages"][-1]["content"]
+        key = message.lower().rstrip("!.")
+        if key in known:
+            seen += 1
+            assert answer == known[key], (message, answer)
+    assert seen > 30

@@ -27,7 +27,7 @@ import random
 import re
 from collections.abc import Iterator
 
-from clover.airspace.corpus import SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace.corpus import _GREET, _WELCOME, SMALLTALK, _call, declined, no_tool_message, tool_result
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
     CITIES,
@@ -402,10 +402,12 @@ def plain_text(g: Gen) -> dict:
 
 # -- greetings and thanks with operations words in them ------------------------------------------
 # fmt: off
-_HELLO = ("Hello! Ready when you are: I can create and lift no-fly zones, update waypoints, assign missions, "
-          "recall drones and check their status.")
+# A greeting is answered as small talk's "hello" and a thanks as its "thanks", word for word: a
+# message both kinds can hold ("hello", "thanks") must have one answer, or a model trained on both
+# blends them when it fills a block in parallel ("Hello! Iady create and lift that- zones").
+_HELLO = _GREET
 _FINE = "Doing well, thanks! Tell me what you need: no-fly zones, waypoints, missions, recalls or drone status."
-_THANKS = "You're welcome."
+_THANKS = _WELCOME
 # A greeting is an opener, maybe whom it greets, then a remark about the shift and/or a question
 # ("morning team, drones look ready today", "hey clover, how are you?"); thanks are a thanks word,
 # maybe with a remark on the result ("cheers, the waypoint looks right"). Openers and thanks words
