@@ -19,7 +19,7 @@ from clover.cli import build_parser
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "benchmarks" / "remeasure.sh"
-GROUPS = {"cpu", "idle", "ranks", "llamacpp", "sglang", "stage20"}
+GROUPS = {"cpu", "idle", "ranks", "llamacpp", "sglang", "stage18"}
 
 
 def entries(path: Path = ROOT / "benchmarks" / "remeasure.txt") -> list[tuple[str, int, str, list[str]]]:
@@ -89,7 +89,7 @@ def test_a_run_goes_one_by_one_reports_failures_skips_unset_variables_and_regene
         f"first 1 cpu python -c \"open('{marks}', 'a').write('first\\n')\"",
         'broken 1 cpu python -c "raise SystemExit(3)"',
         f"second 1 cpu python -c \"open('{marks}', 'a').write('second\\n')\"",
-        "needs 1 cpu python benchmarks/greetings.py --model stage20=$CLOVER_TEST_UNSET_DIR",
+        "needs 1 cpu python benchmarks/greetings.py --model stage18=$CLOVER_TEST_UNSET_DIR",
     ]
     (tmp_path / "list.txt").write_text("# a test list\n" + "\n".join(lines) + "\n")
     env = {"REMEASURE_LIST": str(tmp_path / "list.txt"), "LOG_DIR": str(tmp_path / "logs"), "PYTHON": sys.executable}
