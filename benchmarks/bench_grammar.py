@@ -15,7 +15,6 @@ each of an offered function with arguments its JSON schema admits, TPF and token
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jsonschema
@@ -55,15 +54,12 @@ def cases(task, tok, n: int) -> list[dict]:
     """The first ``n`` test chats answered with calls: prompt ids, offered tools, gold calls and
     the grammars of each mode."""
     template = getattr(tok, "chat_template", None)
-    out, grammars = [], {}
+    out = []
     for ex in task.eval_split("test", 8 * n):
         gold = gold_calls(ex)
         if not gold:
             continue
-        key = json.dumps(ex["tools"], sort_keys=True)
-        if key not in grammars:
-            grammars[key] = tools_grammar(ex["tools"])
-        g, msgs = grammars[key], prompt_of(ex)
+        g, msgs = tools_grammar(ex["tools"]), prompt_of(ex)  # compiled once per tool set (cached)
         ids = tok.encode(render_chat(msgs, ex["tools"], True, template))
         modes = {"free": None, "grammar": g, "grammar + grounded": g and g.with_sources(source_texts(msgs))}
         out.append({"ids": ids, "tools": ex["tools"], "gold": gold, "grammar": modes})

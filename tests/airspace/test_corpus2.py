@@ -247,7 +247,7 @@ def test_composed_greeting_remarks_are_trains_own_and_vary():
 
 
 def test_a_greeting_that_is_also_small_talk_has_small_talks_answer():
-    """"hello" or "thanks" can be drawn as small talk or as a greeting; both must answer it word
+    """ "hello" or "thanks" can be drawn as small talk or as a greeting; both must answer it word
     for word the same, or the model learns two answers to one message and blends them."""
     import random
 

@@ -477,6 +477,7 @@ _RESULT_PARTS = (
     "{drone {id}|zone {name}} {looks|is} {fine|good|right|sorted} {now|on my side|}",
 )
 
+_CHOICE = re.compile(r"\{([^{}]*)\}")  # {a|b|c}, one with no choice inside it
 _REMARK_NAMES = _pool(NATO, "train") + _pool(PLACES, "train")
 _HELD_OUT_REMARKS = {
     r.lower() for s in ("validation", "test") for r in _pool(RESULT_REMARKS, s) + _pool(SHIFT_REMARKS, s)
@@ -489,8 +490,7 @@ def composed_remark(rng: random.Random, result: bool) -> str:
     while True:
         text = rng.choice(_RESULT_PARTS if result else _SHIFT_PARTS)
         text = text.replace("{id}", f"D-{drone_number(rng, 'train')}").replace("{name}", rng.choice(_REMARK_NAMES))
-        while "{" in text:  # innermost choice first
-            m = re.search(r"\{([^{}]*)\}", text)
+        while m := _CHOICE.search(text):  # innermost choice first
             text = text[: m.start()] + rng.choice(m.group(1).split("|")) + text[m.end() :]
         text = " ".join(text.split())
         if text.lower() not in _HELD_OUT_REMARKS:
