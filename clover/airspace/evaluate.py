@@ -198,20 +198,16 @@ def evaluate_airspace(
 
 def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = ()) -> tuple[list, list]:
     """The prompts of the chats, the plain texts, then the decision groups, and each one's
-    sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (one per tool
-    set, compiled once)."""
+    sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (``tools_grammar``
+    compiles each tool set once)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
     prompts += [tok.encode(p["prompt"]) for p in plains]
     prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
     plist = [params] * len(prompts)
     if grammar:
-        grammars: dict[str, object] = {}
         for i, e in enumerate(chats):
-            key = json.dumps(e["tools"], sort_keys=True)
-            if key not in grammars:
-                grammars[key] = tools_grammar(e["tools"])
-            g = grammars[key]
+            g = tools_grammar(e["tools"])
             if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
                 g = g.with_sources(source_texts(prompt_of(e)))
             plist[i] = dataclasses.replace(params, grammar=g)
