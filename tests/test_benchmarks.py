@@ -1,11 +1,12 @@
 """The stand-alone benchmark scripts run and write what they print (tiny settings)."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import benchmark_script
 
 ROOT = Path(__file__).parents[1]
 
@@ -52,14 +53,6 @@ def test_tables_print_whole_to_a_pipe_or_a_file(tmp_path):
     assert not all(c.strip() in narrow.stdout for c in cells)  # COLUMNS, when set, still decides
 
 
-def _module(name: str):
-    """The script ``benchmarks/NAME.py`` imported as a module (its ``main`` not run)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _script(name: str, *args: str, timeout: int = 300):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the script imports clover, installed or not
     cmd = [sys.executable, str(ROOT / "benchmarks" / name), *args]
@@ -104,7 +97,7 @@ def test_accuracy_tables_refuses_a_run_with_nothing_but_tool_calls():
 
 
 def test_bench_threads_pivots_its_cases_to_one_row_per_model_and_spinners():
-    mod = _module("bench_threads")
+    mod = benchmark_script("bench_threads")
 
     def case(model, spinners, threads, wait, load, tps=None):
         r = {"model": model, "spinners": spinners, "threads": threads, "wait": wait, "loadavg_1m": load}
@@ -135,7 +128,7 @@ def test_bench_threads_pivots_its_cases_to_one_row_per_model_and_spinners():
 
 
 def test_bench_closing_prints_its_rows_as_the_docs_show_them():
-    mod = _module("bench_closing")
+    mod = benchmark_script("bench_closing")
     row = {"schema": "flat", "closing": "on", "max_tokens": 40, "requests": 3, "valid": 3, "stop": 2, "tokens": 117}
     row |= {"wall_s": 2.7, "s_per_token": 0.0231, "closing_us_per_token": 129.4, "closing_share_pct": 0.57}
     columns, rows = mod.table([row])
@@ -155,7 +148,7 @@ def test_bench_grammar_runs_on_the_models_own_task_and_checks_calls_against_thei
 
 
 def test_bench_grammar_schema_check_rejects_what_the_schemas_do_not_admit():
-    bg = _module("bench_grammar")
+    bg = benchmark_script("bench_grammar")
     tools = [
         {
             "type": "function",

@@ -4,7 +4,6 @@ writing a result file, rendering one of its tables as markdown, replacing a mark
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,19 +13,12 @@ from pathlib import Path
 import pytest
 
 from clover.bench import print_table, results, write_json
+from tests.helpers import benchmark_script
 
 ROOT = Path(__file__).parents[1]
 
 
-def _docs_tables():
-    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "benchmarks" / "docs_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["docs_tables"] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-dt = _docs_tables()
+dt = benchmark_script("docs_tables")
 
 
 def test_every_marked_table_is_what_its_result_file_gives():

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import benchmark_script
+
 ROOT = Path(__file__).parents[1]
 
 
@@ -66,10 +68,6 @@ def _paths(d: dict, at: str = "") -> set[str]:
 
 
 def test_the_gpu_run_and_the_dry_run_write_the_same_keys(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = benchmark_script("gpu_check")
     assert _paths(mod._template(dry=True)) == _paths(mod._template(dry=False))
     assert mod._template(dry=False)["speed"]["preset"] == "qwen3.6-35b-a3b"
