@@ -2,10 +2,11 @@
 run, measured in a fresh process from /proc/self/status (VmRSS, split into RssAnon, the
 process's own memory, and RssFile, pages of mapped files that the kernel may drop and re-read).
 
-    python benchmarks/bench_llamacpp_memory.py [--type f32] [--lib PATH] [--out FILE.json]
+    python benchmarks/bench_llamacpp_memory.py [--type f32] [--lib PATH] [--json PATH]
 
 ``--lib`` measures another build of the library (one from before the file was mapped, say); the
-script calls only the functions every build has. Prints one table row per stage and writes JSON.
+script calls only the functions every build has. Prints one table row per stage; ``--json`` writes
+the result file.
 """
 
 from __future__ import annotations
@@ -72,13 +73,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--type", default="f32", help="the GGUF type to export the bundled model in")
     p.add_argument("--lib", help="libclover.so to measure (default: the one `make llama-cpp` built)")
-    p.add_argument("--out", help="write the figures here as JSON")
+    p.add_argument("--json", metavar="PATH", help="write the result file here")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:  # the measuring process: nothing loaded in it but ctypes and the library
         print(json.dumps(measure(*a.child)))
         return
     from clover.backends.llamacpp import library_path
+    from clover.bench import print_table, write_json
     from clover.export.gguf import export_gguf
 
     lib = a.lib or str(library_path())
@@ -91,12 +93,12 @@ def main() -> None:
             [sys.executable, __file__, "--child", lib, str(gguf)], capture_output=True, text=True, env=env, check=True
         )
     stages = json.loads(out.stdout)
-    print(f"GGUF file ({a.type}): {size:.1f} MiB; library {lib}")
-    print(f"{'stage':<14} {'VmRSS':>8} {'RssAnon':>8} {'RssFile':>8}  (MiB)")
-    for name, s in stages.items():
-        print(f"{name:<14} {s['VmRSS']:8.1f} {s['RssAnon']:8.1f} {s['RssFile']:8.1f}")
-    if a.out:
-        Path(a.out).write_text(json.dumps({"type": a.type, "file_mib": size, "lib": lib, "stages": stages}, indent=1))
+    print_table(
+        f"Resident memory in MiB: the bundled model exported at {a.type} ({size:.1f} MiB), in libclover",
+        ["stage", "VmRSS", "own memory (RssAnon)", "file pages (RssFile)"],
+        [[name, *(f"{s[k]:.1f}" for k in ("VmRSS", "RssAnon", "RssFile"))] for name, s in stages.items()],
+    )
+    write_json(a.json, {"type": a.type, "file_mib": size, "lib": lib, "stages": stages})
 
 
 if __name__ == "__main__":

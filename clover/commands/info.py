@@ -117,13 +117,15 @@ def memory_fit(config, bits: int, group_size: int | None, context: int) -> dict:
             over = need - cap
             g["over_bytes"] = over
             rest = w["total"] - w["experts"]
+            # routed experts kept in host memory, in whole layers (None: no experts, or not enough)
+            g["host_layers"] = int(-(-over // per_layer_experts)) if 0 < over < w["experts"] else None
             g["not_fitting"] = (
                 f"{over / 2**30:.1f} GiB over (a dense model: no routed experts to keep in host memory)"
                 if not w["experts"]
                 else f"{over / 2**30:.1f} GiB over: the routed experts alone are {w['experts'] / 2**30:.1f} GiB; "
                 + (
                     f"the rest of the weights ({rest / 2**30:.1f} GiB) and the cache fit, so "
-                    f"{-(-over // per_layer_experts):.0f} of {config.num_hidden_layers} layers' experts would have to "
+                    f"{g['host_layers']} of {config.num_hidden_layers} layers' experts would have to "
                     "stay in host memory"
                     if over < w["experts"]
                     else "even without any routed expert the rest does not fit"

@@ -9,74 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from clover.model.config import preset
-from clover.model.io import load_model, save_model
-from clover.model.model import CloverForBlockDiffusion
+from clover.backends.llamacpp import LlamaCppModel
+from clover.bench.llamacpp import f32_gguf, max_rel_logit_err, perturbed_tiny
+from clover.model.io import load_model
 
 MAX_REL = 1e-4  # max |llama.cpp - torch| over max |torch|, per pass
 
 
-def rel_err(got: np.ndarray, ref: torch.Tensor) -> float:
-    ref = ref[0].numpy()
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
-
-
-def random_model(seed: int, **overrides) -> CloverForBlockDiffusion:
-    """A tiny random model whose Clover parameters (right conv, memory key and bias, γ, ρ, norms)
-    are far from their neutral starting values, so every one of them shows in the logits."""
-    torch.manual_seed(seed)
-    model = CloverForBlockDiffusion(preset("tiny", max_block_size=64, **overrides)).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf in ("conv_right", "mem_key", "mem_bias") or (
-                name.endswith("norm.weight") and "linear_attn" not in name
-            ):
-                p.normal_(0, 0.3)
-            elif leaf in ("mem_gamma", "mem_scale"):
-                p.uniform_(0.5, 2.0)
-    return model
+def compare(model, gguf_path, block_size: int, blocks: int = 4) -> float:
+    return max_rel_logit_err(model, LlamaCppModel(str(gguf_path)), block_size, blocks)
 
 
 def export(model, tmp_path) -> str:
-    from clover.export.gguf import export_gguf
-
-    save_model(model, tmp_path / "ckpt")
-    return str(export_gguf(tmp_path / "ckpt", tmp_path / "model.gguf", "f32").out)
-
-
-def compare(model, gguf_path: str, block_size: int, blocks: int = 4, seed: int = 0) -> float:
-    """Largest relative error over a run: per block a denoise pass, a fused commit + denoise
-    pass (one or two blocks committed), and a plain commit now and then."""
-    from clover.backends.llamacpp import LlamaCppModel
-
-    lm = LlamaCppModel(gguf_path)
-    V = model.config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    tc, lc = model.new_cache(), lm.new_cache()
-    errs = []
-    with torch.no_grad():
-        for b in range(blocks):
-            den = torch.randint(0, V, (1, block_size), generator=g)
-            com = torch.randint(0, V, (1, block_size * (1 + b % 2)), generator=g)
-            errs.append(
-                rel_err(
-                    lm.step(lc, denoise=den, block_size=block_size), model.step(tc, denoise=den, block_size=block_size)
-                )
-            )
-            got = lm.step(lc, commit=com, denoise=den, block_size=block_size)
-            errs.append(rel_err(got, model.step(tc, commit=com, denoise=den, block_size=block_size)))
-            if b == 1:
-                assert lm.step(lc, commit=com, block_size=block_size) is None
-                model.step(tc, commit=com, block_size=block_size)
-        short = torch.randint(0, V, (1, max(1, block_size // 3)), generator=g)  # a ragged last block
-        errs.append(
-            rel_err(
-                lm.step(lc, denoise=short, block_size=block_size), model.step(tc, denoise=short, block_size=block_size)
-            )
-        )
-    assert lc.length == int(tc.lengths[0])
-    return max(errs)
+    return str(f32_gguf(model, tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -97,25 +42,23 @@ def test_bundled_model(bundled, block_size):
 
 @pytest.mark.parametrize("block_size", [32, 8, 5])
 def test_moe_3_to_1_partial_rotary(libclover, tmp_path, block_size):
-    model = random_model(1, num_hidden_layers=8, shift_logits=True, partial_rotary_factor=0.25)
+    model = perturbed_tiny(1, num_hidden_layers=8, shift_logits=True, partial_rotary_factor=0.25)
     assert model.config.layer_types.count("full_attention") == 2 and model.config.num_experts
     assert compare(model, export(model, tmp_path), block_size) < MAX_REL
 
 
 @pytest.mark.parametrize("block_size", [32, 6])
 def test_dense_feed_forward(libclover, tmp_path, block_size):
-    model = random_model(2, num_experts=0, intermediate_size=48, shift_logits=False, partial_rotary_factor=0.5)
+    model = perturbed_tiny(2, num_experts=0, intermediate_size=48, shift_logits=False, partial_rotary_factor=0.5)
     assert compare(model, export(model, tmp_path), block_size) < MAX_REL
 
 
 def test_gdn_heads_without_grouping_and_no_calibration(libclover, tmp_path):
-    model = random_model(3, linear_num_value_heads=2, gdn_block_calibration=False, gdn_right_conv=False)
+    model = perturbed_tiny(3, linear_num_value_heads=2, gdn_block_calibration=False, gdn_right_conv=False)
     assert compare(model, export(model, tmp_path), 8, blocks=3) < MAX_REL
 
 
 def test_refusals(bundled):
-    from clover.backends.llamacpp import LlamaCppModel
-
     model, path = bundled
     lm = LlamaCppModel(path)
     cache = lm.new_cache()
@@ -134,8 +77,6 @@ def test_refusals(bundled):
 
 
 def test_cache_copy_is_independent(bundled):
-    from clover.backends.llamacpp import LlamaCppModel
-
     _, path = bundled
     lm = LlamaCppModel(path)
     a = lm.new_cache()
@@ -148,7 +89,7 @@ def test_cache_copy_is_independent(bundled):
 
 
 def test_not_a_gguf_file(libclover, tmp_path):
-    from clover.backends.llamacpp import GGUFError, LlamaCppModel
+    from clover.backends.llamacpp import GGUFError
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
