@@ -1,0 +1,86 @@
+"""What a training step costs at each block size: seconds per step and the process's peak resident
+memory, on the bundled model's shape (random weights) and the airspace2 recipe's batches, the same
+steps for each size, each size in a fresh process (so that each peak is its own).
+
+    python benchmarks/bench_block_sizes.py [--sizes 1 4 32 64] [--steps 3] [--threads 1] [--json PATH]
+
+``clover train --recipe airspace2`` draws each step's block size from 1 to 64 (log-uniformly,
+``TrainConfig.block_size_range``); here every step of a run is at one size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
+
+FIRST = 1000  # past any curriculum: the batches are the recipe's steady ones
+
+
+def measure(block_size: int, steps: int, threads: int) -> dict:
+    """In this process: one warm-up step, then ``steps`` timed steps at ``block_size``."""
+    import torch
+
+    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.bench import set_threads
+    from clover.data import default_model_dir
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.model import CloverForBlockDiffusion
+    from clover.train.trainer import Trainer
+
+    set_threads(threads)
+    tok = CloverTokenizer.load(default_model_dir())
+    recipe = Airspace2Recipe()
+    recipe.train.block_size_range = [block_size, block_size]
+    torch.manual_seed(0)
+    trainer = Trainer(CloverForBlockDiffusion(recipe.model_config(tok)), recipe.source(tok), recipe.train, None)
+    trainer.train_step(FIRST - 1)
+    t0 = time.perf_counter()
+    for s in range(FIRST, FIRST + steps):
+        trainer.train_step(s)
+    return {
+        "s_per_step": (time.perf_counter() - t0) / steps,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 32, 64])
+    p.add_argument("--steps", type=int, default=3, help="timed steps per size (after one warm-up step)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", metavar="PATH", help="write the result file here")
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child is not None:
+        print(json.dumps(measure(a.child, a.steps, a.threads)))
+        return
+    from clover.bench import print_table, write_json
+
+    fig = {}
+    for bs in a.sizes:
+        cmd = [sys.executable, __file__, "--child", str(bs), "--steps", str(a.steps), "--threads", str(a.threads)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"block size {bs}: {out.stderr.strip()[-2000:]}")
+        fig[bs] = json.loads(out.stdout.strip().splitlines()[-1])
+    print_table(
+        f"a training step at each block size: airspace2 recipe, 16 sequences, {a.threads} thread(s), "
+        f"{a.steps} steps each",
+        ["block size", *map(str, a.sizes)],
+        [
+            ["seconds per step", *(f"{fig[b]['s_per_step']:.1f}" for b in a.sizes)],
+            ["peak resident memory", *(f"{fig[b]['peak_rss_gb']:.1f} GB" for b in a.sizes)],
+        ],
+    )
+    write_json(a.json, {"steps": a.steps, "threads": a.threads, "by_block_size": fig})
+
+
+if __name__ == "__main__":
+    main()
