@@ -108,9 +108,9 @@ MAY_IMPORT = {
     "export": {"ops", "model", "backends", "data", "convert"},  # convert: the weight copy it shares; backends: q4_k
     # a task sits beside the command line: it may use any library layer, never a command
     "airspace": {"ops", "model", "backends", "data", "engine", "api", "train"},
-    # what the benchmarks measure, with their registry and table/JSON helpers: a task's too, and the
-    # exported files the other back ends (llama.cpp, SGLang) run
-    "bench": {"ops", "model", "backends", "data", "engine", "api", "train", "export", "airspace"},
+    # what the benchmarks measure, with their registry and table/JSON helpers: a task's too, the
+    # exported files the other back ends (llama.cpp, SGLang) run, and conversion's own parameters
+    "bench": {"ops", "model", "backends", "data", "engine", "api", "train", "convert", "export", "airspace"},
 }
 GENERIC = ("ops", "model", "backends", "data", "engine", "api", "server", "train", "convert", "export")
 
