@@ -6,15 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.export.conftest import MAX_TOKENS, TINY_TOKENS, clover_logits, engine_tokens, run_hf
+from clover.bench.hf_export import (
+    MAX_TOKENS,
+    TINY_TOKENS,
+    engine_tokens,
+    generate_job,
+    logit_errors,
+    rel_err,
+    run_hf,
+)
 
 LOGIT_RTOL = 1e-5  # max |hf - clover| / max |clover|, fp32
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:
-    if mask is not None:
-        a, b = a[mask.bool()], b[mask.bool()]
-    return float((a - b).abs().max() / b.abs().max())
 
 
 @pytest.mark.parametrize("which", ["bundled", "tiny"])
@@ -26,10 +28,8 @@ def test_loads_without_clover(which, request):
 @pytest.mark.parametrize("which", ["bundled", "tiny"])
 def test_logits_match_clover(which, request):
     d = request.getfixturevalue(which)
-    for case, got in zip(d["cases"], d["result"]["logits"], strict=True):
-        want = clover_logits(d["model"], case)
-        assert got.shape == want.shape
-        assert rel_err(got, want, case[3]) <= LOGIT_RTOL, case[1:3]
+    errs = logit_errors(d["model"], d["cases"], d["result"]["logits"])
+    assert max(errs) <= LOGIT_RTOL, errs
 
 
 def test_bundled_default_policy_matches_engine(bundled):
@@ -47,9 +47,7 @@ def test_bundled_ar_matches_engine(bundled):
 
 @pytest.mark.slow
 def test_bundled_ar_matches_engine_on_20_prompts(bundled, tmp_path):
-    job = {
-        "generate": [{"prompts": bundled["prompts"], "policy": "ar", "max_new_tokens": MAX_TOKENS, "block_size": None}]
-    }
+    job = {"generate": [generate_job(bundled["prompts"], "ar", MAX_TOKENS)]}
     got = run_hf(bundled["export"], job, tmp_path)["generate"][0]
     want = engine_tokens(bundled["model"], bundled["tok"], bundled["prompts"], "ar", MAX_TOKENS)
     assert len(got) == 20 and sum(a == b for a, b in zip(got, want)) == 20

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.export.conftest import tiny_model
+from clover.bench.hf_export import rel_err, tiny_model
 
 VARIANTS = {
     "causal mixing": dict(gdn_block_mixing="causal"),
@@ -31,10 +31,6 @@ def twin(clover_model):
     return hf
 
 
-def rel(a, b) -> float:
-    return float((a - b).abs().max() / b.abs().max())
-
-
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_matches_clover(name):
     from clover.model import CloverForBlockDiffusion
@@ -52,14 +48,14 @@ def test_variant_matches_clover(name):
     x0 = torch.randint(0, 96, (2, 3 * bs + 3), generator=g)
     xt = x0.masked_fill(torch.rand(x0.shape, generator=g) < 0.4, 96)
     with torch.no_grad():
-        assert rel(hf(x0, noisy_input_ids=xt).logits, model.forward_train(x0, xt).logits) <= 1e-5
+        assert rel_err(hf(x0, noisy_input_ids=xt).logits, model.forward_train(x0, xt).logits) <= 1e-5
         # decoding: two blocks committed, a masked block denoised, as the engine runs it
         c_cache, h_cache = model.new_cache(2), hf.new_cache(2)
         for cache, step in ((c_cache, model.step), (h_cache, hf.step)):
             step(cache, commit=x0[:, :bs])
         want = model.step(c_cache, commit=x0[:, bs : 2 * bs], denoise=xt[:, 2 * bs : 3 * bs])
         got = hf.step(h_cache, commit=x0[:, bs : 2 * bs], denoise=xt[:, 2 * bs : 3 * bs])
-    assert rel(got, want) <= 1e-5
+    assert rel_err(got, want) <= 1e-5
 
 
 def test_padded_batch_decodes_each_row_as_alone():

