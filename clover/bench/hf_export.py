@@ -15,6 +15,15 @@ from pathlib import Path
 
 import torch
 
+from clover.airspace.evaluate import eval_chats, prompt_of
+from clover.api.loading import load_model_dir
+from clover.data import default_model_dir
+from clover.data.chat import render_chat
+from clover.engine import Engine, SamplingParams
+from clover.export import export_hf
+from clover.model import CloverForBlockDiffusion, preset
+from clover.model.io import save_model
+
 HF_SIDE = Path(__file__).with_name("hf_side.py")
 N_PROMPTS = 20  # test chats (bundled) or random prompts (tiny) per run
 MAX_TOKENS = 128  # new tokens at most, bundled
@@ -32,7 +41,7 @@ def run_hf(export_dir: Path, job: dict, work: Path) -> dict:
     r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"hf_side.py failed:\n{r.stderr[-4000:]}")
-    return torch.load(work / "result.pt", weights_only=False)
+    return torch.load(work / "result.pt", weights_only=True)  # tensors, lists, dicts and strings: no pickled objects
 
 
 def generate_job(prompts: list[list[int]], policy: str, max_new_tokens: int, block_size=None) -> dict:
@@ -43,7 +52,6 @@ def generate_job(prompts: list[list[int]], policy: str, max_new_tokens: int, blo
 def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_tokens: int, block_size=None) -> list:
     """Clover's engine, greedy, one prompt at a time: the new tokens, with the stop token that
     ended a row (transformers' ``generate`` keeps it)."""
-    from clover.engine import Engine, SamplingParams
 
     engine = Engine(model, tokenizer)
     out = []
@@ -56,8 +64,6 @@ def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_t
 
 def chat_prompts(tokenizer, n: int) -> tuple[list[tuple[list, list]], list[list[int]]]:
     """The first ``n`` test-split tool-call chats: (messages, tools) and their prompt ids."""
-    from clover.airspace.evaluate import eval_chats, prompt_of
-    from clover.data.chat import render_chat
 
     exs = eval_chats("test", n)[0]
     chats = [(prompt_of(e), e["tools"]) for e in exs]
@@ -114,7 +120,6 @@ def logit_errors(model, cases: list[tuple], hf_logits: list[torch.Tensor]) -> li
 def tiny_model(seed: int = 0):
     """A random tiny preset (MoE, 3 GDN layers then attention, shift_logits) whose Clover-only
     parameters are random too, so every term of the mixer counts."""
-    from clover.model import CloverForBlockDiffusion, preset
 
     torch.manual_seed(seed)
     model = CloverForBlockDiffusion(preset("tiny", eos_token_id=5, pad_token_id=0)).eval()
@@ -130,9 +135,6 @@ def tiny_model(seed: int = 0):
 
 def export_bundled(root: Path) -> dict:
     """The bundled model, its tokenizer, its export in ``root/hf`` and its logit cases."""
-    from clover.api.loading import load_model_dir
-    from clover.data import default_model_dir
-    from clover.export import export_hf
 
     model, tok = load_model_dir(None, device="cpu")
     export_hf(default_model_dir(), root / "hf")
@@ -143,8 +145,6 @@ def export_bundled(root: Path) -> dict:
 def export_tiny(root: Path) -> dict:
     """The random tiny model saved as a Clover checkpoint in ``root/clover``, its export in
     ``root/hf`` and its logit cases (no tokenizer)."""
-    from clover.export import export_hf
-    from clover.model.io import save_model
 
     model = tiny_model()
     save_model(model, root / "clover")
