@@ -37,7 +37,7 @@ def main(export: str, job_path: str, result_path: str) -> None:
     else:
         raise SystemExit("clover is importable in the isolated interpreter")
 
-    import torch
+    import torch  # after the blocker, as every import here
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -10,6 +10,10 @@ leaves a broken checkpoint behind. No pickle anywhere.
 
 torch.distributed.checkpoint takes about a second to import, so the functions that need it
 import it (deferred on purpose).
+
+The ``torch.distributed`` modules (checkpoint, FSDP, DTensor) are imported inside the functions: they
+are slow to import, and this module is loaded wherever a recipe is (evaluation, the benchmarks),
+which never shards or writes a checkpoint.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ the values do not depend on the number of ranks (one process and two give the sa
 
 torch.distributed's FSDP, device-mesh and tensor modules take about a second to import, so
 the functions that shard import them (deferred on purpose).
+
+The ``torch.distributed`` modules (checkpoint, FSDP, DTensor) are imported inside the functions: they
+are slow to import, and this module is loaded wherever a recipe is (evaluation, the benchmarks),
+which never shards or writes a checkpoint.
 """
 
 from __future__ import annotations
