@@ -52,7 +52,6 @@ def generate_job(prompts: list[list[int]], policy: str, max_new_tokens: int, blo
 def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_tokens: int, block_size=None) -> list:
     """Clover's engine, greedy, one prompt at a time: the new tokens, with the stop token that
     ended a row (transformers' ``generate`` keeps it)."""
-
     engine = Engine(model, tokenizer)
     out = []
     for p in prompts:
@@ -64,7 +63,6 @@ def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_t
 
 def chat_prompts(tokenizer, n: int) -> tuple[list[tuple[list, list]], list[list[int]]]:
     """The first ``n`` test-split tool-call chats: (messages, tools) and their prompt ids."""
-
     exs = eval_chats("test", n)[0]
     chats = [(prompt_of(e), e["tools"]) for e in exs]
     template = getattr(tokenizer, "chat_template", None)
@@ -120,7 +118,6 @@ def logit_errors(model, cases: list[tuple], hf_logits: list[torch.Tensor]) -> li
 def tiny_model(seed: int = 0):
     """A random tiny preset (MoE, 3 GDN layers then attention, shift_logits) whose Clover-only
     parameters are random too, so every term of the mixer counts."""
-
     torch.manual_seed(seed)
     model = CloverForBlockDiffusion(preset("tiny", eos_token_id=5, pad_token_id=0)).eval()
     with torch.no_grad():
@@ -135,7 +132,6 @@ def tiny_model(seed: int = 0):
 
 def export_bundled(root: Path) -> dict:
     """The bundled model, its tokenizer, its export in ``root/hf`` and its logit cases."""
-
     model, tok = load_model_dir(None, device="cpu")
     export_hf(default_model_dir(), root / "hf")
     cases = logit_cases(model.config, 70, [8, 5])
@@ -145,7 +141,6 @@ def export_bundled(root: Path) -> dict:
 def export_tiny(root: Path) -> dict:
     """The random tiny model saved as a Clover checkpoint in ``root/clover``, its export in
     ``root/hf`` and its logit cases (no tokenizer)."""
-
     model = tiny_model()
     save_model(model, root / "clover")
     export_hf(root / "clover", root / "hf")
