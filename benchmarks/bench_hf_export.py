@@ -35,7 +35,7 @@ POLICIES = ["prefix", "threshold", "ar"]
 
 def layout(config) -> str:
     """The layers as letters (G: gated delta net, A: attention) and the experts."""
-    letters = "".join("A" if t == "full_attention" else "G" for t in config.layer_types)
+    letters = config.layer_pattern
     return f"{letters}, {config.num_experts} experts" if config.num_experts else f"{letters}, dense"
 
 

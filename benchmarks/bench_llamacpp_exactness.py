@@ -61,8 +61,7 @@ def main() -> None:
         bundled = load_model(default_model_dir(), "cpu", torch.float32).eval()
         path = export_gguf(default_model_dir(), work / "bundled.gguf", "f32").out
         c = bundled.config
-        arch = "".join("A" if t == "full_attention" else "G" for t in c.layer_types)
-        name = f"bundled ({arch}, MoE {c.num_experts} experts, rotary {c.partial_rotary_factor:g})"
+        name = f"bundled ({c.layer_pattern}, MoE {c.num_experts} experts, rotary {c.partial_rotary_factor:g})"
         cases = [(name, bundled, path, (32, 16, 64))]
         for i, (label, make, sizes) in enumerate(RANDOM):
             (work / str(i)).mkdir()

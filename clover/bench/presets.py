@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from clover.convert.qwen import NEW_PARAMS
+from clover.convert.qwen import clover_only_numel
 from clover.model import CloverForBlockDiffusion, preset
 
 # each Qwen preset and the transformers family (``model_type``) its text model comes from
@@ -67,6 +67,6 @@ def preset_counts(name: str) -> dict:
         ours = CloverForBlockDiffusion(preset(name))
     return {
         "clover": ours.num_parameters()["total_params"],
-        "clover_only": sum(p.numel() for n, p in ours.named_parameters() if n.rsplit(".", 1)[-1] in NEW_PARAMS),
+        "clover_only": clover_only_numel(ours),
         "transformers": unique_numel(hf_causal_lm(name)),
     }

@@ -35,12 +35,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         raise SystemExit(f"clover info: {e}") from None
     with torch.device("meta"):  # no memory, even for 35B
         model = CloverForBlockDiffusion(config.replace(quantization=None))
-    from clover.convert.qwen import NEW_PARAMS  # deferred: loads torch, not for clover --help
+    from clover.convert.qwen import clover_only_numel  # deferred: loads torch, not for clover --help
 
     counts = model.num_parameters()
     # the GDN mixer's own parameters (memory slot, right-context conv, scales): what a converted
     # checkpoint has beyond its source model
-    counts["clover_params"] = sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[-1] in NEW_PARAMS)
+    counts["clover_params"] = clover_only_numel(model)
     info = {
         "preset": args.preset,
         "model": None if model_dir is None else str(model_dir),
@@ -79,8 +79,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     ):
         n = counts[key]
         t.add_row(label, f"{n:,} ({n / 1e9:.2f} B)" if n >= 1e9 else f"{n:,} ({n / 1e6:.1f} M)")
-    pattern = "".join("A" if x == "full_attention" else "G" for x in config.layer_types)
-    t.add_row("layers (G=GDN, A=attention)", pattern)
+    t.add_row("layers (G=GDN, A=attention)", config.layer_pattern)
     ffn = ("num_experts", "num_experts_per_tok") if config.num_experts else ("intermediate_size",)
     if not config.num_experts:
         t.add_row("feed-forward", "dense (no experts)")

@@ -121,6 +121,12 @@ NEW_PARAMS = {
 }
 
 
+def clover_only_numel(model) -> int:
+    """How many of ``model``'s parameters are Clover's own (``NEW_PARAMS``): what it has beyond the
+    model it was converted from."""
+    return sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[-1] in NEW_PARAMS)
+
+
 def targets_of(value) -> list[tuple[str, str]]:
     """A name-map value as its list of (Clover name, part)."""
     if isinstance(value, str):

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from clover.export.hf_modeling.generation_clover import DEFAULT_POLICY, DEFAULT_THRESHOLD
-from clover.model.config import ATTN, CloverConfig
+from clover.model.config import CloverConfig
 from clover.model.model import CloverForBlockDiffusion
 
 
@@ -21,7 +21,7 @@ def model_card(config: CloverConfig, src: Path, stops: list[int]) -> str:
         if config.num_experts
         else f"dense SwiGLU, width {config.intermediate_size}"
     )
-    pattern = "".join("A" if t == ATTN else "G" for t in config.layer_types)
+    pattern = config.layer_pattern
     shift = (
         "token i is predicted at position i-1 (the autoregressive base's way); `forward` returns the "
         "logits already moved to the token they predict"

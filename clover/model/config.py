@@ -130,6 +130,11 @@ class CloverConfig:
 
     # -- helpers ---------------------------------------------------------------------------
     @property
+    def layer_pattern(self) -> str:
+        """The layers as letters, first to last: G for a GDN layer, A for an attention layer."""
+        return "".join("A" if t == ATTN else "G" for t in self.layer_types)
+
+    @property
     def eos_ids(self) -> list[int]:
         e = self.eos_token_id
         return [] if e is None else ([e] if isinstance(e, int) else list(e))
