@@ -22,12 +22,12 @@ ending with a brute-force breadth-first search over every byte.
 from __future__ import annotations
 
 import json
-import time
 import weakref
 from bisect import bisect_right
 from collections import deque
 from fractions import Fraction
 
+from clover.engine.budget import work_time
 from clover.engine.json_schema import str_body
 
 HORIZON = 64  # tokens: with more than this left beyond the shortest ending, the grammar alone decides
@@ -36,7 +36,8 @@ SEARCH_STATES = 2000  # states one byte search may visit (pattern strings, bound
 BREADTH_STATES = 500  # of them breadth-first (the shortest ending), before a depth-first walk
 SEARCH_DEPTH = 256  # bytes deep a depth-first search goes
 # and the CPU time one search may take (a pattern that backtracks cannot stall the engine): this
-# thread's own, so a machine busy with other programs does not cut a search short
+# thread's own less its garbage collections (``budget.work_time``), so neither a machine busy
+# with other programs nor a full collection in a large process cuts a search short
 SEARCH_BUDGET_S = 0.25
 NEW_STATES = 64  # states whose ending one ``restrict`` may work out; tokens leading elsewhere are left out
 _DEFAULT_ALPHABET = b"0aA_-. x1"  # besides a pattern's own bytes: what character classes usually admit
@@ -282,8 +283,8 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
     small, else the first ending a depth-first walk finds (a valid ending, perhaps not the shortest)."""
     alphabet = bytes(sorted(set(alphabet) - set(range(0x20))))
     seen, queue = {state}, deque([(state, b"")])
-    deadline = time.thread_time() + SEARCH_BUDGET_S
-    while queue and len(seen) < BREADTH_STATES and time.thread_time() < deadline:
+    deadline = work_time() + SEARCH_BUDGET_S
+    while queue and len(seen) < BREADTH_STATES and work_time() < deadline:
         st, text = queue.popleft()
         for b in alphabet:
             nxt = g.advance(st, bytes([b]))
@@ -299,7 +300,7 @@ def _search(g, state, alphabet: bytes) -> bytes | None:
 def _walk(g, state, alphabet: bytes, deadline: float) -> bytes | None:
     """Depth first, lowest byte first, at most ``SEARCH_DEPTH`` bytes deep and ``SEARCH_STATES`` tried."""
     stack, tried = [(state, b"", iter(alphabet))], 0
-    while stack and tried < SEARCH_STATES and time.thread_time() < deadline:
+    while stack and tried < SEARCH_STATES and work_time() < deadline:
         st, text, todo = stack[-1]
         b = next(todo, None)
         if b is None:

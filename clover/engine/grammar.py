@@ -20,12 +20,12 @@ from __future__ import annotations
 import codecs
 import copy
 import json
-import time
 from fractions import Fraction
 from functools import lru_cache
 
 import regex
 
+from clover.engine.budget import work_time
 from clover.engine.grounding import SpanIndex, written_numbers
 from clover.engine.json_schema import MAX_NUMBER_DIGITS, GrammarError, Schemas, offset_nodes, str_body
 
@@ -55,7 +55,8 @@ MAX_REGEX_CHARS = 4096
 # matching there (``_match``); a match cut short by the wall clock alone is tried again
 REGEX_TIMEOUT_S = 0.05
 # per allowed-token set under a regular expression (a slow pattern cannot stall the engine), in
-# this thread's CPU seconds, so a machine busy with other programs does not cut a set short
+# this thread's CPU seconds less its garbage collections (``budget.work_time``), so neither a
+# machine busy with other programs nor a full collection cuts a set short
 ALLOWED_BUDGET_S = 1.0
 _NUM_DIGIT = {"zero": None, "int": "int", "dot": "frac", "frac": "frac", "e": "exp", "esign": "exp", "exp": "exp"}
 
@@ -66,17 +67,17 @@ def _utf8_length(lead: int) -> int:
 
 def _match(method, text: str, partial: bool, tries: int = 8):
     """``method(text, partial=…)`` (a compiled ``regex`` pattern's ``fullmatch`` or ``search``)
-    within ``REGEX_TIMEOUT_S`` of this thread's CPU time. The ``regex`` library's timeout counts
+    within ``REGEX_TIMEOUT_S`` of this thread's CPU time (``budget.work_time``). The ``regex`` library's timeout counts
     the wall clock, which another program on a busy machine spends; a try that timed out with
     less than half its CPU budget used lost its time to others and is made again (at most
     ``tries`` times), so the answer is the idle machine's. TimeoutError when the pattern itself
     took the time."""
     for _ in range(tries):
-        t0 = time.thread_time()
+        t0 = work_time()
         try:
             return method(text, partial=partial, timeout=REGEX_TIMEOUT_S)
         except TimeoutError:
-            if time.thread_time() - t0 >= REGEX_TIMEOUT_S / 2:
+            if work_time() - t0 >= REGEX_TIMEOUT_S / 2:
                 raise
     raise TimeoutError(f"no {REGEX_TIMEOUT_S} s of CPU time for a match in {tries} tries")
 
@@ -807,9 +808,9 @@ class TokenGrammar:
 
     def _compute(self, state) -> list[int]:
         out = list(self.eos) if self.g.complete(state) else []
-        deadline = time.thread_time() + ALLOWED_BUDGET_S
+        deadline = work_time() + ALLOWED_BUDGET_S
         for first, ids in self.t.by_first.items():
-            if self.g.timed and time.thread_time() > deadline:
+            if self.g.timed and work_time() > deadline:
                 break  # a regular expression that backtracks this long: the tokens found so far (all valid)
             if self.g.advance(state, bytes([first])) is not None:
                 out += [i for i in ids if i not in self.eos and self.step(state, i) is not None]

@@ -1,6 +1,7 @@
 """Budget-aware closing (``clover.engine.closing``): the shortest ending of a grammar state, checked
 against a brute-force search over bytes, and decoding that always ends within ``max_tokens``."""
 
+import gc
 import json
 import time
 from collections import deque
@@ -12,6 +13,7 @@ import torch
 
 from clover.data.tokenizer import CloverTokenizer
 from clover.engine import Engine, ParamError, SamplingParams, closing
+from clover.engine.budget import work_time
 from clover.engine.grammar import TokenGrammar, TokenTable, json_grammar, regex_grammar, tool_call_grammar
 from clover.model import CloverForBlockDiffusion, preset
 
@@ -152,6 +154,44 @@ def test_searches_are_not_cut_short_by_a_busy_machine(monkeypatch):
     assert want is not None and closing.shortest_ending(g, g.start_state) == want
     fresh = TokenGrammar(regex_grammar(r"[a-z ]+ "), table, [])
     assert fresh.allowed(fresh.start) == want_set and len(want_set) > 100
+
+
+def _collection(cpu_s: float) -> None:
+    """What the interpreter does around a full garbage collection: the callbacks at its start and
+    end, and (here) ``cpu_s`` seconds of this thread's CPU time between them."""
+    for cb in gc.callbacks:
+        cb("start", {"generation": 2})
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < cpu_s:
+        pass
+    for cb in gc.callbacks:
+        cb("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+
+
+def test_garbage_collections_do_not_count_against_the_budgets():
+    """A full collection in a large process (a few tenths of a second) once started inside the
+    date search and cut it short, so the date had no ending. The budgets' clock leaves
+    collections out: a real one, and one as long as the whole search budget in the middle of it."""
+    heap = [[i] for i in range(300_000)]
+    t0, w0 = time.thread_time(), work_time()
+    gc.collect()
+    spent, worked = time.thread_time() - t0, work_time() - w0
+    assert spent > 0 and worked < spent / 4, (spent, worked)
+    del heap
+    schema = {"type": "string", "format": "date"}
+    want = closing.shortest_ending(json_grammar(schema), json_grammar(schema).start_state)
+    g = json_grammar(schema)  # a new grammar: nothing memoised
+    inner, calls = g.advance, [0]
+
+    def advance(state, data):
+        calls[0] += 1
+        if calls[0] == 20:  # inside the breadth-first search
+            _collection(2 * closing.SEARCH_BUDGET_S)
+        return inner(state, data)
+
+    g.advance = advance
+    assert want is not None and closing.shortest_ending(g, g.start_state) == want
+    assert calls[0] > 20
 
 
 @pytest.fixture(scope="module")
