@@ -6,8 +6,8 @@ block size, and after a long history committed in one pass.
 
 Each run is ``clover.bench.llamacpp.max_rel_logit_err``: per block a denoise pass and a fused
 commit + denoise pass, a plain commit after the second block, a ragged block at the end. The
-models: the bundled one, and random ``tiny`` models whose Clover parameters are drawn far from
-their neutral values (``perturbed_tiny``), one MoE with the 3:1 GDN/attention layout, partial
+models: the bundled one, and random ``tiny`` models whose Clover parameters and norms are drawn
+far from their starting values (``clover.bench.exactness.perturbed_tiny``), one MoE with the 3:1 GDN/attention layout, partial
 rotary and ``shift_logits``, one with a dense feed-forward. The tests
 (tests/llamacpp/test_exactness.py) hold the same runs to 1e-4. Needs ``make llama-cpp``.
 """
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 
 from clover.backends.llamacpp import LlamaCppModel, available
 from clover.bench import print_table, set_threads, write_json
-from clover.bench.llamacpp import f32_gguf, long_history_err, max_rel_logit_err, perturbed_tiny
+from clover.bench.exactness import perturbed_tiny
+from clover.bench.llamacpp import f32_gguf, long_history_err, max_rel_logit_err
 from clover.data import default_model_dir
 from clover.export.gguf import export_gguf
 from clover.model.io import load_model

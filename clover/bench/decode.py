@@ -92,41 +92,13 @@ def hf_twin(config):
     """A transformers Qwen3.5-MoE of the same shape as a Clover config (random weights)."""
     import torch  # deferred: torch, not for clover --help
     import transformers  # optional: transformers (a test dependency)
-    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig  # optional: transformers (a test dependency)
+
+    from clover.bench.presets import hf_text_config  # deferred: loads torch
 
     transformers.logging.set_verbosity_error()  # the "falling back to PyTorch kernels" notices
-
-    c = config
-    hc = Qwen3_5MoeTextConfig(
-        vocab_size=c.vocab_size,
-        hidden_size=c.hidden_size,
-        num_hidden_layers=c.num_hidden_layers,
-        layer_types=list(c.layer_types),
-        num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads,
-        head_dim=c.head_dim,
-        linear_conv_kernel_dim=c.linear_conv_kernel_dim,
-        linear_key_head_dim=c.linear_key_head_dim,
-        linear_value_head_dim=c.linear_value_head_dim,
-        linear_num_key_heads=c.linear_num_key_heads,
-        linear_num_value_heads=c.linear_num_value_heads,
-        num_experts=c.num_experts,
-        num_experts_per_tok=c.num_experts_per_tok,
-        moe_intermediate_size=c.moe_intermediate_size,
-        shared_expert_intermediate_size=c.shared_expert_intermediate_size,
-        max_position_embeddings=c.max_position_embeddings,
-        rms_norm_eps=c.rms_norm_eps,
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": c.rope_theta,
-            "partial_rotary_factor": c.partial_rotary_factor,
-        },
-        tie_word_embeddings=c.tie_word_embeddings,
-        pad_token_id=0,
-        eos_token_id=None,
-    )
+    cls, hc = hf_text_config(config)
     torch.manual_seed(0)
-    return Qwen3_5MoeForCausalLM(hc).eval()
+    return cls(hc).eval()
 
 
 def run_hf(hf, cases, lengths: list[int], batch: int) -> dict:

@@ -17,16 +17,17 @@ import torch
 
 from clover.airspace.evaluate import eval_chats, prompt_of
 from clover.api.loading import load_model_dir
+from clover.bench.exactness import perturbed_tiny, rel_err
 from clover.data import default_model_dir
 from clover.data.chat import render_chat
 from clover.engine import Engine, SamplingParams
 from clover.export import export_hf
-from clover.model import CloverForBlockDiffusion, preset
 from clover.model.io import save_model
 
 HF_SIDE = Path(__file__).with_name("hf_side.py")
 N_PROMPTS = 20  # test chats (bundled) or random prompts (tiny) per run
 MAX_TOKENS = 128  # new tokens at most, bundled
+TINY_IDS = {"eos_token_id": 5, "pad_token_id": 0}  # the random tiny model's special ids (it has no tokenizer)
 TINY_TOKENS = 16  # the random tiny model commits about one token per pass: its runs are short
 
 
@@ -96,13 +97,6 @@ def clover_logits(model, case) -> torch.Tensor:
         return model.forward_train(x0, x0 if xt is None else xt, block_size=bs, valid=valid).logits
 
 
-def rel_err(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:
-    """max |a − b| / max |b|, over the positions ``mask`` keeps (all when None)."""
-    if mask is not None:
-        a, b = a[mask.bool()], b[mask.bool()]
-    return float((a - b).abs().max() / b.abs().max())
-
-
 def logit_errors(model, cases: list[tuple], hf_logits: list[torch.Tensor]) -> list[float]:
     """Per logit case: the relative error of the exported model's logits against Clover's, a padded
     row's padding left out. ValueError when the two disagree in number or shape."""
@@ -113,21 +107,6 @@ def logit_errors(model, cases: list[tuple], hf_logits: list[torch.Tensor]) -> li
             raise ValueError(f"logits of shape {tuple(got.shape)}, Clover's {tuple(want.shape)}")
         errs.append(rel_err(got, want, case[3]))
     return errs
-
-
-def tiny_model(seed: int = 0):
-    """A random tiny preset (MoE, 3 GDN layers then attention, shift_logits) whose Clover-only
-    parameters are random too, so every term of the mixer counts."""
-    torch.manual_seed(seed)
-    model = CloverForBlockDiffusion(preset("tiny", eos_token_id=5, pad_token_id=0)).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf in ("conv_right", "mem_key", "mem_bias") or name.endswith("norm.weight"):
-                p.normal_(0.0, 0.3)
-            elif leaf in ("mem_gamma", "mem_scale", "attn_scale"):
-                p.uniform_(0.5, 2.0)
-    return model
 
 
 def export_bundled(root: Path) -> dict:
@@ -141,7 +120,7 @@ def export_bundled(root: Path) -> dict:
 def export_tiny(root: Path) -> dict:
     """The random tiny model saved as a Clover checkpoint in ``root/clover``, its export in
     ``root/hf`` and its logit cases (no tokenizer)."""
-    model = tiny_model()
+    model = perturbed_tiny(0, **TINY_IDS)
     save_model(model, root / "clover")
     export_hf(root / "clover", root / "hf")
     cases = logit_cases(model.config, 29, [4, 3, 1])

@@ -11,8 +11,8 @@ exported to GGUF at f32, q8_0 and q4_k:
 * decode tokens/s under ``ar`` and the default policy through Clover's engine on both back ends;
 * f32 logit error against PyTorch, and exact match on the airspace test split per type.
 
-torch, transformers and the library are imported inside the functions (listing the benchmarks
-needs none of them).
+The command imports this module only when it runs (it loads torch); transformers is imported
+inside ``hf_twin``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from clover.backends.llamacpp import LlamaCppClover
 from clover.bench.decode import DEFAULT_NAME, airspace_cases, hf_twin, run_engine
+from clover.bench.exactness import rel_err
 from clover.bench.passes import median_ms
 from clover.data import default_model_dir
 from clover.data.task import model_task
@@ -139,12 +139,6 @@ def clover_passes(torch_model, native, vocab: int, reps: int) -> dict:
     return out
 
 
-def _rel_err(got: np.ndarray, ref: torch.Tensor) -> float:
-    """max |llama.cpp − PyTorch| over max |PyTorch| of one pass's logits (``ref``: batch 1)."""
-    ref = ref[0].numpy()
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
-
-
 def max_rel_logit_err(torch_model, native, block_size: int = 32, blocks: int = 4, seed: int = 0) -> float:
     """The largest relative logit error (max |llama.cpp − PyTorch| / max |PyTorch|) of any pass in a
     run of ``blocks`` blocks: per block a denoise pass and a fused commit + denoise pass (one or two
@@ -157,7 +151,7 @@ def max_rel_logit_err(torch_model, native, block_size: int = 32, blocks: int = 4
     def both(**kw) -> None:
         got, ref = native.step(lc, block_size=block_size, **kw), torch_model.step(tc, block_size=block_size, **kw)
         if "denoise" in kw:
-            errs.append(_rel_err(got, ref))
+            errs.append(rel_err(torch.from_numpy(got), ref[0]))
         elif got is not None:
             raise RuntimeError("llama.cpp returned logits for a plain commit")
 
@@ -184,25 +178,8 @@ def long_history_err(torch_model, native, block_size: int = 32, blocks: int = 10
     den = torch.randint(0, V, (1, block_size), generator=g)
     with torch.inference_mode():
         ref = torch_model.step(torch_model.new_cache(), commit=com, denoise=den, block_size=block_size)
-        return _rel_err(native.step(native.new_cache(), commit=com, denoise=den, block_size=block_size), ref)
-
-
-def perturbed_tiny(seed: int, **overrides) -> CloverForBlockDiffusion:
-    """The ``tiny`` preset with random weights whose Clover parameters (right conv, memory key and
-    bias, γ, ρ, norms) are drawn far from their neutral starting values, so that each one shows in
-    the logits (``overrides``: config fields)."""
-    torch.manual_seed(seed)
-    model = CloverForBlockDiffusion(preset("tiny", max_block_size=64, **overrides)).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf in ("conv_right", "mem_key", "mem_bias") or (
-                name.endswith("norm.weight") and "linear_attn" not in name
-            ):
-                p.normal_(0, 0.3)
-            elif leaf in ("mem_gamma", "mem_scale"):
-                p.uniform_(0.5, 2.0)
-    return model
+        got = native.step(native.new_cache(), commit=com, denoise=den, block_size=block_size)
+        return rel_err(torch.from_numpy(got), ref[0])
 
 
 def f32_gguf(model, work: Path) -> Path:

@@ -1,7 +1,8 @@
 """The Qwen presets' parameter counts against the transformers language model of the same shape,
 both built on the meta device (no memory): Clover's count is transformers' plus Clover's own GDN
-parameters, with the vision tower and the MTP head left out as conversion leaves them out.
-transformers is imported inside the functions (an optional dependency)."""
+parameters, with the vision tower and the MTP head left out as conversion leaves them out. The
+transformers model of a Clover config's shape (``hf_text_config``) is also the decode benchmarks'
+autoregressive twin. transformers is imported inside the functions (an optional dependency)."""
 
 from __future__ import annotations
 
@@ -39,19 +40,25 @@ SHARED = (
 MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 
-def hf_causal_lm(name: str):
-    """The transformers causal LM (language model + head) of a preset's shape, on the meta device."""
+def hf_text_config(c, family: str = "qwen3_5_moe") -> tuple[type, object]:
+    """The transformers causal-LM class of ``family`` (a ``model_type``) and its text config with
+    the shape of Clover config ``c``."""
     import transformers as tf  # optional: transformers (a test dependency)
 
-    c = preset(name)
-    kw = {k: getattr(c, k) for k in SHARED}
-    family = FAMILY[name]
+    kw = {k: getattr(c, k) for k in SHARED} | {"layer_types": list(c.layer_types)}
+    rope = {"rope_type": "default", "rope_theta": c.rope_theta, "partial_rotary_factor": c.partial_rotary_factor}
+    kw |= {"rms_norm_eps": c.rms_norm_eps, "rope_parameters": rope, "pad_token_id": 0, "eos_token_id": None}
     if family == "qwen3_5":
-        cls, cfg = tf.Qwen3_5ForCausalLM, tf.Qwen3_5TextConfig(**kw, intermediate_size=c.intermediate_size)
-    elif family == "qwen3_next":
-        cls, cfg = tf.Qwen3NextForCausalLM, tf.Qwen3NextConfig(**kw, **{k: getattr(c, k) for k in MOE})
-    else:
-        cls, cfg = tf.Qwen3_5MoeForCausalLM, tf.Qwen3_5MoeTextConfig(**kw, **{k: getattr(c, k) for k in MOE})
+        return tf.Qwen3_5ForCausalLM, tf.Qwen3_5TextConfig(**kw, intermediate_size=c.intermediate_size)
+    moe = {k: getattr(c, k) for k in MOE}
+    if family == "qwen3_next":
+        return tf.Qwen3NextForCausalLM, tf.Qwen3NextConfig(**kw, **moe)
+    return tf.Qwen3_5MoeForCausalLM, tf.Qwen3_5MoeTextConfig(**kw, **moe)
+
+
+def hf_causal_lm(name: str):
+    """The transformers causal LM (language model + head) of a preset's shape, on the meta device."""
+    cls, cfg = hf_text_config(preset(name), FAMILY[name])
     with torch.device("meta"):
         return cls(cfg)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from clover.bench.exactness import rel_err
 from clover.bench.hf_export import (
     MAX_TOKENS,
     TINY_TOKENS,
     engine_tokens,
     generate_job,
     logit_errors,
-    rel_err,
     run_hf,
 )
 

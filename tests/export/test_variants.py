@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clover.bench.hf_export import rel_err, tiny_model
+from clover.bench.exactness import perturbed_tiny, rel_err
+from clover.bench.hf_export import TINY_IDS
 
 VARIANTS = {
     "causal mixing": dict(gdn_block_mixing="causal"),
@@ -35,7 +36,7 @@ def twin(clover_model):
 def test_variant_matches_clover(name):
     from clover.model import CloverForBlockDiffusion
 
-    base = tiny_model()
+    base = perturbed_tiny(0, **TINY_IDS)
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(base.config.replace(**VARIANTS[name])).eval()
     own = model.state_dict()
@@ -59,7 +60,7 @@ def test_variant_matches_clover(name):
 
 
 def test_padded_batch_decodes_each_row_as_alone():
-    hf = twin(tiny_model())
+    hf = twin(perturbed_tiny(0, **TINY_IDS))
     g = torch.Generator().manual_seed(3)
     rows = [torch.randint(0, 96, (n,), generator=g) for n in (5, 11, 8)]
     ids = torch.zeros(3, 11, dtype=torch.long)

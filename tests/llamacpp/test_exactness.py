@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from clover.backends.llamacpp import LlamaCppModel
-from clover.bench.llamacpp import f32_gguf, max_rel_logit_err, perturbed_tiny
+from clover.bench.exactness import perturbed_tiny
+from clover.bench.llamacpp import f32_gguf, max_rel_logit_err
 from clover.model.io import load_model
 
 MAX_REL = 1e-4  # max |llama.cpp - torch| over max |torch|, per pass
