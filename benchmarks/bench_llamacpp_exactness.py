@@ -7,8 +7,8 @@ block size, and after a long history committed in one pass.
 Each run is ``clover.bench.llamacpp.max_rel_logit_err``: per block a denoise pass and a fused
 commit + denoise pass, a plain commit after the second block, a ragged block at the end. The
 models: the bundled one, and random ``tiny`` models whose Clover parameters and norms are drawn
-far from their starting values (``clover.bench.exactness.perturbed_tiny``), one MoE with the 3:1 GDN/attention layout, partial
-rotary and ``shift_logits``, one with a dense feed-forward. The tests
+far from their starting values (``clover.bench.exactness.perturbed_tiny``), one MoE with the 3:1
+GDN/attention layout, partial rotary and ``shift_logits``, one with a dense feed-forward. The tests
 (tests/llamacpp/test_exactness.py) hold the same runs to 1e-4. Needs ``make llama-cpp``.
 """
 
