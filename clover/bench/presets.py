@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from clover.convert.qwen import clover_only_numel
+from clover.convert.qwen import SAME_NAMED, clover_only_numel
 from clover.model import CloverForBlockDiffusion, preset
 
 # each Qwen preset and the transformers family (``model_type``) its text model comes from
@@ -21,39 +21,25 @@ FAMILY = {
     "qwen3.6-35b-a3b": "qwen3_5_moe",
     "qwen3-next-80b-a3b": "qwen3_next",
 }
-SHARED = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "linear_num_key_heads",
-    "linear_num_value_heads",
-    "linear_key_head_dim",
-    "linear_value_head_dim",
-    "linear_conv_kernel_dim",
-    "tie_word_embeddings",
-    "layer_types",
-    "max_position_embeddings",
-)
-MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 
 def hf_text_config(c, family: str = "qwen3_5_moe") -> tuple[type, object]:
     """The transformers causal-LM class of ``family`` (a ``model_type``) and its text config with
-    the shape of Clover config ``c``."""
+    the shape of Clover config ``c``: what ``clover convert`` reads, written back (``SAME_NAMED``
+    where the family's config has the field, then the fields conversion reads one by one)."""
     import transformers as tf  # optional: transformers (a test dependency)
 
-    kw = {k: getattr(c, k) for k in SHARED} | {"layer_types": list(c.layer_types)}
+    cls, cfg_cls = {
+        "qwen3_5": (tf.Qwen3_5ForCausalLM, tf.Qwen3_5TextConfig),
+        "qwen3_next": (tf.Qwen3NextForCausalLM, tf.Qwen3NextConfig),
+        "qwen3_5_moe": (tf.Qwen3_5MoeForCausalLM, tf.Qwen3_5MoeTextConfig),
+    }[family]
+    known = cfg_cls().to_dict()
+    kw = {k: getattr(c, k) for k in SAME_NAMED if k in known}
     rope = {"rope_type": "default", "rope_theta": c.rope_theta, "partial_rotary_factor": c.partial_rotary_factor}
-    kw |= {"rms_norm_eps": c.rms_norm_eps, "rope_parameters": rope, "pad_token_id": 0, "eos_token_id": None}
-    if family == "qwen3_5":
-        return tf.Qwen3_5ForCausalLM, tf.Qwen3_5TextConfig(**kw, intermediate_size=c.intermediate_size)
-    moe = {k: getattr(c, k) for k in MOE}
-    if family == "qwen3_next":
-        return tf.Qwen3NextForCausalLM, tf.Qwen3NextConfig(**kw, **moe)
-    return tf.Qwen3_5MoeForCausalLM, tf.Qwen3_5MoeTextConfig(**kw, **moe)
+    kw |= {"vocab_size": c.vocab_size, "layer_types": list(c.layer_types), "tie_word_embeddings": c.tie_word_embeddings}
+    kw |= {"rope_parameters": rope, "pad_token_id": 0, "eos_token_id": None}
+    return cls, cfg_cls(**kw)
 
 
 def hf_causal_lm(name: str):

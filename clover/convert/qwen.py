@@ -103,6 +103,30 @@ FAMILY_OF = {
 NESTED = ("qwen3_5_moe", "qwen3_5")
 DENSE_FAMILIES = ("qwen3_5",)
 
+# the text config's fields that a CloverConfig holds under the same name and meaning (read as they
+# are; the others are read one by one in ``clover_config``)
+SAME_NAMED = (
+    "hidden_size",
+    "num_hidden_layers",
+    "rms_norm_eps",
+    "initializer_range",
+    "max_position_embeddings",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "router_aux_loss_coef",
+    "intermediate_size",
+)
+
 HEAD = "lm_head.weight"  # outside the text prefix in every layout
 TEXT_PREFIXES = {"model.language_model.": "vision+text", "model.": "text-only"}
 SKIP: dict[str, str] = {  # full source names → why; each reason is printed with its count
@@ -208,28 +232,7 @@ def clover_config(hf: dict, mask_id: int, vocab_size: int, block_size: int, spec
         problems.append(f"layer types {sorted(set(layer_types) - {ATTN, GDN})}")
     if problems:
         raise ConversionError("cannot convert this checkpoint: " + "; ".join(problems))
-    keys = [
-        "hidden_size",
-        "num_hidden_layers",
-        "rms_norm_eps",
-        "initializer_range",
-        "max_position_embeddings",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "linear_conv_kernel_dim",
-        "num_experts",
-        "num_experts_per_tok",
-        "moe_intermediate_size",
-        "shared_expert_intermediate_size",
-        "router_aux_loss_coef",
-        "intermediate_size",
-    ]
-    kw = {k: tc[k] for k in keys if k in tc}
+    kw = {k: tc[k] for k in SAME_NAMED if k in tc}
     if family in DENSE_FAMILIES:
         kw["num_experts"] = 0
     tie = hf.get("tie_word_embeddings", tc.get("tie_word_embeddings", False))
