@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,13 +32,17 @@ def test_every_marked_table_is_what_its_result_file_gives():
 
 
 def test_every_result_file_is_a_result_file():
-    """Each file in benchmarks/results has the command, the commit, the machine and its tables."""
+    """Each file in benchmarks/results has the command, the commit of a clean tree, the machine and
+    its tables, and names no folder of the machine it was measured on."""
     files = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
     assert files
+    local = re.compile(r"(?<![\w.$~])/(root|home|tmp|work|Users|var/folders)/")
     for f in files:
         r = results.read_result(f)
         assert r["command"].startswith(("clover ", "python benchmarks/")), f
+        assert isinstance(r["commit"], str) and len(r["commit"]) == 40 and r["dirty"] is False, f
         assert r["machine"]["cores"] and r["date"] and r["tables"], f
+        assert not local.search(f.read_text(encoding="utf-8")), f
         for t in r["tables"]:
             assert all(len(row) == len(t["columns"]) for row in t["rows"]), f
 
@@ -138,7 +143,26 @@ def test_print_table_records_what_it_prints_and_write_json_keeps_it(tmp_path, ca
     assert all(c in printed for row in t["rows"] for c in row)  # the cells as printed
     assert r["machine"]["cores"] == os.cpu_count() and r["date"].endswith("Z")
     assert r["commit"] is None or len(r["commit"]) == 40
+    assert len(r["load"]["start"]) == 3 and len(r["load"]["end"]) == 3  # the machine's load, start and end
     results.reset()
+
+
+def test_a_result_file_names_no_local_folder(tmp_path):
+    """The checkout, the temporary folder and the home folder are written as ``.``, ``$TMPDIR``
+    and ``~``, inside any string of the result; a folder that merely starts alike is kept."""
+    places = [("/work/main", "."), ("/tmp", "$TMPDIR"), ("/root", "~")]
+    got = results.scrub(
+        {"command": "x --out /tmp/run-1 --model /root/.cache/m", "n": 3, "rows": [["/work/main/a.txt", "/tmpx"]]},
+        places,
+    )
+    assert got == {"command": "x --out $TMPDIR/run-1 --model ~/.cache/m", "n": 3, "rows": [["./a.txt", "/tmpx"]]}
+    assert results.scrub(str(Path.home() / "f")) == "~/f"
+
+
+def test_the_load_average_shows_under_a_table():
+    r = {**RESULT, "load": {"start": [0.5, 0.2, 0.1], "end": [1.25, 0.4, 0.2]}}
+    assert results.provenance(r).endswith("AMD EPYC, 2 cores, 1 thread, load 0.50 to 1.25</sub>")
+    assert "load" not in results.provenance(RESULT)  # a file from before the load was recorded
 
 
 def test_a_script_names_itself_relative_to_the_checkout(tmp_path):
@@ -152,7 +176,7 @@ def test_a_script_names_itself_relative_to_the_checkout(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, str(script), "--n", "2"], cwd=tmp_path, env=env, check=True, capture_output=True)
     r = json.loads((tmp_path / "out.json").read_text())
-    assert r["command"] == f"python {script} --n 2"  # outside the checkout: the path as given
+    assert r["command"] == results.scrub(f"python {script} --n 2")  # outside the checkout: the path as given, scrubbed
     assert r["tables"][0]["rows"] == [["1", "2.5"]] and "torch" not in r["machine"]  # no torch loaded, none named
     commit, dirty = results.git_state()
     assert r["commit"] == commit and r["dirty"] == dirty

@@ -3,13 +3,17 @@
 A result file holds the command line as typed (``clover bench decode --threads 1 …`` or
 ``python benchmarks/greetings.py …``), the git commit of the checkout it ran from (and whether
 the tree had changes other than result files and pages), the machine (CPU model, cores, torch version and
-threads), the date, the figures, and every table the command printed, each cell exactly the
-string printed::
+threads), the machine's load average when the command started and when it wrote the file, the date,
+the figures, and every table the command printed, each cell exactly the string printed::
 
     {"command": "clover bench context --threads 1 …", "commit": "bb516b2…", "dirty": false,
      "date": "2026-12-06T18:02:11Z", "machine": {"cpu": "…", "cores": 2, "torch": "2.13.0", …},
+     "load": {"start": [0.12, 0.3, 0.41], "end": [1.02, 0.61, 0.5]},
      "tables": [{"title": "…", "columns": ["…"], "rows": [["…"]], "notes": []}],
      "figures": {…}}
+
+A path on the measuring machine is written relative to it (the checkout as ``.``, the home
+folder as ``~``, the temporary folder as ``$TMPDIR``), so a result file names no local folder.
 
 ``clover.bench.print_table`` records each table it prints (``record_table``) and
 ``clover.bench.write_json`` writes the file (``write_result``). ``markdown_table`` renders a
@@ -23,9 +27,11 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, when clover runs from one
@@ -35,12 +41,24 @@ _tables: list[dict] = []  # every table recorded since the last reset, in the or
 _command: list[str] | None = None  # what followed ``clover`` (set by the command line); None: sys.argv
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded to 2 places; None where the system has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+_start_load = load_average()  # when the command started: clover.bench is imported as it starts
+
+
 def reset(clover_argv: list[str] | None = None) -> None:
     """Forget the recorded tables; ``clover_argv``: the arguments of a ``clover`` command about to
     run (the command line calls this first, so a result file names the command even in-process)."""
-    global _command
+    global _command, _start_load
     _tables.clear()
     _command = None if clover_argv is None else list(clover_argv)
+    _start_load = load_average()
 
 
 def cell(v) -> str:
@@ -144,14 +162,38 @@ def result(figures, tables: list[dict] | None = None) -> dict:
         "dirty": dirty,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine(),
+        "load": {"start": _start_load, "end": load_average()},
         "tables": recorded_tables() if tables is None else tables,
         "figures": figures,
     }
 
 
+def local_places() -> list[tuple[str, str]]:
+    """(folder, how a result file writes it): the checkout, the temporary folder and the home
+    folder of this machine, longest first so the most specific one is replaced."""
+    places = [(str(ROOT), "."), (tempfile.gettempdir(), "$TMPDIR"), (str(Path.home()), "~")]
+    return sorted(((p.rstrip("/"), s) for p, s in places if len(p.rstrip("/")) > 1), key=lambda x: -len(x[0]))
+
+
+def scrub(value, places: list[tuple[str, str]] | None = None):
+    """``value`` (a result's JSON) with every local folder in its strings written as
+    ``local_places`` says; other values unchanged."""
+    places = local_places() if places is None else places
+    if isinstance(value, str):
+        for folder, shown in places:
+            value = re.sub(re.escape(folder) + r"(?=/|\b|$)", lambda _m, s=shown: s, value)
+        return value
+    if isinstance(value, dict):
+        return {k: scrub(v, places) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, places) for v in value]
+    return value
+
+
 def write_result(path: str | Path, figures) -> dict:
-    """Write ``figures`` and the tables printed so far as a result file at ``path``."""
-    r = result(figures)
+    """Write ``figures`` and the tables printed so far as a result file at ``path`` (local folders
+    scrubbed: ``scrub``)."""
+    r = scrub(result(figures))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(r, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return r
@@ -220,16 +262,19 @@ def short_commit(r: dict) -> str:
 
 
 def provenance(r: dict) -> str:
-    """The line under a table: the command, the commit (``+`` when the tree had changes), the date
-    and the machine."""
+    """The line under a table: the command, the commit (``+`` when the tree had changes), the date,
+    the machine and its 1-minute load average at the start and the end (where the file has them)."""
     commit = short_commit(r)
     m = r.get("machine") or {}
+    load = r.get("load") or {}
+    start, end = load.get("start"), load.get("end")
     where = ", ".join(
         x
         for x in (
             m.get("gpu") or m.get("cpu"),
             f"{m['cores']} cores" if m.get("cores") else None,
             f"{m['threads']} thread{'s' * (m['threads'] != 1)}" if m.get("threads") else None,
+            f"load {start[0]:.2f} to {end[0]:.2f}" if start and end else None,
         )
         if x
     )
