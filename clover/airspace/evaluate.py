@@ -124,7 +124,8 @@ class Scoring:
     n_multi, cases)`` → (tool-call turns, turns answered in words, conversations); ``calls``: calls
     as compared (the second task reads lengths in metres); ``unit``: a tool-call turn's length
     label; ``reply_right(text, ex)``: a reply in words or a conversation's last turn scored;
-    ``plain(split, n)``: plain-text prompts a completion continues (None: none); ``names(ex)``:
+    ``plain(split, n)``: plain-text prompts a completion continues (None: none), each scored by
+    ``plain_right(text, prompt)`` against its held-out continuation; ``names(ex)``:
     the (family, name) pairs a chat copies, with ``held_out(family)`` saying which families
     training never saw."""
 
@@ -133,6 +134,7 @@ class Scoring:
     unit: Callable[[dict, str], str] = unit_arithmetic
     reply_right: Callable[[str | None, dict], bool] = reply_right
     plain: Callable[[str, int], list[dict]] | None = None
+    plain_right: Callable[[str | None, dict], bool] | None = None
     names: Callable[[dict], list[tuple[str, str]]] | None = None
     held_out: Callable[[str], bool] = lambda family: False
 
@@ -176,8 +178,8 @@ def evaluate_airspace(
     calls by exact match, a reply in words by its text).
 
     ``n_plain``: also that many plain-text prompts continued without the chat template (a
-    ``/v1/completions`` request), right when the continuation has words and no call (tasks whose
-    ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
+    ``/v1/completions`` request), right when ``scoring.plain_right`` finds the held-out
+    continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
@@ -238,7 +240,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
     calls = _tool_call_figures(part(0), exs, label, errors, scoring)
     t_ok = _right_by(part(1), texts, "kind", scoring.reply_right)
     m_ok = _right_by(part(2), convs, "final_kind", scoring.reply_right)  # by the last turn's kind
-    p_ok = [plain_right(o.text) for o in part(3)]
+    p_ok = [scoring.plain_right(o.text, p) for o, p in zip(part(3), plains)] if plains else []
     g_ok = [
         parse_joint(o.text or "", g.questions) == [q.answer for q in g.questions]
         for o, g in zip(outs[at[-1] :], groups)
@@ -256,6 +258,8 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
         # replies in words that repeat a word their gold text does not ("fly fly fly")
         "text_stutter": sum(stutters(o.text, e) for o, e in zip(part(1), texts)) / max(1, len(texts)),
+        # not a score: replies in words that have words and call no tool, whatever the words say
+        "text_no_call": sum(map(_words_no_call, part(1))) / max(1, len(texts)),
         "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
         "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
         "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
@@ -280,9 +284,10 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
     return out
 
 
-def plain_right(text: str | None) -> bool:
-    """A plain-text continuation is right when it has words (a letter or digit) and no call markup."""
-    return bool(re.search(r"\w", text or "")) and "<tool_call>" not in (text or "")
+def _words_no_call(out) -> bool:
+    """The answer has words (a letter or digit) and no call: it declined to call a tool."""
+    content, calls = parse_assistant(out.text or "")
+    return not calls and bool(re.search(r"\w", content))
 
 
 def names_copied(outs, exs: list[dict], scoring: Scoring) -> dict[str, float]:

@@ -24,15 +24,17 @@ def test_gold_answers_score_full_marks_and_broken_ones_do_not():
     plains = plain_prompts("validation", 3)
     assert {e["kind"] for e in exs} <= {"tool_call", "compound"} and len(exs) == 12
     assert len(texts) == 6 and [e["kind"] for e in convs] == ["follow_up"] * 2 + ["multi_turn"] * 2
-    gold = [_out(_gold_text(e)) for e in exs + texts + convs] + [_out(" is hovering at 59.1, 10.2.")] * 3
+    gold = [_out(_gold_text(e)) for e in exs + texts + convs] + [_out(p["text"][len(p["prompt"]) :]) for p in plains]
     res = _figures(gold, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
     assert res["exact_match"] == res["text_acc"] == res["text_exact"] == res["multiturn_acc"] == 1.0
-    assert res["plain_acc"] == 1.0 and set(res["names_copied"].values()) <= {1.0}
+    assert res["plain_acc"] == 1.0 and set(res["names_copied"].values()) <= {1.0} and res["text_no_call"] == 1.0
     # every call dropped, a call for no drone instead of words or the right call, nothing continued
     call = '<tool_call>{"name": "recall_drone", "arguments": {"drone_id": "D-0"}}</tool_call>'
     bad = [_out("")] * len(exs) + [_out(call)] * (len(texts) + len(convs)) + [_out("")] * 3
     res = _figures(bad, (exs, texts, convs, plains), [], "ar", None, 1.0, SCORING)
-    assert res["exact_match"] == res["text_acc"] == res["multiturn_acc"] == res["plain_acc"] == 0.0
+    assert (
+        res["exact_match"] == res["text_acc"] == res["multiturn_acc"] == res["plain_acc"] == res["text_no_call"] == 0.0
+    )
     assert set(res["names_copied"].values()) <= {0.0}
 
 
@@ -70,9 +72,10 @@ def test_a_length_in_metres_is_the_same_call_as_the_length_with_its_unit():
     assert length_units(ex, "") == "nm" and res["names_copied"] == {"trained": 1.0}
 
 
-def test_a_reply_in_words_has_words_and_no_call():
-    ex = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]}
-    assert reply_right2("Which drone?", ex) and not reply_right2("  ", ex) and not reply_right2(None, ex)
+def test_a_reply_in_words_is_scored_by_its_words_not_by_having_words():
+    ex = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Which drone?"}]}
+    assert reply_right2("Which drone?", ex) and not reply_right2("Which zone?", ex)
+    assert not reply_right2("  ", ex) and not reply_right2(None, ex)
     assert not reply_right2('<tool_call>{"name": "recall_drone", "arguments": {}}</tool_call>', ex)
 
 

@@ -6,27 +6,30 @@ second corpus, with what that corpus adds.
   ``{"radius": 1.5, "radius_unit": "nm"}`` and ``{"radius_m": 2778}`` are the same call. Their
   breakdown by length is by the unit the operator used (``ft``, ``nm``, ``km``, ``m`` or none).
 * Replies in words (small talk, requests no tool serves, a tool not offered, a missing argument,
-  chats offering no tools) are right when the reply has words and no call; ``text_exact`` says
-  how many are the corpus's own text.
+  chats offering no tools) are right when they call no tool and say the corpus's reply
+  (``clover.airspace.v2.textscore``: a fixed answer word for word, any other by chrF);
+  ``text_exact`` counts those word for word, ``text_no_call`` (not a score) those that have words
+  and no call, whatever the words.
 * Conversations: half follow-ups, whose last turn refers back to an earlier one, half
   conversations whose last turn stands on its own (``corpus.multiturn_set``: thanks after a
-  tool result, a new request, ...), by the last turn's kind (calls scored as above).
+  tool result, a new request, ...), by the last turn's kind (calls and replies scored as above).
 * ``names_copied``: the share of the gold calls' names that the answer carries exactly, for name
   families training never saw (``held out``) and the others.
 * Plain text: a line's first words continued without the chat template, as ``/v1/completions``
-  does, right when the continuation has words.
+  does, right when the continuation's first line is the held-out rest of the line, numbers
+  masked (``textscore.plain_right``).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 
 from clover.airspace.corpus import gold_calls, score_tool_calls
 from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
 from clover.airspace.v2.compare import in_metres_calls
 from clover.airspace.v2.corpus import TEXT_KINDS, load_split, multiturn_set
 from clover.airspace.v2.names import HELDOUT_FAMILIES
+from clover.airspace.v2.textscore import plain_right, reply_words_right
 from clover.airspace.v2.tools import LENGTHS, unit_of
 
 
@@ -60,11 +63,10 @@ def length_units(ex: dict, message: str) -> str:
 
 def reply_right2(text: str | None, ex: dict) -> bool:
     """An answer scored: the gold calls by exact match with lengths in metres; a reply in words
-    when it has words and no call (its exact text is ``text_exact``'s business)."""
-    content, calls = parse_assistant(text or "")
+    by what it says (``textscore.reply_words_right``: no call, and the gold reply's words)."""
     if gold := gold_calls(ex):
-        return score_tool_calls(in_metres_calls(calls), in_metres_calls(gold))
-    return not calls and bool(re.search(r"\w", content))
+        return score_tool_calls(in_metres_calls(parse_assistant(text or "")[1]), in_metres_calls(gold))
+    return reply_words_right(text, ex)
 
 
 def plain_prompts(split: str, n: int) -> list[dict]:
@@ -78,6 +80,7 @@ SCORING = Scoring(
     unit=length_units,
     reply_right=reply_right2,
     plain=plain_prompts,
+    plain_right=plain_right,
     names=lambda ex: ex.get("names", []),
     held_out=lambda family: family in HELDOUT_FAMILIES,
 )
