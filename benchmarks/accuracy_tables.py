@@ -14,7 +14,9 @@ run apart from the others so that their tokens per pass are their own.
 
 Tables: 0, README.md's "what to expect" (the kinds of turn as rows, ``ar`` and the default as
 columns); 1, docs/benchmarks.md's grounded arguments on the test split (one row per decoding);
-2, the model card's accuracy (the tool-call figures, one column per decoding).
+2, the model card's accuracy (the tool-call figures, one column per decoding); 3, the model
+card's replies in words and conversations per kind. Replies in words, a conversation's last turn
+in words and plain text are judged by what they say (``clover.airspace.v2.textscore``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ def measure(model, tok, args) -> dict[str, dict]:
     return out
 
 
+# the corpus's kinds of turn as the model card names them
+KINDS = {
+    "clarify": "a question for a missing argument",
+    "missing_tool": "a decline: the tool is not offered",
+    "no_tool": "small talk or a question out of scope",
+    "no_tools": "a chat that offers no tools",
+    "unserved": "a request no tool serves",
+    "follow_up": "a request referring back (a call)",
+    "tool_call": "a new request (one call)",
+    "compound": "a new request (several calls)",
+}
+
+
 def _pct(x: float, digits: int = 0) -> str:
     return f"{100 * x:.{digits}f} %"
 
@@ -94,9 +109,9 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
         ],
     ]
     rest = [
-        ("text_acc", "text_turns", "replies in words: small talk, declines, questions, chats without tools"),
-        ("multiturn_acc", "multiturn_n", "conversations, last turn right"),
-        ("plain_acc", "plain_n", 'plain text continued ("Drone 17 is ...")'),
+        ("text_acc", "text_turns", "replies in words, the corpus's reply: small talk, declines, questions, no tools"),
+        ("multiturn_acc", "multiturn_n", "conversations, last turn right (calls or the corpus's reply)"),
+        ("plain_acc", "plain_n", 'plain text continued as the held-out line, numbers aside ("Drone 17 is ...")'),
         ("decision_group_acc", "decision_groups", "decision groups, all answers right"),
     ]
     readme += [[f"{label} ({d_rest[n]})", _pct(ar_rest[k]), _pct(d_rest[k])] for k, n, label in rest if d_rest.get(n)]
@@ -126,6 +141,19 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
         ["names, trained / held-out families", *[_names(r) for r in (d, ar, alone)]],
         ["tokens per pass", *[f"{r['tpf']:.2f}" for r in (d, ar, alone)]],
     ]
+    per_kind = [
+        [f"{label}: {KINDS.get(k, k)}", str(n), _pct(ar_rest[by].get(k, 0)), _pct(d_rest[by].get(k, 0))]
+        for by, label in (("text_by_kind", "reply in words"), ("multiturn_by_kind", "conversation, last turn"))
+        for k, n in d_rest.get(by.replace("_by", "_n_by"), {}).items()
+    ]
+    per_kind += [
+        [
+            "replies in words that call no tool, whatever they say (not a score)",
+            str(d_rest["text_turns"]),
+            _pct(ar_rest["text_no_call"]),
+            _pct(d_rest["text_no_call"]),
+        ]
+    ]
     return [
         (
             "the bundled model on the test split",
@@ -150,6 +178,11 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
             f"tool calls as the server decodes them ({d['n']} turns of the test split)",
             ["tool calls", f"default ({default})", "ar", "the model alone (default)"],
             card,
+        ),
+        (
+            "replies in words and conversations by kind (test split), judged by what they say",
+            ["kind", "turns", "ar", f"default ({default})"],
+            per_kind,
         ),
     ]
 

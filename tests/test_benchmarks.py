@@ -59,13 +59,13 @@ def _script(name: str, *args: str, timeout: int = 300):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
-def test_accuracy_tables_prints_the_three_tables_the_docs_quote(tmp_path):
+def test_accuracy_tables_prints_the_four_tables_the_docs_quote(tmp_path):
     out = tmp_path / "accuracy.json"
     small = ["--n", "2", "--text", "1", "--multiturn", "1", "--plain", "0", "--groups", "1"]
     r = _script("accuracy_tables.py", *small, "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
-    f, (readme, grounded, card) = res["figures"], res["tables"]
+    f, (readme, grounded, card, kinds) = res["figures"], res["tables"]
     assert set(f) == {"ar calls", "default calls", "default calls alone", "ar rest", "default rest"}
     assert f["ar calls"]["n"] == 2 and f["ar rest"]["n"] == 0 and f["ar rest"]["decision_groups"] == 1
     assert f["default calls"]["policy"].endswith("+grammar") and "+" not in f["default calls alone"]["policy"]
@@ -73,7 +73,7 @@ def test_accuracy_tables_prints_the_three_tables_the_docs_quote(tmp_path):
     assert [row[0].split(" (")[0] for row in readme["rows"]] == [
         "tool calls, exact match",
         "the same, the model alone",
-        "replies in words: small talk, declines, questions, chats without tools",
+        "replies in words, the corpus's reply: small talk, declines, questions, no tools",
         "conversations, last turn right",
         "decision groups, all answers right",
     ]
@@ -89,6 +89,9 @@ def test_accuracy_tables_prints_the_three_tables_the_docs_quote(tmp_path):
     d = f["default calls"]
     assert grounded["rows"][1][4] == f"{d['ungrounded_args']} of {d['grounded_args']}" == card["rows"][1][1]
     assert card["columns"][2:] == ["ar", "the model alone (default)"] and len(card["rows"]) == 4
+    # the model card's per kind: one row per kind asked, then the share that called no tool (not a score)
+    assert len(kinds["rows"]) == 3 and kinds["rows"][-1][0].endswith("(not a score)")
+    assert kinds["rows"][-1][2:] == [f"{100 * f[k]['text_no_call']:.0f} %" for k in ("ar rest", "default rest")]
 
 
 def test_accuracy_tables_refuses_a_run_with_nothing_but_tool_calls():
@@ -170,3 +173,13 @@ def test_bench_grammar_schema_check_rejects_what_the_schemas_do_not_admit():
     assert not bg.schema_valid(call({"drone_id": "D-1", "colour": "red"}), tools)  # unknown argument
     assert not bg.schema_valid(call({"drone_id": "D-1"}, name="launch"), tools)  # not offered
     assert not bg.schema_valid("Sure. " + call({"drone_id": "D-1"}), tools)  # words beside the call
+
+
+def test_text_threshold_writes_the_threshold_it_prints(tmp_path):
+    out = tmp_path / "t.json"
+    r = _script("text_threshold.py", "--text", "20", "--multiturn", "20", "--plain", "4", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    t = res["figures"]["threshold"]
+    assert f"the threshold is chrF {t}" in r.stdout and 50 < t <= 100
+    assert all(row[-1] == f"{row[1]} of {row[1]}" for row in res["tables"][0]["rows"])

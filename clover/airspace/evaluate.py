@@ -256,6 +256,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         "text_turns": len(texts),  # replies in words (n_text): accuracy overall and per kind
         "text_acc": sum(map(sum, t_ok.values())) / max(1, len(texts)),
         "text_by_kind": {k: sum(v) / len(v) for k, v in sorted(t_ok.items())},
+        "text_n_by_kind": {k: len(v) for k, v in sorted(t_ok.items())},
         # replies in words that repeat a word their gold text does not ("fly fly fly")
         "text_stutter": sum(stutters(o.text, e) for o, e in zip(part(1), texts)) / max(1, len(texts)),
         # not a score: replies in words that have words and call no tool, whatever the words say
@@ -263,6 +264,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         "multiturn_n": len(convs),  # conversations with earlier turns (n_multi): the last turn right
         "multiturn_acc": sum(map(sum, m_ok.values())) / max(1, len(convs)),
         "multiturn_by_kind": {k: sum(v) / len(v) for k, v in sorted(m_ok.items())},
+        "multiturn_n_by_kind": {k: len(v) for k, v in sorted(m_ok.items())},
         "overall_acc": right / max(1, len(outs)),  # every scored answer of every kind, one vote each
         "tpf": tokens / max(1, forwards),
         "tokens_per_s": tokens / max(1e-9, wall),

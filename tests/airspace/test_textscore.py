@@ -123,3 +123,4 @@ def test_the_threshold_is_the_one_chosen_on_validation():
     assert stored["figures"]["threshold"] == CHRF_THRESHOLD
     # every wrong variant fails at it: as a repeated word, or below the threshold
     assert all(r["max_chrf"] < CHRF_THRESHOLD for r in figures["variants"].values())
+    assert all(r["failed"] == r["variants"] for r in figures["variants"].values())
