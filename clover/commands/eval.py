@@ -160,7 +160,7 @@ def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str],
     figures = [
         [k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results]]
         for k in results[0]
-        if k != "policy" and k not in BREAKDOWNS
+        if k != "policy" and k not in BREAKDOWNS and not isinstance(results[0][k], dict)  # counts per kind
     ]
     misses = [
         [f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results]]
