@@ -35,6 +35,7 @@ from clover.api.responses import (
 )
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
+from clover.data.chat import CLOVER_TEMPLATE
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
@@ -166,6 +167,9 @@ async def tokenizer_info(request: Request):
         **special,
         "model_max_length": s.limits.context,
         "vocab_size": s.limits.vocab_size,
+        # the template the chat endpoints render with (Clover's own, as a Hugging Face template, when
+        # the checkpoint brings none): a client that renders chats itself renders the same prompt
+        "chat_template": getattr(tok, "chat_template", None) or CLOVER_TEMPLATE.read_text(encoding="utf-8"),
     }
 
 
