@@ -18,11 +18,16 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from clover.engine import Engine, Event, Finished, RequestOutput, SamplingParams, StepEvent
 
 log = logging.getLogger("clover.server")
+# the HTTP request's timestamps (perf_counter), when the app's guard set a dict here: "submitted" (to
+# the engine thread), "first_step" (the start of the first engine step after the engine took it in)
+# and "last_step" (the end of the step that finished it), for /metrics' server share
+REQUEST_TIMES: ContextVar[dict | None] = ContextVar("clover_request_times", default=None)
 
 
 class QueueFull(Exception):
@@ -40,6 +45,7 @@ class _Sink:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     steps: bool = False  # forward StepEvents (the playground's live view); TextDelta/Finished always
+    times: dict | None = None  # the HTTP request's REQUEST_TIMES, shared by its handles
 
     def put(self, item: Event | BaseException) -> None:
         try:
@@ -90,6 +96,7 @@ class AsyncEngine:
         self.on_finished: Callable[[RequestOutput], None] | None = None  # called in the engine thread
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, _Sink] = {}  # engine thread only
+        self._starting: list[dict] = []  # engine thread only: REQUEST_TIMES of requests added since the last step
         self._lock = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
         self._thread: threading.Thread | None = None
@@ -131,10 +138,13 @@ class AsyncEngine:
             if self._outstanding + len(items) > self.capacity:
                 raise QueueFull(self.capacity)
             self._outstanding += len(items)
+        times = REQUEST_TIMES.get()
+        if times is not None:
+            times.setdefault("submitted", time.perf_counter())
         handles = []
         for prompt_ids, params in items:
             rid = f"{prefix}-{uuid.uuid4().hex[:24]}"
-            sink = _Sink(loop, steps=steps)
+            sink = _Sink(loop, steps=steps, times=times)
             self._commands.put(("add", rid, prompt_ids, params, sink))
             handles.append(RequestHandle(self, rid, sink))
         return handles
@@ -188,6 +198,8 @@ class AsyncEngine:
                 sink.put(e if isinstance(e, ValueError) else EngineFailure(f"{type(e).__name__}: {e}"))
                 return
             self._sinks[rid] = sink
+            if sink.times is not None:
+                self._starting.append(sink.times)
         elif kind == "abort":
             try:
                 self.engine.abort(cmd[1])
@@ -209,12 +221,18 @@ class AsyncEngine:
             log.exception("engine step failed; dropping the requests it was running")
             self._fail_all(EngineFailure(f"engine error: {type(e).__name__}: {e}"))
             return
+        t1 = time.perf_counter()
         snap = self.snapshot
         snap["steps"] += 1
-        snap["step_s"] = time.perf_counter() - t0
+        snap["step_s"] = t1 - t0
+        for times in self._starting:
+            times.setdefault("first_step", t0)
+        self._starting.clear()
         for ev in events:
             sink = self._sinks.get(ev.request_id)
             if isinstance(ev, Finished):
+                if sink is not None and sink.times is not None:
+                    sink.times["last_step"] = t1
                 if self._sinks.pop(ev.request_id, None) is not None:
                     self._release()
                 if self.on_finished is not None:
