@@ -16,11 +16,11 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from clover.api.protocol import new_id
 from clover.engine import Engine, Event, Finished, RequestOutput, SamplingParams, StepEvent
 
 log = logging.getLogger("clover.server")
@@ -52,6 +52,21 @@ class _Sink:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the loop is closed (shutdown): nobody is listening any more
             pass
+
+
+def _deliver(items: list) -> None:
+    for q, item in items:
+        q.put_nowait(item)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, items: list) -> None:
+    """``(queue, event)`` pairs onto their queues in ``loop``, in one call: each call wakes the loop
+    with a system call, which lets it take the GIL from the engine thread (that then waits for it
+    back), so a step's events go over together, not one wake-up each."""
+    try:
+        loop.call_soon_threadsafe(_deliver, items)
+    except RuntimeError:  # the loop is closed (shutdown): nobody is listening any more
+        pass
 
 
 class RequestHandle:
@@ -143,7 +158,7 @@ class AsyncEngine:
             times.setdefault("submitted", time.perf_counter())
         handles = []
         for prompt_ids, params in items:
-            rid = f"{prefix}-{uuid.uuid4().hex[:24]}"
+            rid = new_id(prefix)
             sink = _Sink(loop, steps=steps, times=times)
             self._commands.put(("add", rid, prompt_ids, params, sink))
             handles.append(RequestHandle(self, rid, sink))
@@ -228,6 +243,8 @@ class AsyncEngine:
         for times in self._starting:
             times.setdefault("first_step", t0)
         self._starting.clear()
+        out: dict[asyncio.AbstractEventLoop, list] = {}  # the step's events, one hand-over per loop
+        finished = []
         for ev in events:
             sink = self._sinks.get(ev.request_id)
             if isinstance(ev, Finished):
@@ -235,15 +252,19 @@ class AsyncEngine:
                     sink.times["last_step"] = t1
                 if self._sinks.pop(ev.request_id, None) is not None:
                     self._release()
-                if self.on_finished is not None:
-                    try:
-                        self.on_finished(ev.output)
-                    except Exception:
-                        log.exception("on_finished hook failed")
+                finished.append(ev.output)
             if sink is None or (isinstance(ev, StepEvent) and not sink.steps):
                 continue
-            sink.put(ev)
+            out.setdefault(sink.loop, []).append((sink.queue, ev))
+        for loop, items in out.items():
+            _hand_over(loop, items)
         snap["active"], snap["waiting"] = self.engine.num_active, self.engine.num_waiting
+        for output in finished:  # after the events are on their way
+            if self.on_finished is not None:
+                try:
+                    self.on_finished(output)
+                except Exception:
+                    log.exception("on_finished hook failed")
 
     def _fail_all(self, err: EngineFailure) -> None:
         for rid, sink in list(self._sinks.items()):
