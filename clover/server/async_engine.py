@@ -256,15 +256,15 @@ class AsyncEngine:
             if sink is None or (isinstance(ev, StepEvent) and not sink.steps):
                 continue
             out.setdefault(sink.loop, []).append((sink.queue, ev))
-        for loop, items in out.items():
-            _hand_over(loop, items)
-        snap["active"], snap["waiting"] = self.engine.num_active, self.engine.num_waiting
-        for output in finished:  # after the events are on their way
+        for output in finished:  # before the events go: a client that has its answer finds it counted
             if self.on_finished is not None:
                 try:
                     self.on_finished(output)
                 except Exception:
                     log.exception("on_finished hook failed")
+        for loop, items in out.items():
+            _hand_over(loop, items)
+        snap["active"], snap["waiting"] = self.engine.num_active, self.engine.num_waiting
 
     def _fail_all(self, err: EngineFailure) -> None:
         for rid, sink in list(self._sinks.items()):
