@@ -3,7 +3,7 @@
 The event loop only parses, renders, tokenises and formats. Every model call happens in one
 background thread that owns the ``Engine``: commands (add, abort, call) reach it through a
 thread-safe queue and are applied between engine steps; each request's events come back to
-its own ``asyncio.Queue`` through ``loop.call_soon_threadsafe``. Requests beyond the running
+its own ``asyncio.Queue``, a step's events in one ``loop.call_soon_threadsafe``. Requests beyond the running
 batch wait in the engine's FIFO, up to ``max_queue`` of them; past that ``submit`` raises
 ``QueueFull`` at once (the server answers 429).
 """
