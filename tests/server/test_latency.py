@@ -34,6 +34,7 @@ def test_accepted_sockets_are_tcp_with_nodelay(host):
             assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
+@pytest.mark.alone  # it times round trips
 def test_kept_alive_round_trip_within_twice_a_fresh_one(live):
     """Nagle's algorithm with the client's delayed ACK held every answer on a reused connection
     about 40 ms; a fresh connection (connect included) took a few. Medians of 3 x 15 each, taken

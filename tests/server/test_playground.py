@@ -43,6 +43,7 @@ def test_page_is_served(live):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_playground_in_chromium_shows_a_completion(live, tmp_path):
     need_chromium()
     with live(api_key="pg-key") as srv:
@@ -79,6 +80,7 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_playground_without_a_key_and_with_a_policy(live, tiny_model, tokenizer):
     """A server without an API key: no key box. The policy selector sets the request's policy,
     and the block-size field shows the model's block size instead of a cut-off word."""
@@ -131,6 +133,7 @@ def _map(browser) -> dict:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_path):
     """Agent mode on the bundled model (``ar``): the map draws the seeded world; a compound
     message's two calls run on the server (POST /v1/agent/execute), the results go back to the
