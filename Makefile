@@ -11,6 +11,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -34,8 +35,13 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/clover serve --host $(HOST) --port $(PORT)
 
-test: setup  # -rs: every skip's reason in the summary; quiet already (pyproject's addopts -q): a second -q would drop pytest's closing 'N passed' line
-	$(BIN)/python -m pytest -rs $(PYTEST_ARGS)
+# the tests in TEST_JOBS processes (pytest-xdist; one per core, one torch thread each: tests/conftest.py),
+# then those marked `alone` (they time things or need both cores) with the machine to themselves;
+# exit status 5 of the second run means none was selected. -rs: every skip's reason in the summary;
+# quiet already (pyproject's addopts -q): a second -q would drop pytest's closing 'N passed' line
+test: setup
+	$(BIN)/python -m pytest -rs -n $(TEST_JOBS) -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -rs -m alone $(PYTEST_ARGS) || test $$? -eq 5
 
 lint: setup
 	$(BIN)/python -m ruff check clover tests benchmarks integrations

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test helpers the invariant reuses (tests/model/helpers.py)
 
 from clover.api.loading import place_model  # noqa: E402
+from clover.bench.exactness import perturb  # noqa: E402
 from clover.bench.passes import pass_ms, sync, warm_compiled  # noqa: E402
 from clover.model import CloverForBlockDiffusion, preset  # noqa: E402
 from tests.model.helpers import incremental_logits, noisy  # noqa: E402
@@ -95,17 +96,12 @@ def _err(a: torch.Tensor, b: torch.Tensor) -> float:
 # -- 1. the exactness invariant ---------------------------------------------------------------------
 def _reference_model(name: str, block_size: int) -> CloverForBlockDiffusion:
     """fp64 on the CPU, Clover's own parameters moved off their init so that every branch counts
-    (as tests/model/helpers.make_model). Every expert weighs in (top-k = all): a top-k choice is
+    (``clover.bench.exactness.perturb``). Every expert weighs in (top-k = all): a top-k choice is
     a discontinuity, and random routers' near-tied scores flip under bf16 rounding, which would
     measure the flips rather than the arithmetic."""
     torch.manual_seed(0)
     cfg = preset(name, block_size=block_size)
-    m = CloverForBlockDiffusion(cfg.replace(num_experts_per_tok=cfg.num_experts)).double().eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
-                p.normal_(0, 0.3)
-    return m
+    return perturb(CloverForBlockDiffusion(cfg.replace(num_experts_per_tok=cfg.num_experts)).double().eval())
 
 
 def _gen_blocks(model, x0, xt, prompt: int, bs: int, device) -> tuple[torch.Tensor, dict]:

@@ -230,7 +230,7 @@ def test_train_output_paths_and_init_from(tmp_path, capsys):
 
 
 def test_serve_on_a_port_in_use_or_an_unknown_host(capsys):
-    from clover.commands.serve import _bind_problem
+    from clover.server.listen import bind_problem
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -238,7 +238,7 @@ def test_serve_on_a_port_in_use_or_an_unknown_host(capsys):
         port = s.getsockname()[1]
         code, err = _fails(["serve", "--port", str(port), "--threads", "1"], capsys)
         assert code == 2 and f"port {port} on 127.0.0.1 is already in use" in err
-    assert "not a known host" in _bind_problem("nonexistent.invalid", port)
+    assert "not a known host" in bind_problem("nonexistent.invalid", port)
 
 
 def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch):

@@ -17,8 +17,9 @@ constrains the answer the same way, on chat and text completions alike.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
-import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
@@ -170,21 +171,25 @@ def chat_messages(req: ChatRequest) -> list[dict]:
 
 
 def tokenize_request(req: TokenizeRequest, tokenizer, limits: Limits, model_name: str) -> list[int]:
-    """``/tokenize`` (vLLM's): a prompt's token ids, or a chat's as ``/v1/chat/completions`` would
-    render it (``add_generation_prompt``: ending with the assistant's header, the default)."""
+    """``/tokenize`` (vLLM's): a prompt's token ids, or a chat's (``messages``, or ``prompt`` as a
+    list of messages) as ``/v1/chat/completions`` would render it (``add_generation_prompt``:
+    ending with the assistant's header, the default; ``continue_final_message``: the last
+    assistant message left open)."""
     if (req.prompt is None) == (req.messages is None):
-        raise bad_request("give either prompt (text) or messages (a chat)", "prompt")
-    if req.prompt is not None:
+        raise bad_request("give either prompt (text, or a chat's messages) or messages (a chat)", "prompt")
+    if isinstance(req.prompt, str):
         return tokenizer.encode(req.prompt)
-    try:
-        chat = ChatRequest.model_validate({"model": model_name, "messages": req.messages, "tools": req.tools})
+    messages = req.messages if req.messages is not None else req.prompt
+    cont = req.continue_final_message
+    body = {"model": model_name, "messages": messages, "tools": req.tools, "continue_final_message": cont}
+    try:  # continue_final_message: no generation prompt (vLLM asks for add_generation_prompt false too)
+        chat = ChatRequest.model_validate({**body, "add_generation_prompt": req.add_generation_prompt and not cont})
     except ValidationError as e:
         raise from_validation(e.errors(include_url=False)) from None
     tools = [t.model_dump(exclude_none=True) for t in chat.tools] if chat.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
-    template = getattr(tokenizer, "chat_template", None)
-    return tokenizer.encode(render_chat(chat_messages(chat), tools, bool(req.add_generation_prompt), template))
+    return tokenizer.encode(_render_chat(chat, tools, "", getattr(tokenizer, "chat_template", None)))
 
 
 def chat_stop_ids(tokenizer) -> list[int] | None:
@@ -383,7 +388,23 @@ def with_grammar(prep: Prepared, grammar: Grammar | None) -> None:
 # -- responses -----------------------------------------------------------------------------------
 def new_id(prefix: str, sep: str = "-") -> str:
     """``chatcmpl-…`` (chat and completions); the Responses API writes ``resp_…`` (``sep="_"``)."""
-    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
+    return f"{prefix}{sep}{_random_hex()}"
+
+
+_RANDOM: list[str] = []  # ids' random parts, not yet used
+_RANDOM_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_RANDOM.clear)  # a child process draws its own
+
+
+def _random_hex(batch: int = 64) -> str:
+    """24 hex digits of the system's randomness, fetched ``batch`` ids at a time: each system call
+    on the server's event loop lets the engine thread take the GIL, and the loop then waits for it
+    until the engine's Python code lets go (up to the interpreter's switch interval)."""
+    with _RANDOM_LOCK:
+        if not _RANDOM:
+            raw = os.urandom(12 * batch).hex()
+            _RANDOM.extend(raw[i : i + 24] for i in range(0, len(raw), 24))
+        return _RANDOM.pop()
 
 
 def usage(outs: RequestOutput | list[RequestOutput], n: int = 1) -> dict:

@@ -150,13 +150,16 @@ class CompletionRequest(Sampling):
 
 
 class TokenizeRequest(_Open):
-    """``POST /tokenize`` (vLLM's shape): a prompt, or a chat rendered as the chat endpoint renders it."""
+    """``POST /tokenize`` (vLLM's shape): a prompt, or a chat rendered as the chat endpoint renders it
+    (``messages``, or ``prompt`` holding the messages, as lm-evaluation-harness' remote tokenizer
+    sends a chat)."""
 
     model: str | None = None
-    prompt: str | None = None
+    prompt: str | list[dict] | None = None
     messages: list[dict] | None = None
     tools: list[dict] | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
     add_special_tokens: bool = True  # accepted: this tokenizer adds no special tokens of its own
     return_token_strs: bool | None = False
 

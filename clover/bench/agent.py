@@ -2,12 +2,13 @@
 operator tasks through the whole agent loop (``clover.airspace.loop``) with one model side per
 decoder, ``ar`` and the default policy: task success by the world's state, seconds, model calls
 and forward passes per task; and a run of messages that each ask for one no-fly zone, timed
-whole. The task and the engine are imported inside the functions.
+whole; with ``measure_http``, the same tasks through ``clover serve`` over HTTP. The task and the
+engine are imported inside the functions.
 """
 
 from __future__ import annotations
 
-from clover.airspace.loop import LocalModel, run_agent
+from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
 from clover.airspace.tasks import operator_tasks, task_success, zone_tasks
 from clover.data.task import model_task
 
@@ -44,14 +45,33 @@ def run_policy(model, tasks, max_steps: int) -> dict:
     }
 
 
-def local_model(llm, name: str, threshold: float | None):
-    """The agent's model side for one of ``DECODERS``: ``ar``, or the default policy at
-    ``threshold`` (None: the default threshold)."""
+def _decoder(name: str, threshold: float | None) -> dict:
+    """The request fields of one of ``DECODERS``: ``ar``, or the default policy at ``threshold``
+    (None: the default threshold)."""
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     if name == "ar":
-        return LocalModel(llm, policy="ar")
-    return LocalModel(llm, policy=DEFAULT_POLICY, threshold=threshold or DEFAULT_THRESHOLD)
+        return {"policy": "ar"}
+    return {"policy": DEFAULT_POLICY, "threshold": threshold or DEFAULT_THRESHOLD}
+
+
+def local_model(llm, name: str, threshold: float | None):
+    """The agent's model side for one of ``DECODERS``, in this process."""
+    return LocalModel(llm, **_decoder(name, threshold))
+
+
+def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load) -> dict:
+    """The tasks of ``measure_agent`` through a running ``clover serve`` at ``url`` with the OpenAI
+    client (``OpenAIModel``, one kept-alive connection), after one untimed chat each → per
+    decoder: success, seconds and passes per task."""
+    tasks = operator_tasks(n, load=load)
+    out = {}
+    for name in DECODERS:
+        model = OpenAIModel(url + "/v1", **_decoder(name, threshold))
+        model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
+        r = run_policy(model, tasks, max_steps)
+        out[name] = {k: r[k] for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task")}
+    return out
 
 
 def zone_demo(llm, n: int, threshold: float | None, max_steps: int, load) -> dict:

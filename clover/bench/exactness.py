@@ -9,21 +9,27 @@ import torch
 from clover.model import CloverForBlockDiffusion, preset
 
 
-def perturbed_tiny(seed: int = 0, **overrides) -> CloverForBlockDiffusion:
-    """The ``tiny`` preset (``overrides``: config fields) with random weights, its Clover parameters
-    (right conv, memory key and bias, γ, ρ, in-block scale) and its norms drawn far
-    from their neutral starting values, so that a runtime that dropped or misread one of them
-    shows in the logits."""
-    torch.manual_seed(seed)
-    model = CloverForBlockDiffusion(preset("tiny", **overrides)).eval()
+def perturb(model: CloverForBlockDiffusion, extra: tuple[str, ...] = ()) -> CloverForBlockDiffusion:
+    """Draw ``model``'s Clover parameters (right conv, memory key and bias, γ, ρ, in-block scale),
+    its norms and the parameters named in ``extra`` (leaf names, such as ``A_log``) far from their
+    neutral starting values, in place, from torch's global generator; returns ``model``. Every
+    check that compares two runtimes or two code paths on a random model perturbs it this way, so
+    that one that dropped or misread one of those parameters shows in the logits."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if leaf in ("conv_right", "mem_key", "mem_bias") or name.endswith("norm.weight"):
+            if leaf in ("conv_right", "mem_key", "mem_bias", *extra) or name.endswith("norm.weight"):
                 p.normal_(0.0, 0.3)
             elif leaf in ("mem_gamma", "mem_scale", "attn_scale"):
                 p.uniform_(0.5, 2.0)
     return model
+
+
+def perturbed_tiny(seed: int = 0, **overrides) -> CloverForBlockDiffusion:
+    """The ``tiny`` preset (``overrides``: config fields) with random weights from ``seed``, then
+    ``perturb``-ed, in eval mode."""
+    torch.manual_seed(seed)
+    return perturb(CloverForBlockDiffusion(preset("tiny", **overrides)).eval())
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.bench.agent import measure_agent, zone_demo
+from clover.bench.agent import measure_agent, measure_http, zone_demo
+from clover.bench.served import served
 from clover.commands.common import add_device_args, add_threads_arg, device_setup
 from clover.commands.threads import apply_threads
 
@@ -22,6 +23,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=20,
         help="messages that each ask for one no-fly zone, run one after another and timed whole (default 20; 0: none)",
+    )
+    p.add_argument(
+        "--http",
+        action="store_true",
+        help="also run the tasks through clover serve (started on loopback, same model and threads) with the "
+        "OpenAI client, and compare its seconds per task with this process's",
     )
     add_threads_arg(p)
     add_device_args(p)
@@ -43,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
     if args.demo:
         figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps, load)
         _print_demo(figures["demo"])
+    if args.http:
+        flags = ["--log-level", "warning", "--device", args.device, "--dtype", args.dtype]
+        flags += ["--compile" if args.compile else "--no-compile", *(["--model", args.model] if args.model else [])]
+        with served(flags, args.threads, "clover bench agent") as url:
+            figures["http"] = measure_http(url, args.n, args.threshold, args.max_steps, load)
     kinds = sorted(figures["kinds"])
     rows = [
         [
@@ -74,8 +86,24 @@ def run(args: argparse.Namespace) -> int:
             "s / task: operator message in to final reply out, tools included; passes: model forward passes",
         ],
     )
+    if args.http:
+        _print_http(figures, per)
     write_json(args.json, figures)
     return 0
+
+
+def _print_http(figures: dict, per: dict) -> None:
+    rows = []
+    for p, r in figures["http"].items():
+        r["vs_in_process"] = r["s_per_task"] / max(1e-9, per[p]["s_per_task"])
+        row = [p, f"{per[p]['s_per_task']:.3f}", f"{r['s_per_task']:.3f}", f"{r['vs_in_process']:.3f}"]
+        rows.append([*row, f"{100 * per[p]['success']:.1f} %", f"{100 * r['success']:.1f} %"])
+    print_table(
+        f"agent: the same {figures['tasks']} tasks in process and through clover serve (HTTP, OpenAI client)",
+        ["policy", "in process s / task", "HTTP s / task", "HTTP / in process", "success in process", "success HTTP"],
+        rows,
+        ["HTTP: clover serve on loopback in another process, same model and threads; one kept-alive connection"],
+    )
 
 
 def _print_demo(out: dict) -> None:

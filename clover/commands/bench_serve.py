@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -28,6 +25,7 @@ from clover.airspace.corpus import load_split
 from clover.api.loading import load_engine, load_model_dir
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions
+from clover.bench.served import served
 from clover.commands.common import (
     THREADS_HELP,
     add_device_args,
@@ -137,60 +135,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(args, port: int) -> subprocess.Popen:
-    import httpx  # optional: httpx (a test dependency)
-
+def _server_flags(args) -> list[str]:
     # the prompts repeat: no prefix cache, so that every request pays its own prefill
-    cmd = [
-        sys.executable,
-        "-m",
-        "clover",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--max-batch-size",
-        str(args.max_batch_size),
-        "--max-queue",
-        "512",
-        "--prefix-cache-mb",
-        "0",
-        "--prefill-chunk",
-        str(args.prefill_chunk),
-        "--device",
-        args.device,
-        "--dtype",
-        args.dtype,
-        "--compile" if args.compile else "--no-compile",
-    ]
-    if args.model:
-        cmd += ["--model", args.model]
-    env = dict(os.environ)
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-        env["OMP_NUM_THREADS"] = str(args.threads)
-    proc = subprocess.Popen(cmd, env=env)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 120:
-        if proc.poll() is not None:
-            raise SystemExit(f"clover bench serve: the server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("clover bench serve: the server did not come up")
+    flags = ["--log-level", "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512"]
+    flags += ["--prefix-cache-mb", "0", "--prefill-chunk", str(args.prefill_chunk), "--device", args.device]
+    flags += ["--dtype", args.dtype, "--compile" if args.compile else "--no-compile"]
+    return flags + (["--model", args.model] if args.model else [])
 
 
 def _prompts(n: int) -> list[dict]:
@@ -270,19 +220,10 @@ def run_serve(args: argparse.Namespace) -> int:
     device_setup(args, "clover bench serve")  # before a server starts
     if args.long_prompt:
         return run_long_prompt(args)
-    port = _free_port()
-    proc = _start_server(args, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    with served(_server_flags(args), args.threads, "clover bench serve") as url:
         prompts = _prompts(64)
         asyncio.run(_level(url, 2, 1, args.max_tokens, prompts))  # warm-up
         results = [asyncio.run(_level(url, c, args.requests_per_client, args.max_tokens, prompts)) for c in levels]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     rows = [
         [
             r["clients"],

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
-import socket
 import sys
 
 from clover.api.loading import (
@@ -26,6 +24,7 @@ from clover.commands.common import (
 )
 from clover.commands.threads import apply_threads
 from clover.engine import PREFILL_CHUNK
+from clover.server.listen import listen
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -35,7 +34,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     take_model_positional(args)
     device_setup(args, "clover serve")
-    sock, problem = _listen(args.host, args.port)
+    sock, problem = listen(args.host, args.port)
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
         return 2
@@ -83,39 +82,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=args.host, port=port, log_level=args.log_level, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
-
-
-def _listen(host: str, port: int):
-    """(a socket listening on ``host:port``, None), or (None, why it cannot be listened on), bound
-    as uvicorn binds."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((host, port))
-        s.listen(2048)
-        s.set_inheritable(True)
-        return s, None
-    except socket.gaierror as e:
-        problem = f"--host {host!r}: not a known host name or address ({e.strerror})"
-    except OSError as e:
-        problem = f"cannot listen on {host}:{port} ({e.strerror})"
-        if e.errno == errno.EADDRINUSE:
-            problem = f"port {port} on {host} is already in use; stop what listens there or choose another --port"
-        elif e.errno == errno.EACCES:
-            problem = f"no permission to listen on port {port} (ports below 1024 need root); try --port 8000"
-        elif e.errno == errno.EADDRNOTAVAIL:
-            problem = f"--host {host}: not an address of this machine"
-    s.close()
-    return None, problem
-
-
-def _bind_problem(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be listened on (None: it can)."""
-    s, problem = _listen(host, port)
-    if s is not None:
-        s.close()
-    return problem
 
 
 def _port(text: str) -> int:

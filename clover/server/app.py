@@ -24,7 +24,7 @@ from clover.api.protocol import model_limits
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S, ResponseStore
 from clover.engine import PREFILL_CHUNK, Engine
 from clover.server.agent import router as agent_router
-from clover.server.async_engine import AsyncEngine
+from clover.server.async_engine import REQUEST_TIMES, AsyncEngine
 from clover.server.metrics import Metrics
 from clover.server.routes import router
 from clover.server.state import ServerState
@@ -150,13 +150,18 @@ class Guard:
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         status = [500]
-        done, gone = [False], [False]
+        done, gone, last_byte = [False], [False], [0.0]
+        times: dict = {}  # filled by the engine bridge for a request that runs on the engine
+        token = REQUEST_TIMES.set(times)
 
         async def send_status(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 done[0] = True
+                await send(message)
+                last_byte[0] = time.perf_counter()
+                return
             await send(message)
 
         async def watched():
@@ -172,8 +177,11 @@ class Guard:
                 return
             await self.app(scope, self._limited(watched), send_status)
         finally:
+            REQUEST_TIMES.reset(token)
             code = CLIENT_GONE if gone[0] else status[0]
             self.metrics.observe_http(scope["path"], code, time.perf_counter() - t0)
+            if code == 200 and last_byte[0]:
+                self.metrics.observe_share(t0, times, last_byte[0])
             _log_access(scope, code)
 
     def _refuse(self, scope) -> APIError | None:

@@ -3,7 +3,7 @@
 The event loop only parses, renders, tokenises and formats. Every model call happens in one
 background thread that owns the ``Engine``: commands (add, abort, call) reach it through a
 thread-safe queue and are applied between engine steps; each request's events come back to
-its own ``asyncio.Queue`` through ``loop.call_soon_threadsafe``. Requests beyond the running
+its own ``asyncio.Queue``, a step's events in one ``loop.call_soon_threadsafe``. Requests beyond the running
 batch wait in the engine's FIFO, up to ``max_queue`` of them; past that ``submit`` raises
 ``QueueFull`` at once (the server answers 429).
 """
@@ -16,13 +16,18 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from clover.api.protocol import new_id
 from clover.engine import Engine, Event, Finished, RequestOutput, SamplingParams, StepEvent
 
 log = logging.getLogger("clover.server")
+# the HTTP request's timestamps (perf_counter), when the app's guard set a dict here: "submitted" (to
+# the engine thread), "first_step" (the start of the first engine step after the engine took it in)
+# and "last_step" (the end of the step that finished it), for /metrics' server share
+REQUEST_TIMES: ContextVar[dict | None] = ContextVar("clover_request_times", default=None)
 
 
 class QueueFull(Exception):
@@ -40,12 +45,28 @@ class _Sink:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     steps: bool = False  # forward StepEvents (the playground's live view); TextDelta/Finished always
+    times: dict | None = None  # the HTTP request's REQUEST_TIMES, shared by its handles
 
     def put(self, item: Event | BaseException) -> None:
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
         except RuntimeError:  # the loop is closed (shutdown): nobody is listening any more
             pass
+
+
+def _deliver(items: list) -> None:
+    for q, item in items:
+        q.put_nowait(item)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, items: list) -> None:
+    """``(queue, event)`` pairs onto their queues in ``loop``, in one call: each call wakes the loop
+    with a system call, which lets it take the GIL from the engine thread (that then waits for it
+    back), so a step's events go over together, not one wake-up each."""
+    try:
+        loop.call_soon_threadsafe(_deliver, items)
+    except RuntimeError:  # the loop is closed (shutdown): nobody is listening any more
+        pass
 
 
 class RequestHandle:
@@ -90,6 +111,7 @@ class AsyncEngine:
         self.on_finished: Callable[[RequestOutput], None] | None = None  # called in the engine thread
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, _Sink] = {}  # engine thread only
+        self._starting: list[dict] = []  # engine thread only: REQUEST_TIMES of requests added since the last step
         self._lock = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
         self._thread: threading.Thread | None = None
@@ -131,10 +153,13 @@ class AsyncEngine:
             if self._outstanding + len(items) > self.capacity:
                 raise QueueFull(self.capacity)
             self._outstanding += len(items)
+        times = REQUEST_TIMES.get()
+        if times is not None:
+            times.setdefault("submitted", time.perf_counter())
         handles = []
         for prompt_ids, params in items:
-            rid = f"{prefix}-{uuid.uuid4().hex[:24]}"
-            sink = _Sink(loop, steps=steps)
+            rid = new_id(prefix)
+            sink = _Sink(loop, steps=steps, times=times)
             self._commands.put(("add", rid, prompt_ids, params, sink))
             handles.append(RequestHandle(self, rid, sink))
         return handles
@@ -188,6 +213,8 @@ class AsyncEngine:
                 sink.put(e if isinstance(e, ValueError) else EngineFailure(f"{type(e).__name__}: {e}"))
                 return
             self._sinks[rid] = sink
+            if sink.times is not None:
+                self._starting.append(sink.times)
         elif kind == "abort":
             try:
                 self.engine.abort(cmd[1])
@@ -209,22 +236,34 @@ class AsyncEngine:
             log.exception("engine step failed; dropping the requests it was running")
             self._fail_all(EngineFailure(f"engine error: {type(e).__name__}: {e}"))
             return
+        t1 = time.perf_counter()
         snap = self.snapshot
         snap["steps"] += 1
-        snap["step_s"] = time.perf_counter() - t0
+        snap["step_s"] = t1 - t0
+        for times in self._starting:
+            times.setdefault("first_step", t0)
+        self._starting.clear()
+        out: dict[asyncio.AbstractEventLoop, list] = {}  # the step's events, one hand-over per loop
+        finished = []
         for ev in events:
             sink = self._sinks.get(ev.request_id)
             if isinstance(ev, Finished):
+                if sink is not None and sink.times is not None:
+                    sink.times["last_step"] = t1
                 if self._sinks.pop(ev.request_id, None) is not None:
                     self._release()
-                if self.on_finished is not None:
-                    try:
-                        self.on_finished(ev.output)
-                    except Exception:
-                        log.exception("on_finished hook failed")
+                finished.append(ev.output)
             if sink is None or (isinstance(ev, StepEvent) and not sink.steps):
                 continue
-            sink.put(ev)
+            out.setdefault(sink.loop, []).append((sink.queue, ev))
+        for output in finished:  # before the events go: a client that has its answer finds it counted
+            if self.on_finished is not None:
+                try:
+                    self.on_finished(output)
+                except Exception:
+                    log.exception("on_finished hook failed")
+        for loop, items in out.items():
+            _hand_over(loop, items)
         snap["active"], snap["waiting"] = self.engine.num_active, self.engine.num_waiting
 
     def _fail_all(self, err: EngineFailure) -> None:

@@ -1,4 +1,5 @@
-"""A real uvicorn server on loopback in a background thread (tests, ``clover bench serve``)."""
+"""A real uvicorn server on loopback in a background thread (tests, ``clover bench serve``), on a
+socket made as ``clover serve`` makes its own (``clover.server.listen``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import threading
 import time
 
 import uvicorn
+
+from clover.server.listen import listen
 
 
 class LiveServer:
@@ -17,22 +20,30 @@ class LiveServer:
         )
         self.server = uvicorn.Server(config)
         self.host = host
-        self.thread = threading.Thread(target=self.server.run, name="clover-uvicorn", daemon=True)
+        self.sock, problem = listen(host, port)
+        if problem:
+            raise OSError(problem)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, name="clover-uvicorn", daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
         t0 = time.monotonic()
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() - t0 > 60:
+                self.sock.close()
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
         return self
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        self.sock.close()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"

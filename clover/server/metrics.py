@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TPF_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64)
+SHARE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 ENDPOINTS = {
     "/v1/chat/completions",
@@ -58,6 +59,12 @@ class Metrics:
         self.engine_latency = Histogram(
             "clover_engine_request_seconds", "engine wall time per request", buckets=LATENCY_BUCKETS, registry=r
         )
+        share = {
+            "before": ("clover_server_before_engine_seconds", "arrival to submitted to the engine thread"),
+            "wait": ("clover_engine_wait_seconds", "submitted to the start of its first engine step"),
+            "after": ("clover_server_after_engine_seconds", "end of its last engine step to its last byte sent"),
+        }
+        self.share = {k: Histogram(n, d, buckets=SHARE_BUCKETS, registry=r) for k, (n, d) in share.items()}
         self.decisions = Counter("clover_decisions", "decision groups answered, by mode", ["mode"], registry=r)
         self.queue_depth = Gauge("clover_queue_depth", "requests waiting for a batch slot", registry=r)
         self.active = Gauge("clover_active_requests", "requests in the running batch", registry=r)
@@ -82,6 +89,15 @@ class Metrics:
                 endpoint = label + "/input_items" if path.endswith("/input_items") else label
         self.requests.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
+
+    def observe_share(self, arrived: float, times: dict, last_byte: float) -> None:
+        """The server's share of one answered request that ran on the engine (``times``:
+        ``clover.server.async_engine.REQUEST_TIMES``; all perf_counter seconds)."""
+        if not {"submitted", "first_step", "last_step"} <= times.keys():
+            return
+        self.share["before"].observe(times["submitted"] - arrived)
+        self.share["wait"].observe(times["first_step"] - times["submitted"])
+        self.share["after"].observe(last_byte - times["last_step"])
 
     def observe_output(self, out) -> None:
         """A finished engine request (called in the engine thread; prometheus_client is thread-safe)."""

@@ -35,6 +35,7 @@ from clover.api.responses import (
 )
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
+from clover.data.chat import CLOVER_TEMPLATE
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
@@ -166,6 +167,9 @@ async def tokenizer_info(request: Request):
         **special,
         "model_max_length": s.limits.context,
         "vocab_size": s.limits.vocab_size,
+        # the template the chat endpoints render with (Clover's own, as a Hugging Face template, when
+        # the checkpoint brings none): a client that renders chats itself renders the same prompt
+        "chat_template": getattr(tok, "chat_template", None) or CLOVER_TEMPLATE.read_text(encoding="utf-8"),
     }
 
 
@@ -191,6 +195,10 @@ async def chat_completions(request: Request):
 
 async def _merged(handles):
     """``(choice index, event)`` from every handle as they come; ends when all have finished."""
+    if len(handles) == 1:  # one choice: its events as they are, no task and queue between
+        async for ev in handles[0].events():
+            yield 0, ev
+        return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(i, h):
@@ -225,16 +233,18 @@ async def _chat_stream(s: ServerState, handles, prep: Prepared, include_usage: b
 
 
 async def _framed(stream: ChatStream | TextStream, handles):
-    """The stream's chunks as SSE lines, then ``[DONE]`` (or the error body where it failed)."""
+    """The stream's chunks as SSE lines, then ``[DONE]`` (or the error body where it failed); the
+    chunks of one engine event go out in one write (each write on the event loop lets the engine
+    thread take the GIL, and the loop then waits to get it back)."""
     try:
-        for c in stream.start():
-            yield _sse(c)
+        head = "".join(_sse(c) for c in stream.start())
+        if head:
+            yield head
         async for i, ev in _merged(handles):
-            for c in stream.event(i, ev):
-                yield _sse(c)
-        for c in stream.end():
-            yield _sse(c)
-        yield _sse("[DONE]")
+            text = "".join(_sse(c) for c in stream.event(i, ev))
+            if text:
+                yield text
+        yield "".join(_sse(c) for c in stream.end()) + _sse("[DONE]")
     except (ValueError, EngineFailure) as e:
         yield _sse(error_chunk(e))
     finally:

@@ -104,3 +104,18 @@ def test_bench_agent_writes_its_figures(tmp_path):
     demo = figures["demo"]
     assert demo["messages"] == 2 and demo["speedup"] == demo["ar"]["seconds"] / demo["default"]["seconds"]
     assert all(0 <= demo[p]["zones_right"] <= 2 for p in ("ar", "default"))
+
+
+def test_bench_agent_over_http_runs_the_same_tasks_the_same_way(tmp_path):
+    """``--http``: the tasks again through ``clover serve`` in a subprocess; the same decoding, so
+    the same success and forward passes, and a ratio of seconds per task."""
+    path = tmp_path / "agent.json"
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "agent", "--n", "1", "--demo", "0", "--threads", "1", "--http", "--json", str(path)])
+    assert e.value.code == 0
+    figures = json.loads(path.read_text())["figures"]
+    for p in ("ar", "default"):
+        http = figures["http"][p]
+        assert http["success"] == figures[f"{p}_success"]
+        assert http["passes_per_task"] == figures[f"{p}_passes_per_task"]
+        assert http["vs_in_process"] == http["s_per_task"] / figures[f"{p}_s_per_task"]

@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from clover_sglang.sharding import TensorParallel, parallelize
 
+from clover.bench.exactness import perturb
 from clover.model import ATTN, GDN, CloverForBlockDiffusion, preset
 
 TP = 2
@@ -31,15 +32,12 @@ CASES = {
 
 
 def full_model(case: str) -> CloverForBlockDiffusion:
-    """A tiny random fp32 model whose Clover-only parameters are perturbed away from their init."""
+    """A tiny random fp32 model whose Clover-only parameters, norms and GDN decay parameters are
+    perturbed away from their init."""
     torch.manual_seed(0)
-    cfg = preset("tiny", initializer_range=0.2, **CASES[case])
-    model = CloverForBlockDiffusion(cfg).eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight", "A_log", "dt_bias")):
-                p.normal_(0, 0.3)
-    return model
+    return perturb(
+        CloverForBlockDiffusion(preset("tiny", initializer_range=0.2, **CASES[case])).eval(), ("A_log", "dt_bias")
+    )
 
 
 def decode(model) -> list[torch.Tensor]:

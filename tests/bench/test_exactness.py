@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import torch
 
 from clover.bench.exactness import perturbed_tiny, rel_err
@@ -25,3 +27,20 @@ def test_rel_err_is_relative_to_the_reference_and_masked():
     got = ref + torch.tensor([[0.0, 0.4], [8.0, 0.0]])
     assert rel_err(got, ref) == 2.0  # 8 / 4
     assert abs(rel_err(got, ref, torch.tensor([1, 0])) - 0.1) < 1e-7  # the first row alone: 0.4 / 4
+
+
+def test_every_check_on_a_random_model_perturbs_it_one_way():
+    """The comparisons of runtimes and code paths on random models (tests, benchmarks, the GPU
+    check) perturb them with ``perturb``: no file keeps its own copy of the perturbation, which
+    would leave γ, ρ or the in-block scale at their starting values unnoticed."""
+    root = Path(__file__).parents[2]
+    own = {"clover/bench/exactness.py", "clover/model/model.py", "clover/train/fsdp.py"}  # the perturbation, the inits
+    needle = '"conv_right", "mem_key", "mem_bias"'
+    own.add(Path(__file__).relative_to(root).as_posix())  # the needle itself
+    copies = [
+        p.relative_to(root).as_posix()
+        for folder in ("clover", "tests", "benchmarks", "integrations")
+        for p in (root / folder).rglob("*.py")
+        if needle in p.read_text(encoding="utf-8")
+    ]
+    assert sorted(set(copies) - own) == []

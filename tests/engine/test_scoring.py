@@ -93,5 +93,5 @@ def test_outputs_name_what_stopped_them():
     out = engine.generate([1, 2, 3], SamplingParams(max_tokens=8, logprobs=1, logit_bias={5: 100}))
     assert out.finish_reason == "stop" and out.token_ids == [] and out.stop_reason == 5
     assert out.stop_logprob.token_id == 5 and out.logprobs == []
-    plain = engine.generate([1, 2, 3], SamplingParams(max_tokens=4))
+    plain = engine.generate([1, 2, 3], SamplingParams(max_tokens=4, logit_bias={5: -100}))  # runs to max_tokens
     assert plain.stop_reason is None and plain.stop_logprob is None

@@ -1,22 +1,19 @@
 import torch
 
+from clover.bench.exactness import perturb
 from clover.model import CloverForBlockDiffusion, preset
 
 
 def make_model(shift=True, block_size=8, all_attention=False, nontrivial=True, seed=0, **over):
-    """A tiny fp64 model whose Clover-only parameters are perturbed away from their init, so
-    that the right branch, memory logit and norms all matter."""
+    """A tiny fp64 model whose Clover-only parameters and norms are perturbed away from their init
+    (``clover.bench.exactness.perturb``), so that the right branch, memory logit, γ, ρ, in-block
+    scale and norms all matter."""
     torch.manual_seed(seed)
     cfg = preset("tiny", shift_logits=shift, block_size=block_size, initializer_range=0.2, **over)
     if all_attention:
         cfg = cfg.all_attention()
     m = CloverForBlockDiffusion(cfg).double().eval()
-    if nontrivial:
-        with torch.no_grad():
-            for n, p in m.named_parameters():
-                if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
-                    p.normal_(0, 0.3)
-    return m
+    return perturb(m) if nontrivial else m
 
 
 def noisy(x0, mask_id, prompt_len, rate=0.5, seed=0):

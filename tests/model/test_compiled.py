@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from clover.bench.exactness import perturb
 from clover.engine import Engine, SamplingParams
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 from clover.model import CloverForBlockDiffusion, ModelCache, preset
@@ -21,12 +22,7 @@ LAYERS = dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attent
 
 def _model(seed=0):
     torch.manual_seed(seed)
-    m = CloverForBlockDiffusion(preset("tiny", block_size=BS, initializer_range=0.2, **LAYERS)).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
-                p.normal_(0, 0.3)
-    return m
+    return perturb(CloverForBlockDiffusion(preset("tiny", block_size=BS, initializer_range=0.2, **LAYERS)).eval())
 
 
 def _script(model):

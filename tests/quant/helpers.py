@@ -1,6 +1,4 @@
-import torch
-
-from clover.model import CloverForBlockDiffusion, preset
+from clover.bench.exactness import perturbed_tiny
 
 # a tiny shape every layer of which the CPU kernels take (int4: output rows a multiple of 16,
 # groups of 32): hidden 64, expert and shared-expert width 32
@@ -9,14 +7,8 @@ KERNEL_SHAPE = dict(hidden_size=64, moe_intermediate_size=32, shared_expert_inte
 
 def kernel_model(seed=0, **over):
     """A small fp32 model (default init scale, so bf16 activations stay well conditioned) with
-    its Clover-only parameters perturbed, as tests/model/helpers.make_model does."""
-    torch.manual_seed(seed)
-    m = CloverForBlockDiffusion(preset("tiny", **{**KERNEL_SHAPE, **over})).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if any(k in n for k in ("conv_right", "mem_key", "mem_bias", "norm.weight")):
-                p.normal_(0, 0.3)
-    return m
+    its Clover-only parameters and norms perturbed (``clover.bench.exactness.perturbed_tiny``)."""
+    return perturbed_tiny(seed, **{**KERNEL_SHAPE, **over})
 
 
 def rel(a, b) -> float:

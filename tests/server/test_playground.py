@@ -11,7 +11,7 @@ import pytest
 from clover.engine import POLICIES as ENGINE_POLICIES
 from clover.engine import Engine
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
-from tests.server.browser import CHROMIUM, Chromium, colours_in, png_pixels
+from tests.server.browser import Chromium, colours_in, need_chromium, png_pixels
 
 POLICIES = ["ar", "threshold", "prefix", "fixed", "edit"]
 
@@ -43,8 +43,9 @@ def test_page_is_served(live):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium); CI installs it")
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_playground_in_chromium_shows_a_completion(live, tmp_path):
+    need_chromium()
     with live(api_key="pg-key") as srv:
         browser = Chromium()
         try:
@@ -79,10 +80,11 @@ def test_playground_in_chromium_shows_a_completion(live, tmp_path):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium); CI installs it")
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_playground_without_a_key_and_with_a_policy(live, tiny_model, tokenizer):
     """A server without an API key: no key box. The policy selector sets the request's policy,
     and the block-size field shows the model's block size instead of a cut-off word."""
+    need_chromium()
 
     class Recording(Engine):
         def add_request(self, prompt_ids, params=None, request_id=None):
@@ -131,11 +133,12 @@ def _map(browser) -> dict:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (apt-get install chromium); CI installs it")
+@pytest.mark.alone  # a browser and a server beside the test: under a full parallel run its timeout is too near
 def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_path):
     """Agent mode on the bundled model (``ar``): the map draws the seeded world; a compound
     message's two calls run on the server (POST /v1/agent/execute), the results go back to the
     model, which replies in words; the map shows the drone returning and the zone lifted."""
+    need_chromium()
     from clover.airspace.world import World
     from clover.api.loading import load_engine
 
