@@ -240,8 +240,9 @@ class Grammar:
     def with_sources(self, texts: dict[str, str]) -> Grammar:
         """This grammar with its ``x-grounded`` values drawn from ``texts`` (``{"user": ...,
         "conversation": ...}``, ``grounding.source_texts``): a copy for one request, with caches
-        of its own (``_new_caches``). Itself when no property is grounded. A tool whose required grounded argument has no possible value cannot be
-        called (the model answers in words instead)."""
+        of its own (``_new_caches``). Itself when no property is grounded. A tool whose required
+        grounded argument has no possible value cannot be called (the model answers in words
+        instead)."""
         if not self.grounded:
             return self
         g = copy.copy(self)
