@@ -9,9 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
-
-import httpx
 
 
 def free_port() -> int:
@@ -40,9 +39,10 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"clover serve exited with {self.proc.returncode} before it was ready")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:  # not listening yet (URLError), or 503 while the engine starts (HTTPError)
                 pass
             time.sleep(0.1)
         self.kill()
