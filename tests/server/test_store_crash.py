@@ -76,7 +76,9 @@ def test_acknowledged_responses_survive_sigkill(tmp_path):
             assert srv.proc.poll() is not None, "the server was not killed during the burst"
             assert new, "no store was acknowledged before the kill"
             acked.update(new)
-        assert _rows_whole(db) >= len(acked)
+        rows = _rows_whole(db)
+        print(f"round {round_}: {len(new)} acknowledged before SIGKILL; {rows} whole rows, {len(acked)} acknowledged")
+        assert rows >= len(acked)
     with ServeProcess(args, log=log) as srv:
         _check(srv, acked)
 
