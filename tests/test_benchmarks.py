@@ -183,3 +183,15 @@ def test_text_threshold_writes_the_threshold_it_prints(tmp_path):
     t = res["figures"]["threshold"]
     assert f"the threshold is chrF {t}" in r.stdout and 50 < t <= 100
     assert all(row[-1] == f"{row[1]} of {row[1]}" for row in res["tables"][0]["rows"])
+
+
+def test_soak_runs_its_mix_against_a_server_of_its_own(tmp_path):
+    """A few seconds and clients of ``benchmarks/soak.py``: every kind of request is sent, none
+    fails, and the result file holds the figures the docs quote."""
+    out = tmp_path / "soak.json"
+    r = _script("soak.py", "--clients", "3", "--minutes", "0.15", "--warmup-s", "2", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(out.read_text())["figures"]
+    assert d["errors"] == 0 and d["server_alive"], d["first_errors"]
+    assert d["short_p99_ms"] > 0 and d["rss_before_mib"] > 0
+    assert sum(sum(v.values()) for v in d["outcomes"].values()) > 5

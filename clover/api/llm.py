@@ -106,7 +106,7 @@ class LLM:
         self.tokenizer = self.engine.tokenizer
         self.config = self.engine.model.config
         self.model_name = model_name
-        self.limits = model_limits(self.config)
+        self.limits = model_limits(self.config, tokenizer=self.tokenizer)
         self._stop_ids = chat_stop_ids(self.tokenizer)
 
     # -- plain completions ----------------------------------------------------------------------

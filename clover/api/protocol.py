@@ -51,6 +51,7 @@ class Limits:
     vocab_size: int = 0
     max_tools: int = 128
     default_max_tokens: int = 256
+    max_token_bytes: int = 0  # the longest token's bytes (0: not known): a text over the limit is refused unread
 
 
 @dataclass
@@ -84,7 +85,8 @@ def check_common(req: Sampling, limits: Limits) -> None:
 
 def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, frozenset[str] | None, Grammar | None]:
     """→ (prompt text incl. prefill, prefill, the tool names on offer or None when no tools are
-    rendered (no calls parsed), the grammar the output must follow or None)."""
+    rendered (no calls parsed), the grammar the output must follow or None). The grammar's
+    x-grounded values are not drawn yet: ``grounded`` does that once the prompt's length is checked."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
@@ -111,17 +113,47 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
         grammar = tools_grammar(tools, names, prefill, req.parallel_tool_calls is not False)
     if choice == "none":
         tools = None
-    if grammar is not None and req.grounded is not False:  # x-grounded values: copied from this conversation
-        grammar = grammar.with_sources(source_texts(chat_messages(req)))
-        if prefill and not grammar.can_call():
-            raise bad_request(
-                "tool_choice asks for a call, but no offered tool can be called: a required x-grounded "
-                "argument has no value in the conversation to copy (send grounded: false to decode "
-                "without grounding)",
-                "tool_choice",
-            )
     text = _render_chat(req, tools, prefill, getattr(tokenizer, "chat_template", None))
     return text, prefill, frozenset(t["function"]["name"] for t in tools) if tools else None, grammar
+
+
+def grounded(req: ChatRequest, grammar: Grammar | None, prefill: str) -> Grammar | None:
+    """The grammar with its x-grounded values drawn from this conversation (its span index built:
+    call it once the prompt is known to fit, so a source is never longer than the model reads)."""
+    if grammar is None or req.grounded is False:
+        return grammar
+    grammar = grammar.with_sources(source_texts(chat_messages(req)))
+    if prefill and not grammar.can_call():
+        raise bad_request(
+            "tool_choice asks for a call, but no offered tool can be called: a required x-grounded "
+            "argument has no value in the conversation to copy (send grounded: false to decode "
+            "without grounding)",
+            "tool_choice",
+        )
+    return grammar
+
+
+def encode_prompt(text: str, tokenizer, limits: Limits, param: str) -> list[int]:
+    """The prompt's token ids; a text whose bytes need more tokens than the server accepts even
+    at the longest token each (``Limits.max_token_bytes``) is refused (413) before it is read."""
+    if limits.max_token_bytes and len(text) > limits.max_prompt_tokens:  # a character is at least a byte
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limits.max_prompt_tokens * limits.max_token_bytes:
+            raise too_large(
+                f"the prompt is {size} bytes, at least {-(-size // limits.max_token_bytes)} tokens; "
+                f"this server accepts at most {limits.max_prompt_tokens}",
+                code="prompt_too_long",
+                param=param,
+            )
+    return tokenizer.encode(text)
+
+
+def longest_token_bytes(tokenizer) -> int:
+    """The most bytes one token of ``tokenizer`` stands for (0 where it cannot say)."""
+    try:
+        return max(len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def _render_chat(req: ChatRequest, tools: list[dict] | None, prefill: str, template: str | None = None) -> str:
@@ -156,9 +188,10 @@ def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: li
     ``/v1/chat/completions`` and ``clover.LLM.chat`` run; every problem is an APIError."""
     check_common(req, limits)
     text, prefill, tool_names, grammar = chat_prompt(req, tokenizer, limits)
-    prep = prepare(req, tokenizer.encode(text), limits, stop_token_ids, req.max_completion_tokens or req.max_tokens)
+    ids = encode_prompt(text, tokenizer, limits, "messages")
+    prep = prepare(req, ids, limits, stop_token_ids, req.max_completion_tokens or req.max_tokens)
     prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
-    with_grammar(prep, grammar)
+    with_grammar(prep, grounded(req, grammar, prefill))
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]
@@ -199,9 +232,10 @@ def chat_stop_ids(tokenizer) -> list[int] | None:
 
 
 def model_limits(
-    config, max_prompt_tokens: int | None = None, max_tools: int = 128, default_max_tokens: int = 256
+    config, max_prompt_tokens: int | None = None, max_tools: int = 128, default_max_tokens: int = 256, tokenizer=None
 ) -> Limits:
-    """The request bounds for a model: its context, block sizes and vocabulary."""
+    """The request bounds for a model: its context, block sizes and vocabulary (and with its
+    tokenizer, the longest token: a prompt far over the limit is refused without tokenising it)."""
     context = config.max_position_embeddings
     return Limits(
         max_prompt_tokens=min(max_prompt_tokens or context - 1, context - 1),
@@ -211,6 +245,7 @@ def model_limits(
         vocab_size=config.vocab_size,
         max_tools=max_tools,
         default_max_tokens=default_max_tokens,
+        max_token_bytes=longest_token_bytes(tokenizer) if tokenizer is not None else 0,
     )
 
 
@@ -257,7 +292,7 @@ def completion_prompts(req: CompletionRequest, tokenizer, limits: Limits) -> lis
     out = []
     for q in batch:
         if isinstance(q, str):
-            out.append(tokenizer.encode(q))
+            out.append(encode_prompt(q, tokenizer, limits, "prompt"))
             continue
         if limits.vocab_size and not all(0 <= x < limits.vocab_size for x in q):
             raise bad_request(f"prompt token ids must lie in [0, {limits.vocab_size})", "prompt")

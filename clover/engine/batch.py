@@ -165,7 +165,10 @@ class Batch:
         self.need = self.wanted & ((eos.cumsum(1) - eos.long()) == 0)
 
     def _members_changed(self) -> None:
-        kinds = {id(r.policy): r.policy for r in self.requests}.values()
+        kinds = []  # each policy once (policies compare by identity)
+        for r in self.requests:
+            if not any(r.policy is p for p in kinds):
+                kinds.append(r.policy)
         self.policies = [(p, self._vec([r.policy is p for r in self.requests], torch.bool)[:, None]) for p in kinds]
         self.editing = self._vec([r.policy.edits for r in self.requests], torch.bool)
         self.top = max([r.params.logprobs or 0 for r in self.requests], default=0)

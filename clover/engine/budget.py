@@ -26,9 +26,21 @@ def _on_gc(phase: str, info: dict) -> None:
         _gc.start = None
 
 
-gc.callbacks.append(_on_gc)
+_install = threading.Lock()
+_watching = False
+
+
+def _watch_gc() -> None:
+    """Count collections from the first budget on (importing the engine changes nothing)."""
+    global _watching
+    with _install:
+        if _on_gc not in gc.callbacks:
+            gc.callbacks.append(_on_gc)
+        _watching = True
 
 
 def work_time() -> float:
     """This thread's CPU seconds, the garbage collections that ran in it left out."""
+    if not _watching:
+        _watch_gc()
     return time.thread_time() - getattr(_gc, "spent", 0.0)

@@ -22,7 +22,6 @@ ending with a brute-force breadth-first search over every byte.
 from __future__ import annotations
 
 import json
-import weakref
 from bisect import bisect_right
 from collections import deque
 from fractions import Fraction
@@ -42,22 +41,19 @@ SEARCH_BUDGET_S = 0.25
 NEW_STATES = 64  # states whose ending one ``restrict`` may work out; tokens leading elsewhere are left out
 _DEFAULT_ALPHABET = b"0aA_-. x1"  # besides a pattern's own bytes: what character classes usually admit
 
-_texts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {state: ending bytes | None}
-_values: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {node id: smallest value}
-_costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {(table, eos, state): tokens}
-_spell: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # TokenTable -> (bytes -> id, longest)
-_ranks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Grammar -> {(table, eos, state): ranking}
+# what is worked out is kept by the grammar it describes (``Grammar.endings``, ``.smallest``,
+# ``.costs``, ``.ranks``: bounded, least recently used out first) and by the token table
+# (``TokenTable.spelling``)
+_UNKNOWN = object()
 
 
 # -- bytes ---------------------------------------------------------------------------------------
 def shortest_ending(g, state) -> bytes | None:
     """The fewest bytes after which ``state`` is complete (``b""``: it is already), or None where
     they are not found."""
-    memo = _texts.setdefault(g, {})
-    if state in memo:
-        return memo[state]
-    if len(memo) > 65536:
-        memo.clear()
+    out = g.endings.get(state, _UNKNOWN)
+    if out is not _UNKNOWN:
+        return out
     out, st = b"", state
     for _ in range(MAX_PIECES):
         if g.complete(st):
@@ -72,7 +68,7 @@ def shortest_ending(g, state) -> bytes | None:
             break
     else:
         out = None
-    memo[state] = out
+    g.endings[state] = out
     return out
 
 
@@ -139,12 +135,16 @@ def _pieces(g, state) -> list[bytes | None]:
 
 def _grounded_ending(g, f: tuple) -> list[bytes]:
     """A grounded string's shortest way to end: the rest of the shortest span still possible
-    (escaped as the grammar writes it), then the closing quote."""
+    (escaped as the grammar writes it), then the closing quote. Within ``SEARCH_BUDGET_S`` (a
+    long source has many spans): past it, the shortest found so far (a valid ending)."""
     _, _, key, lo, hi, depth, esc, _, _ = f
     if esc:
         return []  # inside an escape: no ending claimed
     ix, best = g.by_key[key], None
-    for s in ix.starts[lo:hi]:
+    deadline = work_time() + SEARCH_BUDGET_S
+    for n, s in enumerate(ix.starts[lo:hi]):
+        if n % 256 == 255 and work_time() > deadline:
+            break
         for e in range(s + max(depth, 1), ix.limit[s] + 1):
             if ix.ends[e]:
                 if best is None or e - s - depth < len(best):
@@ -216,7 +216,7 @@ def _object_pieces(g, f) -> list[bytes]:
 
 def smallest_value(g, nid: int) -> bytes | None:
     """The shortest JSON text valid for schema node ``nid`` (None: none found, or it recurses forever)."""
-    memo = _values.setdefault(g, {})
+    memo = g.smallest
     if nid in memo:
         return memo[nid]
     memo[nid] = None  # while computing: a required property that recurses back has no finite value
@@ -318,19 +318,9 @@ def _walk(g, state, alphabet: bytes, deadline: float) -> bytes | None:
 
 
 # -- tokens --------------------------------------------------------------------------------------
-def _spelling(table) -> tuple[dict, int]:
-    if table not in _spell:
-        by_bytes = {}
-        for i, bs in enumerate(table.bytes):
-            if bs is not None:
-                by_bytes.setdefault(bs, i)
-        _spell[table] = (by_bytes, max(map(len, by_bytes), default=1))
-    return _spell[table]
-
-
 def _fewest_tokens(table, text: bytes) -> list[int] | None:
     """``left[i]``: the fewest tokens that spell ``text[i:]`` (None where no tokens do)."""
-    by_bytes, longest = _spelling(table)
+    by_bytes, longest = table.spelling
     inf = 1 << 30
     left = [inf] * len(text) + [0]
     for i in range(len(text) - 1, -1, -1):
@@ -342,20 +332,19 @@ def _fewest_tokens(table, text: bytes) -> list[int] | None:
 
 def known(tg, state) -> bool:
     """``cost(tg, state)`` is already worked out."""
-    return (id(tg.t), tuple(tg.eos), state) in _costs.get(tg.g, ())
+    return (tg.t, tg.key, state) in tg.g.costs
 
 
 def cost(tg, state) -> int | None:
     """Tokens the shortest ending of ``state`` takes, the stop token included (None: not known)."""
-    memo = _costs.setdefault(tg.g, {})
-    key = (id(tg.t), tuple(tg.eos), state)
-    if key not in memo:
-        if len(memo) > 65536:
-            memo.clear()
+    key = (tg.t, tg.key, state)
+    out = tg.g.costs.get(key, _UNKNOWN)
+    if out is _UNKNOWN:
         text = shortest_ending(tg.g, state)
         left = None if text is None or not tg.eos else _fewest_tokens(tg.t, text)
-        memo[key] = None if left is None else left[0] + 1
-    return memo[key]
+        out = None if left is None else left[0] + 1
+        tg.g.costs[key] = out
+    return out
 
 
 def path_tokens(tg, state) -> list[int]:
@@ -366,7 +355,7 @@ def path_tokens(tg, state) -> list[int]:
     if not text:
         return list(tg.eos)
     left = _fewest_tokens(tg.t, text)
-    by_bytes, _ = _spelling(tg.t)
+    by_bytes, _ = tg.t.spelling
     firsts = [by_bytes[text[:j]] for j in range(1, len(text) + 1) if text[:j] in by_bytes and left[j] + 1 == left[0]]
     return [t for t in firsts if tg.step(state, t) is not None]
 
@@ -391,12 +380,10 @@ def _ranking(tg, state, ids: list[int]) -> tuple[list[int], list[int]]:
     out once per state (a free string's state repeats token after token). Only ``NEW_STATES``
     states not met before are worked out: tokens leading past them are left out (inside a pattern
     each token leads to a state of its own; the shortest path is always kept or given)."""
-    memo = _ranks.setdefault(tg.g, {})
-    key = (id(tg.t), tuple(tg.eos), state)
-    if key in memo:
-        return memo[key]
-    if len(memo) > 4096:
-        memo.clear()
+    key = (tg.t, tg.key, state)
+    out = tg.g.ranks.get(key)
+    if out is not None:
+        return out
     eos, pairs, new = set(tg.eos), [], 0
     for t in ids:
         if t in eos:
@@ -413,8 +400,8 @@ def _ranking(tg, state, ids: list[int]) -> tuple[list[int], list[int]]:
         if cn is not None:
             pairs.append((cn, t))
     pairs.sort()
-    memo[key] = ([c for c, _ in pairs], [t for _, t in pairs])
-    return memo[key]
+    out = tg.g.ranks[key] = ([c for c, _ in pairs], [t for _, t in pairs])
+    return out
 
 
 def fits(tg, state, left: int) -> bool:

@@ -21,13 +21,14 @@ import codecs
 import copy
 import json
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import regex
 
 from clover.engine.budget import work_time
 from clover.engine.grounding import SpanIndex, written_numbers
 from clover.engine.json_schema import MAX_NUMBER_DIGITS, GrammarError, Schemas, offset_nodes, str_body
+from clover.engine.lru import LRU
 
 __all__ = [
     "Grammar",
@@ -58,6 +59,8 @@ REGEX_TIMEOUT_S = 0.05
 # this thread's CPU seconds less its garbage collections (``budget.work_time``), so neither a
 # machine busy with other programs nor a full collection cuts a set short
 ALLOWED_BUDGET_S = 1.0
+ALLOWED_CACHED = 16384  # allowed-token sets one grammar keeps (least recently used out first)
+_UNKNOWN = object()
 _NUM_DIGIT = {"zero": None, "int": "int", "dot": "frac", "frac": "frac", "e": "exp", "esign": "exp", "exp": "exp"}
 
 
@@ -212,36 +215,44 @@ class Grammar:
         self.regexes = list(regexes)  # compiled ``regex`` patterns, by index
         self.nodes = [n for sc in schemas for n in sc.nodes]  # one numbering (offsets applied at build)
         self.timed = bool(self.regexes) or any("pattern" in n or "format" in n for n in self.nodes)  # budgeted
-        self.advance = lru_cache(maxsize=65536)(self._advance)
-        self.allowed_cache: dict = {}  # (token table, eos ids, sources, state) -> allowed ids, shared by requests
+        self._new_caches()
         # grounding (``with_sources``): the request's span indexes and written numbers by source
         self.grounded = [i for i, n in enumerate(self.nodes) if "grounded" in n]
         self.spans: dict[str, SpanIndex] | None = None
         self.by_key: dict[int, SpanIndex] = {}
         self.numbers: dict[str, tuple[bytes, ...]] = {}
         self.dead: frozenset[int] = frozenset()  # nodes no value can satisfy under these sources
-        # what a state's allowed tokens depend on besides the state: a grounded grammar's sources (a
-        # value's first token may already reach into a copy), so requests never share those sets
-        self.cache_key: tuple = ()
         self._options: dict[int, tuple] = {}
+
+    def _new_caches(self) -> None:
+        """This grammar's own memories, bounded, least recently used out first: a state's next
+        state (``advance``), its allowed tokens per token table and stop ids (``allowed``), and
+        what ``closing`` works out (shortest endings, smallest values, ending costs, rankings).
+        A grounded copy gets fresh ones: its states depend on its sources (a value's first token
+        may already reach into a copy), and they never push out the shared grammar's."""
+        self.advance = lru_cache(maxsize=65536)(self._advance)
+        self.allowed_cache = LRU(ALLOWED_CACHED)  # (token table, eos ids, state) -> allowed ids
+        self.endings = LRU(65536)  # state -> shortest ending bytes (or None)
+        self.smallest: dict[int, bytes | None] = {}  # node -> smallest value (one per node at most)
+        self.costs = LRU(65536)  # (token table, eos ids, state) -> tokens of the shortest ending
+        self.ranks = LRU(4096)  # (token table, eos ids, state) -> allowed tokens by ending cost
 
     def with_sources(self, texts: dict[str, str]) -> Grammar:
         """This grammar with its ``x-grounded`` values drawn from ``texts`` (``{"user": ...,
-        "conversation": ...}``, ``grounding.source_texts``): a copy for one request, sharing the
-        allowed-token cache of states that do not depend on the sources. Itself when no property
-        is grounded. A tool whose required grounded argument has no possible value cannot be
-        called (the model answers in words instead)."""
+        "conversation": ...}``, ``grounding.source_texts``): a copy for one request, with caches
+        of its own (``_new_caches``). Itself when no property is grounded. A tool whose required
+        grounded argument has no possible value cannot be called (the model answers in words
+        instead)."""
         if not self.grounded:
             return self
         g = copy.copy(self)
-        g.advance = lru_cache(maxsize=65536)(g._advance)
+        g._new_caches()
         wanted = {self.nodes[i]["grounded"] for i in self.grounded}
         g.spans = {k: SpanIndex(texts.get(k, "")) for k in wanted}
         g.by_key = {ix.key: ix for ix in g.spans.values()}
         g.numbers = {k: written_numbers(texts.get(k, "")) for k in wanted}
         g._options = {}
         g.dead = g._dead_nodes()
-        g.cache_key = tuple(ix.key for ix in g.spans.values())
         return g
 
     def _dead_nodes(self) -> frozenset[int]:
@@ -750,6 +761,15 @@ class TokenTable:
                 self.atomic.add(i)
             self.by_first.setdefault(bs[0], []).append(i)
 
+    @cached_property
+    def spelling(self) -> tuple[dict[bytes, int], int]:
+        """Each token's bytes -> its (lowest) id, and the longest token in bytes (``closing``)."""
+        by_bytes: dict[bytes, int] = {}
+        for i, bs in enumerate(self.bytes):
+            if bs is not None:
+                by_bytes.setdefault(bs, i)
+        return by_bytes, max(map(len, by_bytes), default=1)
+
 
 class TokenGrammar:
     """A grammar over a tokenizer's tokens: which ids may come next, and the state after one.
@@ -759,7 +779,8 @@ class TokenGrammar:
         self.g = grammar
         self.t = table
         self.eos = sorted(set(eos_ids))
-        self._forced: dict = {}  # state -> its forced token (or None)
+        self.key = tuple(self.eos)  # with the token table: what the grammar's per-table caches are keyed by
+        self._forced = LRU(65536)  # state -> its forced token (or None)
 
     def forced_token(self, state) -> int | None:
         """Where the grammar forces the next bytes (a copy under way: ``Grammar.forced``), the one
@@ -768,16 +789,15 @@ class TokenGrammar:
         None elsewhere."""
         if not self.g.grounded:
             return None
-        if state not in self._forced:
-            if len(self._forced) >= 65536:
-                self._forced.clear()
+        best = self._forced.get(state, _UNKNOWN)
+        if best is _UNKNOWN:
             fb, best = self.g.forced(state), None
             for i in self.t.by_first.get(fb[:1][0], ()) if fb else ():
                 bs = self.t.bytes[i]
                 if fb.startswith(bs) and i not in self.t.atomic and (best is None or len(bs) > len(self.t.bytes[best])):
                     best = i
             self._forced[state] = best
-        return self._forced[state]
+        return best
 
     @property
     def start(self):
@@ -798,13 +818,12 @@ class TokenGrammar:
 
     def allowed(self, state) -> list[int]:
         """Token ids that may come next (EOS ids where the text may end)."""
-        cache = self.g.allowed_cache
-        key = (id(self.t), tuple(self.eos), self.g.cache_key, state)
-        if key not in cache:
-            if len(cache) >= 16384:
-                cache.clear()
-            cache[key] = self._compute(state)
-        return cache[key]
+        key = (self.t, self.key, state)
+        out = self.g.allowed_cache.get(key)
+        if out is None:
+            out = self._compute(state)
+            self.g.allowed_cache[key] = out
+        return out
 
     def _compute(self, state) -> list[int]:
         out = list(self.eos) if self.g.complete(state) else []

@@ -122,7 +122,8 @@ class Schemas:
         self.root = clean_schema(root)
         self.lenient = lenient  # a part it cannot compile admits any value (tool schemas in the wild)
         self.nodes: list[dict] = []
-        self._ids: dict[int, int] = {}
+        # schema object -> its node, while compiling: the object is held too, so its id cannot be reused
+        self._ids: dict[int, tuple[object, int]] = {}
         self.start = self.compile(self.root)
 
     def _resolve(self, s):
@@ -145,9 +146,9 @@ class Schemas:
     def compile(self, s) -> int:
         s = self._resolve(s)
         if id(s) in self._ids:  # recursive schemas: a node refers to itself by index
-            return self._ids[id(s)]
+            return self._ids[id(s)][1]
         idx = len(self.nodes)
-        self._ids[id(s)] = idx
+        self._ids[id(s)] = (s, idx)
         self.nodes.append({})
         try:
             node = self._node(s)

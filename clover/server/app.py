@@ -79,7 +79,7 @@ def create_app(
         )
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")
-    limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens)
+    limits = model_limits(engine.model.config, max_prompt_tokens, max_tools, default_max_tokens, engine.tokenizer)
     aengine = AsyncEngine(engine, max_queue=max_queue)
     metrics = Metrics(aengine)
     aengine.on_finished = metrics.observe_output
@@ -97,6 +97,7 @@ def create_app(
         finally:
             access_log.removeFilter(_ours)
             aengine.stop()
+            state.close()
             store.close()
 
     app = FastAPI(title="Clover", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

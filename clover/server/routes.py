@@ -36,6 +36,7 @@ from clover.api.responses import (
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
 from clover.data.chat import CLOVER_TEMPLATE
+from clover.engine import Finished
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
@@ -179,7 +180,7 @@ async def chat_completions(request: Request):
     s = _state(request)
     req: ChatRequest = await s.read(request, ChatRequest)
     s.check_model(req.model)
-    prep = prepare_chat(req, s.tokenizer, s.limits, s.chat_stop_ids)
+    prep = await s.prepare(prepare_chat, req, s.tokenizer, s.limits, s.chat_stop_ids)
     opts = req.stream_options
     steps = bool(req.stream and opts and opts.include_steps)
     handles = s.submit([(prep.prompt_ids, p) for p in choice_params(prep.params, req.n or 1)], "chatcmpl", steps=steps)
@@ -261,15 +262,19 @@ async def responses(request: Request):
     owner = s.owner(request)
     items = input_items(req)
     if req.previous_response_id is not None:  # its input and output come first (its instructions do not)
-        prev = s.responses.get(req.previous_response_id, owner)
+        prev = await s.responses.aget(req.previous_response_id, owner)
         items = [*prev.input, *prev.body.get("output", []), *items]
     try:
-        prep = prepare_chat(to_chat(req, s.model_name, items), s.tokenizer, s.limits, s.chat_stop_ids)
+        prep = await s.prepare(prepare_chat, to_chat(req, s.model_name, items), s.tokenizer, s.limits, s.chat_stop_ids)
     except APIError as e:
         raise responses_error(e) from None
     (handle,) = s.submit([(prep.prompt_ids, prep.params)], "resp")
     rid = handle.request_id.replace("-", "_", 1)
-    keep = (lambda body: s.responses.put(rid, body, items, owner)) if req.store is not False else (lambda body: None)
+
+    async def keep(body: dict) -> None:  # stored (committed) before the client hears of it
+        if req.store is not False:
+            await s.responses.aput(rid, body, items, owner)
+
     if not req.stream:
         try:
             (out,) = await s.wait([handle], request)
@@ -278,7 +283,7 @@ async def responses(request: Request):
         except APIError as e:  # refused by the engine (a max_output_tokens too small for the schema)
             raise responses_error(e) from None
         body = response_body(rid, s.model_name, req, prep, int(time.time()), output_items(prep, out, s.tokenizer), out)
-        keep(body)
+        await keep(body)
         return body
     gen = _responses_stream(handle, EventStream(rid, s.model_name, req, prep, s.tokenizer), keep)
     return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
@@ -292,10 +297,11 @@ async def _responses_stream(handle, es: EventStream, keep):
         for ev in es.start():
             yield sse(ev)
         async for ev in handle.events():
-            for e in es.on(ev):
+            events = es.on(ev)
+            if es.body is not None and isinstance(ev, Finished):
+                await keep(es.body)  # stored before the client reads that it finished
+            for e in events:
                 yield sse(e)
-        if es.body is not None:
-            keep(es.body)
     except (ValueError, EngineFailure) as e:
         yield sse(es.error(as_api_error(e)))
     finally:
@@ -305,13 +311,13 @@ async def _responses_stream(handle, es: EventStream, keep):
 @router.get("/v1/responses/{rid}")
 async def get_response(rid: str, request: Request):
     s = _state(request)
-    return s.responses.get(rid, s.owner(request)).body
+    return (await s.responses.aget(rid, s.owner(request))).body
 
 
 @router.delete("/v1/responses/{rid}")
 async def delete_response(rid: str, request: Request):
     s = _state(request)
-    s.responses.delete(rid, s.owner(request))
+    await s.responses.adelete(rid, s.owner(request))
     return {"id": rid, "object": "response", "deleted": True}
 
 
@@ -325,7 +331,7 @@ async def response_input_items(
         raise bad_request("limit must be between 1 and 100", "limit")
     if order not in ("asc", "desc"):
         raise bad_request("order must be asc or desc", "order")
-    items = s.responses.get(rid, s.owner(request)).input
+    items = (await s.responses.aget(rid, s.owner(request))).input
     items = items[::-1] if order == "desc" else items
     if after is not None:
         at = next((i for i, it in enumerate(items) if it.get("id") == after), None)
@@ -348,7 +354,7 @@ async def completions(request: Request):
     req: CompletionRequest = await s.read(request, CompletionRequest)
     s.check_model(req.model)
     n = req.n or 1
-    preps = prepare_completions(req, s.tokenizer, s.limits)
+    preps = await s.prepare(prepare_completions, req, s.tokenizer, s.limits)
     items = [(prep.prompt_ids, p) for prep in preps for p in choice_params(prep.params, n)]
     handles = s.submit(items, "cmpl")
     if not req.stream:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -16,6 +18,8 @@ from clover.data.task import model_task
 from clover.engine import RequestOutput, SamplingParams
 from clover.server.async_engine import AsyncEngine, QueueFull, RequestHandle
 from clover.server.metrics import Metrics
+
+PREPARE_THREADS = 2  # requests rendered, tokenised and given their grammar at once, off the event loop
 
 
 class ClientGone(Exception):
@@ -48,6 +52,16 @@ class ServerState:
         # the task the model was trained for (the bundled model's when it names none): the
         # playground's tools and its agent mode's world
         self.task = model_task(self.config, default=True)
+        self._prepare_pool = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="clover-prepare")
+
+    async def prepare(self, fn, *args):
+        """``fn(*args)`` in a worker thread: a request's preparation (its prompt rendered and
+        tokenised, its grammar and a grounded source's span index built) never holds up the
+        event loop, so other requests stream on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self._prepare_pool, functools.partial(fn, *args))
+
+    def close(self) -> None:
+        self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     def owner(self, request: Request) -> str | None:
         """Whose a stored response is: the API key's (already checked by the guard), or nobody's."""
