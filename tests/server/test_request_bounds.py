@@ -78,6 +78,7 @@ def _eight(url: str, big: bytes | None = None, refusals: list | None = None) -> 
         return took
 
 
+@pytest.mark.alone  # it times requests against each other
 def test_a_million_characters_are_refused_at_once_and_the_others_go_on(live):
     big = json.dumps(_huge_request()).encode()
     with live(max_queue=64) as srv:
