@@ -256,7 +256,7 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     """``clover bench train-memory`` at one process on a small model: a real ``clover train`` step
     under torchrun, whose rank reports a peak resident set above its after-import baseline and
     above the bytes of the weights it held, and a checkpoint that the step really wrote."""
-    from clover.bench import train_memory
+    from clover.bench import results, train_memory
     from clover.commands import bench_train
     from clover.model.config import PRESETS
 
@@ -273,15 +273,9 @@ def test_bench_train_memory_measures_a_real_step(tmp_path, monkeypatch):
     assert res["memory_model_bytes"]["1"] > 0
     assert (tmp_path / "work" / "run-1" / "latest").read_text() == "step-00000001"
     # the command it reports is the run it made: `clover train`'s parser gives the same RunSpec
-    assert res["commands"]["1"].endswith(
-        " ".join(
-            [
-                "clover",
-                "train",
-                *train_memory.train_flags(train_memory.run_spec(tmp_path / "work", tmp_path / "work" / "source", 1)),
-            ]
-        )
-    )
+    # (as a result file writes it: local folders scrubbed, clover.bench.results.scrub)
+    flags = train_memory.train_flags(train_memory.run_spec(tmp_path / "work", tmp_path / "work" / "source", 1))
+    assert res["commands"]["1"].endswith(results.scrub(" ".join(["clover", "train", *flags])))
 
 
 def test_train_memory_flags_are_the_run_spec_it_launches(tmp_path, monkeypatch):
