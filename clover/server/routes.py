@@ -139,9 +139,13 @@ async def tokenize(request: Request):
     s = _state(request)
     req: TokenizeRequest = await s.read(request, TokenizeRequest)
     s.check_model(req.model)
-    ids = tokenize_request(req, s.tokenizer, s.limits, s.model_name)
-    strs = [s.tokenizer.decode([t]) for t in ids] if req.return_token_strs else None
+    ids = await s.prepare(tokenize_request, req, s.tokenizer, s.limits, s.model_name)  # off the event loop
+    strs = await s.prepare(_token_strs, s.tokenizer, ids) if req.return_token_strs else None
     return {"count": len(ids), "max_model_len": s.limits.context, "tokens": ids, "token_strs": strs}
+
+
+def _token_strs(tokenizer, ids: list[int]) -> list[str]:
+    return [tokenizer.decode([t]) for t in ids]
 
 
 @router.post("/detokenize")
@@ -151,7 +155,7 @@ async def detokenize(request: Request):
     s.check_model(req.model)
     if not all(0 <= t < s.limits.vocab_size for t in req.tokens):
         raise bad_request(f"token ids must lie in [0, {s.limits.vocab_size})", "tokens")
-    return {"prompt": s.tokenizer.decode(req.tokens)}
+    return {"prompt": await s.prepare(s.tokenizer.decode, req.tokens)}
 
 
 @router.get("/tokenizer_info")
@@ -376,7 +380,7 @@ async def decisions(request: Request):
     req: DecisionRequest = await s.read(request, DecisionRequest)
     s.check_model(req.model)
     t0 = time.perf_counter()
-    group, plans, items = dec.plan_request(req, s.tokenizer, s.config, s.limits)
+    group, plans, items = await s.prepare(dec.plan_request, req, s.tokenizer, s.config, s.limits)
     handles = s.submit(items, "dec")
     try:
         outs = await s.wait(handles, request)
