@@ -12,7 +12,7 @@ sending, one after another, a random request of the mix:
 - ``malformed``: a body that is not JSON, or JSON that is not a request (400).
 
 The server (the bundled model, ``--responses-db`` in a temporary folder) runs in its own process
-(``clover.bench.serve_process``); its resident set (VmRSS) is read after a warm-up of the same
+(``clover.bench.served``); its resident set (VmRSS) is read after a warm-up of the same
 mix and again at the end, each time once it is idle, and every minute meanwhile. The prompts are
 drawn from a small set (8 drones, 4 zones), as a deployment's repeat: the server's bounded
 memories (the prefix cache, the grammars' caches) fill during the warm-up, so what grows after
@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 from clover.bench import print_table, write_json
-from clover.bench.serve_process import ServeProcess
+from clover.bench.served import ServeProcess
 
 SCHEMA = {
     "type": "object",
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", help="write the figures here (a result file)")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["--responses-db", Path(tmp) / "responses.sqlite"]
+        args = ["--responses-db", Path(tmp) / "responses.sqlite", "--log-level", "warning"]
         with ServeProcess(args, log=Path(tmp) / "serve.log") as srv:
             tools = httpx.get(srv.url + "/playground/config", timeout=30).json()["tools"]
             run(srv, a.clients, a.warmup_s, tools, a.seed + 10_000)

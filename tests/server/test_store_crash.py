@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from clover.bench.serve_process import ServeProcess
+from clover.bench.served import ServeProcess
 
 BURST, CLIENTS, ROUNDS = 200, 12, 3
 
@@ -68,7 +68,7 @@ def _rows_whole(db) -> int:
 def test_acknowledged_responses_survive_sigkill(tmp_path):
     db, log, rng = tmp_path / "responses.sqlite", tmp_path / "serve.log", random.Random(52)
     acked: dict[str, dict] = {}
-    args = ["--responses-db", db, "--max-queue", "256"]
+    args = ["--responses-db", db, "--max-queue", "256", "--log-level", "warning"]
     for round_ in range(ROUNDS):
         with ServeProcess(args, log=log) as srv:
             _check(srv, acked)
