@@ -5,10 +5,11 @@ A tool call may give a length, a time or a drone id as the operator wrote it, an
 so a call written either way has the same effect:
 
 * a length, one phrase in the length argument (``radius``/``altitude``, with no unit argument;
-  the metres arguments ``radius_m``/``altitude_m`` stay whole numbers of metres): "2.5 km", "1,500 ft", "1.5 nautical miles", "2 nmi", "400 feet", "2km".
-  The ``pint`` units library reads the unit; the aliases operators use for nautical miles ("nm",
-  "NM", "nmi", "nautical miles") are ours, because pint reads "nm" as nanometres. The result is
-  whole metres, rounded half up as ``clover.airspace.v2.tools.length_m`` rounds;
+  the metres arguments ``radius_m``/``altitude_m`` stay whole numbers of metres): "2.5 km",
+  "1,500 ft", "1.5 nautical miles", "2 nmi", "400 feet", "400-foot", "2km". The ``pint`` units
+  library reads the unit; our aliases say what operators mean by "nm", "NM", "nmi", "nautical
+  miles" (pint reads "nm" as nanometres), "mtrs" and "kms". The result is whole metres, rounded
+  half up as ``clover.airspace.v2.tools.length_m`` rounds;
 * a time (``start_time``/``end_time``) → 24-hour ``HH:MM``: ``python-dateutil`` reads the clock
   forms ("6pm", "6:30 p.m.", "18:00"); the rules below read what it refuses or misreads: 4-digit
   times ("2130", "0045 hrs", which dateutil takes for a year), "9.30am" (dateutil: 09:00), "18h30",
@@ -38,7 +39,8 @@ class Unreadable(ValueError):
 _NAUTICAL = "nautical_mile"
 # the operator's spellings pint does not read as meant (lowercased, single spaces) -> pint's unit
 _UNIT_ALIASES = {a: _NAUTICAL for a in ("nm", "nmi", "n mi", "nautical mile", "nautical miles", "naut mi")}
-_LENGTH = re.compile(r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[a-z][a-z .']*?)\.?")
+_UNIT_ALIASES |= {"mtr": "metre", "mtrs": "metre", "kms": "kilometre"}
+_LENGTH = re.compile(r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)[ -]?(?P<unit>[a-z][a-z .']*?)\.?")
 
 
 @lru_cache(maxsize=1)
@@ -113,7 +115,7 @@ def _hhmm(h: int, m: int) -> str:
 
 
 def _worded(m: re.Match) -> str:
-    """"half past eight in the evening" → 20:30, "quarter to 9 pm" → 20:45, "ten o'clock" → 10:00."""
+    """ "half past eight in the evening" → 20:30, "quarter to 9 pm" → 20:45, "ten o'clock" → 10:00."""
     h, period = _number(m["hour"]), _PERIODS.get(m["period"] or "")
     if period and not 1 <= h <= 12:
         raise Unreadable("a 12-hour time needs an hour from 1 to 12")
@@ -143,6 +145,8 @@ def read_time(text: str) -> str:
     if s.isdigit() and len(s) <= 2:  # a bare hour, read as written: "until 11" is 11:00
         return _hhmm(int(s), 0)
     if _CLOCK.fullmatch(s):
+        if s[-2:] in ("am", "pm") and not 1 <= int(re.match(r"\d+", s)[0]) <= 12:
+            raise Unreadable("a 12-hour time needs an hour from 1 to 12")  # dateutil takes "13pm"
         from dateutil import parser  # imported when a clock time as written is first read
 
         try:
