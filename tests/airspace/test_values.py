@@ -63,6 +63,8 @@ TIMES = [
     ("noon", "12:00"),
     ("midday", "12:00"),
     ("midnight", "00:00"),
+    ("twelve at night", "00:00"),
+    ("eleven at night", "23:00"),
     ("9.30am", "09:30"),
     ("9.30 pm", "21:30"),
 ]

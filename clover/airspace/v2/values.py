@@ -120,7 +120,7 @@ def _worded(m: re.Match) -> str:
     if period and not 1 <= h <= 12:
         raise Unreadable("a 12-hour time needs an hour from 1 to 12")
     if period:
-        h = h % 12 + (12 if period == "pm" else 0)
+        h = h % 12 + (12 if period == "pm" and not (h == 12 and "night" in m["period"]) else 0)
     if not 0 <= h <= 23:
         raise Unreadable("not an hour")
     minutes = h * 60
@@ -189,8 +189,8 @@ def as_written(name: str, arguments):
     out = dict(arguments)
     did = out.get("drone_id")
     if isinstance(did, str):
-        out["drone_id"] = key = drone_key(did)
-        if key == did and not re.search(r"\d", did):
+        out["drone_id"] = drone_key(did)
+        if not re.search(r"\d", did):  # drone_key reads the number in it
             return None, f"unknown drone {did} (drone_id: no drone number in it; write D-17, drone 17 or #17)"
     for k in _TIMES:
         if isinstance(out.get(k), str):
