@@ -2,7 +2,8 @@
 
 ``execute(world, name, arguments)`` runs one tool call, its lengths in whole metres
 (``radius_m``, ``altitude_m``) or as the operator gave them (``radius`` + ``radius_unit``: the
-extraction tools of ``clover.airspace.v2.tools``, converted here). A call is checked against the
+extraction tools of ``clover.airspace.v2.tools``, converted here) or as written ("2.5 km"; times
+"6pm", drone ids "drone 17": read by ``clover.airspace.v2.values`` before anything else). A call is checked against the
 tool's JSON schema (required arguments, types, enums, no unknown arguments) and against the world (a drone
 that exists, a zone that exists or does not, a waypoint index in range, ...); a call that fails
 a check returns ``{"error": "..."}`` for the model to read and leaves the world as it was. The
@@ -37,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from clover.airspace.phrasing import drone_number, zone_name
 from clover.airspace.tools import MISSION_TYPES, tool_by_name
 from clover.airspace.v2.tools import drone_key, extraction_tool, in_metres, uses_units, with_unit_names
+from clover.airspace.v2.values import as_written
 from clover.data.task import StateTooLarge
 
 STATES = ("en route", "hovering", "on the ground", "returning to base", "charging", "holding")  # the corpus's states
@@ -497,8 +499,9 @@ def execute(world: World, name: str, arguments) -> dict:
         spec = tool_by_name(name)
     except KeyError:
         return {"error": f"unknown tool {name!r}"}
-    if isinstance(arguments, dict) and isinstance(arguments.get("drone_id"), str):  # as written: "drone 17"
-        arguments = {**arguments, "drone_id": drone_key(arguments["drone_id"])}
+    arguments, problem = as_written(name, arguments)  # "drone 17", "2.5 km", "6pm": read into the world's forms
+    if problem:
+        return {"error": problem}
     if uses_units(name, arguments):  # a length as given (the extraction tools): converted here, in code
         schema = extraction_tool(name)["function"]["parameters"]
         args, problem = check_arguments(schema, with_unit_names(name, arguments))
