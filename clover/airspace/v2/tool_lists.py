@@ -2,25 +2,32 @@
 of the evaluation asked again with its tool list changed as agent frameworks send it, one kind of
 change at a time and all of them together, drawn per chat from a seed.
 
-* ``subset``: a random subset that still holds every tool the gold calls need (often with one or
-  more of the others), in the standard order.
-* ``order``: all six tools in a random order.
-* ``reworded``: every description and argument description replaced by one of
-  :data:`PHRASINGS` (as the OpenAI Agents SDK writes them from a docstring, LangChain from a
+The chat's own list (``standard``, the evaluation's ``exact_match``) is the corpus's: all six tools
+in their standard order, or a third of the time a subset of them in that order.
+
+* ``six``: all six tools in the standard order.
+* ``subset``: a random subset of the six that still holds every tool the gold calls need (often
+  with one or more of the others), in the standard order.
+* ``order``: the chat's own list in a random order.
+* ``reworded``: the chat's own list with every description and argument description replaced
+  by one of :data:`PHRASINGS` (as the OpenAI Agents SDK writes them from a docstring, LangChain from a
   pydantic model, or a developer by hand). These phrasings are held out: the corpus never shows
   them (a test holds them apart from the tools' own descriptions); a corpus that rewords its
   tools for training must draw from other phrasings, or this figure no longer measures words the
   model never saw.
-* ``schema``: schema details added: ``title`` on the tool's parameters and on each argument,
-  ``strict: true``, ``additionalProperties: false``.
+* ``schema``: the chat's own list with schema details added: ``title`` on the tool's
+  parameters and on each argument, ``strict: true``, ``additionalProperties: false``.
 * ``varied``: all four at once (a subset, in random order, reworded, with schema details).
-* ``missing``: the tools the gold calls need removed (the others in random order): the right
+* ``missing``: the six less the tools the gold calls need, in random order: the right
   answer is then a reply in words declining, no call. ``missing`` counts an answer right when it
   has words and calls no tool; ``missing_declined`` when it is the corpus's decline word for word
   (``textscore.reply_words_right``).
 
 Argument names, types, enums, ``required`` and ``x-grounded`` markers are kept as they are: the
-tool-call grammar and the scoring read them.
+tool-call grammar and the scoring read them. The bundled chat template shows the model each tool
+as a signature (``recall_drone(drone_id: string)``), without descriptions or schema details, so
+``reworded`` and ``schema`` give the prompts of ``standard``: they measure a template (or a model)
+that reads descriptions, and check that the grammar is indifferent to them.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from clover.airspace.v2.textscore import reply_words_right
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.data.chat import is_answer
 
-KINDS = ("subset", "order", "reworded", "schema", "varied", "missing")
+KINDS = ("six", "subset", "order", "reworded", "schema", "varied", "missing")
 
 # held-out descriptions per tool: a docstring's first line (Agents SDK), a pydantic model's
 # docstring (LangChain), a developer's own words
@@ -139,20 +146,24 @@ def with_schema_details(tools: list[dict]) -> list[dict]:
 
 
 def varied_tools(ex: dict, kind: str, rng: random.Random) -> list[dict]:
-    """``ex``'s tool list (the six extraction tools) changed by ``kind`` (one of :data:`KINDS`)."""
-    tools, keep = ex.get("tools") or EXTRACTION_TOOLS, needed(ex)
+    """``ex``'s tool list changed by ``kind`` (one of :data:`KINDS`): ``order``, ``reworded`` and
+    ``schema`` change the chat's own list (the corpus's: all six tools, or a third of the time a
+    subset in the standard order); ``six``, ``subset``, ``varied`` and ``missing`` start from all six."""
+    own, keep = ex.get("tools") or EXTRACTION_TOOLS, needed(ex)
+    if kind == "six":
+        return list(EXTRACTION_TOOLS)
     if kind == "subset":
-        return subset(tools, keep, rng)
+        return subset(EXTRACTION_TOOLS, keep, rng)
     if kind == "order":
-        return shuffled(tools, rng)
+        return shuffled(own, rng)
     if kind == "reworded":
-        return reworded(tools, rng)
+        return reworded(own, rng)
     if kind == "schema":
-        return with_schema_details(tools)
+        return with_schema_details(own)
     if kind == "varied":
-        return with_schema_details(reworded(shuffled(subset(tools, keep, rng), rng), rng))
+        return with_schema_details(reworded(shuffled(subset(EXTRACTION_TOOLS, keep, rng), rng), rng))
     if kind == "missing":
-        return shuffled([t for t in tools if t["function"]["name"] not in keep], rng)
+        return shuffled([t for t in EXTRACTION_TOOLS if t["function"]["name"] not in keep], rng)
     raise ValueError(f"unknown tool-list variation {kind!r}; choose from {KINDS}")
 
 
