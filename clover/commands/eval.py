@@ -32,6 +32,7 @@ BREAKDOWNS = {
     "text_by_kind": "text reply",
     "multiturn_by_kind": "multi-turn, last turn",
     "names_copied": "names copied",
+    "tool_lists": "tool list",
 }
 
 
@@ -39,6 +40,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     runs = _checked_settings(args)
     second = args.task == "airspace2"
     cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
+    if args.tool_lists == "varied" and (not second or not (args.n or cases)):
+        raise SystemExit("clover eval: --tool-lists varied needs airspace2 and tool-call turns (--n or --cases)")
     if cases is None and not any((args.n, args.groups, args.text, args.multiturn, args.plain * second)):
         raise SystemExit(
             "clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0"
@@ -66,6 +69,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise SystemExit(f"clover eval: {e}") from None
     _check_task(args.task, model.config)
     errors: list | None = [] if args.errors else None
+    grammars = {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
+    settings = [(g, p, t) for g in grammars for p, t in runs]
     more = {"n_plain": args.plain} if second else {}
     results = [
         evaluate(
@@ -85,9 +90,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             n_multi=args.multiturn,
             **more,
         )
-        for g in {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
-        for p, t in runs
+        for g, p, t in settings
     ]
+    if args.tool_lists == "varied":
+        _tool_lists(model, tok, args, cases, results, settings)
     _add_aup(results)
     if args.errors:
         with open(args.errors, "w", encoding="utf-8") as f:
@@ -100,6 +106,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (record_table if args.json else print_table)(title, columns, rows)
     write_json(args.results, figures)
     return 0
+
+
+def _tool_lists(model, tok, args: argparse.Namespace, cases, results: list[dict], settings: list) -> None:
+    """Each run's tool-call turns asked again with their tool lists varied
+    (``clover.airspace.v2.tool_lists``): its figures added to the run's result."""
+    from clover.airspace.v2.evaluate import eval_chats2  # deferred: the second world's corpus
+    from clover.airspace.v2.tool_lists import evaluate_tool_lists
+
+    exs = eval_chats2(args.split, args.n, cases=cases)[0]
+    for r, (g, p, t) in zip(results, settings):
+        run = {
+            "policy": p,
+            "threshold": t,
+            "block_size": args.block_size,
+            "grammar": g,
+            "exact_match": r["exact_match"],
+        }
+        r.update(evaluate_tool_lists(model, tok, exs, run, args.tool_seed, progress=not args.json))
 
 
 def _cases2(path: str) -> list[dict]:
@@ -264,6 +288,15 @@ def register(sub) -> None:
         "tools with x-grounded arguments copied from the conversation; off: the model alone; both: each policy "
         "both ways; ungrounded: the grammar without grounding",
     )
+    p.add_argument(
+        "--tool-lists",
+        choices=["standard", "varied"],
+        default="standard",
+        help="airspace2: varied: also ask each tool-call turn with its tool list as agent frameworks send it "
+        "(a subset, another order, held-out descriptions, schema details, all at once, the needed tool missing), "
+        "exact match per kind beside the standard list's",
+    )
+    p.add_argument("--tool-seed", type=int, default=0, help="the seed the varied tool lists are drawn from")
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument(
         "--results",
