@@ -7,8 +7,9 @@ so a call written either way has the same effect:
 * a length, one phrase in the length argument (``radius``/``altitude``, with no unit argument;
   the metres arguments ``radius_m``/``altitude_m`` stay whole numbers of metres): "2.5 km",
   "1,500 ft", "1.5 nautical miles", "2 nmi", "400 feet", "400-foot", "2km". The ``pint`` units
-  library reads the unit; our aliases say what operators mean by "nm", "NM", "nmi", "nautical
-  miles" (pint reads "nm" as nanometres), "mtrs" and "kms". The result is whole metres, rounded
+  library reads the unit, except the schema's four and their aliases ("nm", "NM", "nmi",
+  "nautical miles", "kms"; pint reads "nm" as nanometres), which the tools' own table reads, and
+  "mtrs" and "n mi", which pint does not know. The result is whole metres, rounded
   half up as ``clover.airspace.v2.tools.length_m`` rounds;
 * a time (``start_time``/``end_time``) → 24-hour ``HH:MM``: ``python-dateutil`` reads the clock
   forms ("6pm", "6:30 p.m.", "18:00"); the rules below read what it refuses or misreads: 4-digit
@@ -28,7 +29,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
-from clover.airspace.v2.tools import LENGTHS, drone_key
+from clover.airspace.v2.tools import LENGTHS, UNITS, drone_key, unit_of
 
 
 class Unreadable(ValueError):
@@ -36,10 +37,9 @@ class Unreadable(ValueError):
 
 
 # -- lengths ----------------------------------------------------------------------------------------
-_NAUTICAL = "nautical_mile"
-# the operator's spellings pint does not read as meant (lowercased, single spaces) -> pint's unit
-_UNIT_ALIASES = {a: _NAUTICAL for a in ("nm", "nmi", "n mi", "nautical mile", "nautical miles", "naut mi")}
-_UNIT_ALIASES |= {"mtr": "metre", "mtrs": "metre", "kms": "kilometre"}
+# spellings of a unit outside the schema's four that pint does not read as meant (lowercased,
+# single spaces) -> pint's unit; the schema's units and their aliases are ``tools.unit_of``'s
+_UNIT_ALIASES = {"n mi": "nautical_mile", "naut mi": "nautical_mile", "mtr": "metre", "mtrs": "metre"}
 _LENGTH = re.compile(r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)[ -]?(?P<unit>[a-z][a-z .']*?)\.?")
 
 
@@ -52,7 +52,12 @@ def _registry():
 
 @lru_cache(maxsize=64)
 def _metres_per(unit: str) -> Decimal:
-    """Metres in one ``unit`` (an operator's spelling), by pint; Unreadable if not a length."""
+    """Metres in one ``unit`` (an operator's spelling): the schema's own table for its units and
+    their aliases (``tools.unit_of``: "nm" is nautical miles, where pint reads nanometres), pint
+    for any other; Unreadable if not a length."""
+    u = unit_of(unit)
+    if u is not None:
+        return UNITS[u]
     name = _UNIT_ALIASES.get(unit, unit)
     try:
         q = _registry().Quantity(1, name)
