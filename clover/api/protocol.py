@@ -17,8 +17,7 @@ constrains the answer the same way, on chat and text completions alike.
 
 from __future__ import annotations
 
-import os
-import threading
+import secrets
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -423,23 +422,7 @@ def with_grammar(prep: Prepared, grammar: Grammar | None) -> None:
 # -- responses -----------------------------------------------------------------------------------
 def new_id(prefix: str, sep: str = "-") -> str:
     """``chatcmpl-…`` (chat and completions); the Responses API writes ``resp_…`` (``sep="_"``)."""
-    return f"{prefix}{sep}{_random_hex()}"
-
-
-_RANDOM: list[str] = []  # ids' random parts, not yet used
-_RANDOM_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=_RANDOM.clear)  # a child process draws its own
-
-
-def _random_hex(batch: int = 64) -> str:
-    """24 hex digits of the system's randomness, fetched ``batch`` ids at a time: each system call
-    on the server's event loop lets the engine thread take the GIL, and the loop then waits for it
-    until the engine's Python code lets go (up to the interpreter's switch interval)."""
-    with _RANDOM_LOCK:
-        if not _RANDOM:
-            raw = os.urandom(12 * batch).hex()
-            _RANDOM.extend(raw[i : i + 24] for i in range(0, len(raw), 24))
-        return _RANDOM.pop()
+    return f"{prefix}{sep}{secrets.token_hex(12)}"
 
 
 def usage(outs: RequestOutput | list[RequestOutput], n: int = 1) -> dict:
