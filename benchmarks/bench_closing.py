@@ -1,4 +1,4 @@
-"""Budget-aware closing (``clover.engine.closing``): what it costs per token, and what it buys.
+"""Budget-aware closing (``clover.engine.grammar.closing``): what it costs per token, and what it buys.
 
 python benchmarks/bench_closing.py [--model DIR] [--n 2] [--max-tokens 40 256] [--threads 1] [--json out.json]
 
@@ -21,8 +21,8 @@ import jsonschema
 from clover.bench import print_table, set_threads, write_json
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
-from clover.engine import Engine, SamplingParams, closing
-from clover.engine.grammar import json_grammar
+from clover.engine import Engine, SamplingParams
+from clover.engine.grammar import closing, json_grammar
 
 SCHEMAS = {
     "flat": {

@@ -28,7 +28,7 @@ from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import parse_assistant, render_chat
 from clover.data.task import model_task
 from clover.engine import Engine, SamplingParams
-from clover.engine.grounding import source_texts
+from clover.engine.grammar.grounding import source_texts
 from clover.engine.policies import DEFAULT_POLICY
 
 MODES = ("free", "grammar", "grammar + grounded")

@@ -27,7 +27,7 @@ import regex
 from clover.bench import print_table, write_json
 from clover.commands.common import load_model_and_tokenizer
 from clover.engine.grammar import TokenGrammar, TokenTable, json_grammar
-from clover.engine.grounding import SpanIndex
+from clover.engine.grammar.grounding import SpanIndex
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "x-grounded": True}}, "required": ["name"]}
 PLAIN = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -98,7 +98,7 @@ def per_position(tg: TokenGrammar, states: list) -> float:
     """Seconds per allowed set, computed from scratch at each state."""
     t0 = time.perf_counter()
     for st in states:
-        tg._compute(st)
+        tg.compute(st)
     return (time.perf_counter() - t0) / len(states)
 
 

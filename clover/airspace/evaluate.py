@@ -30,7 +30,7 @@ from clover.airspace.v2.tools import drone_key
 from clover.api.structured import tools_grammar
 from clover.data.chat import is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
-from clover.engine.grounding import SpanIndex, number_written, source_of, source_texts
+from clover.engine.grammar.grounding import SpanIndex, number_written, source_of, source_texts
 
 
 def prompt_of(ex: dict) -> list[dict]:
@@ -357,7 +357,7 @@ def _world_ids(calls: list[dict]) -> list[dict]:
 
 def ungrounded_args(calls: list[dict], tools: list[dict] | None, sources: dict[str, str]) -> tuple[int, int]:
     """(grounded arguments in ``calls``, those whose value is not in their source): a string that
-    is no span of it, a number not written in it (``clover.engine.grounding``'s rules)."""
+    is no span of it, a number not written in it (``clover.engine.grammar.grounding``'s rules)."""
     props = {
         t["function"]["name"]: (t["function"].get("parameters") or {}).get("properties") or {} for t in tools or []
     }

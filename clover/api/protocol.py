@@ -38,7 +38,7 @@ from clover.data.chat import (
 )
 from clover.engine import RequestOutput, SamplingParams, StepEvent, TokenLogprob
 from clover.engine.grammar import Grammar
-from clover.engine.grounding import source_texts
+from clover.engine.grammar.grounding import source_texts
 
 
 @dataclass

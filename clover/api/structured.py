@@ -14,13 +14,13 @@ from functools import lru_cache
 from clover.api.errors import bad_request
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN
 from clover.engine.grammar import Grammar, GrammarError, choice_grammar, json_grammar, regex_grammar, tool_call_grammar
-from clover.engine.json_schema import clean_schema as engine_clean_schema
+from clover.engine.grammar.json_schema import clean_schema as engine_clean_schema
 
 NAME_OPEN = '{"name": "'
 
 
 def clean_schema(s, what: str, param: str):
-    """A client's schema cleaned for the compiler (``clover.engine.json_schema.clean_schema``); a
+    """A client's schema cleaned for the compiler (``clover.engine.grammar.json_schema.clean_schema``); a
     malformed one is a 400 naming the tool or response_format and where in the schema."""
     try:
         return engine_clean_schema(s)

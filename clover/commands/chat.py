@@ -20,7 +20,7 @@ from clover.commands.common import (
     take_model_positional,
 )
 from clover.data.chat import parse_assistant, render_chat
-from clover.engine.grounding import source_texts
+from clover.engine.grammar.grounding import source_texts
 from clover.engine.outputs import Finished, StepEvent, TextDelta
 
 MASK_GLYPH = "·"

@@ -11,7 +11,7 @@ from clover.api.structured import tools_grammar
 from clover.commands.common import add_decoding_args, count, decoding_setup, encode_prompt, offered_tools
 from clover.data.chat import parse_assistant, render_chat
 from clover.engine.grammar import GrammarError, choice_grammar, json_grammar, regex_grammar
-from clover.engine.grounding import source_texts
+from clover.engine.grammar.grounding import source_texts
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

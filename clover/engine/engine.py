@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import torch
 
-from clover.engine import PREFILL_CHUNK, closing
+from clover.engine import PREFILL_CHUNK
 from clover.engine.batch import Batch
-from clover.engine.grammar import TokenGrammar, TokenTable
+from clover.engine.grammar import TokenGrammar, TokenTable, closing
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
 from clover.engine.policies import PassView

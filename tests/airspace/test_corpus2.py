@@ -176,7 +176,7 @@ def test_every_gold_answer_satisfies_its_own_grounding(train):
     from clover.airspace.evaluate import ungrounded_args
     from clover.airspace.v2.corpus import greeting, multi_turn
     from clover.engine.grammar import json_grammar
-    from clover.engine.grounding import source_texts
+    from clover.engine.grammar.grounding import source_texts
 
     rng = random.Random(3)
     extra = [multi_turn(rng, "train") for _ in range(300)] + [greeting(rng, "train") for _ in range(100)]

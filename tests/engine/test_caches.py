@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from clover.data.tokenizer import CloverTokenizer
-from clover.engine import closing
-from clover.engine.grammar import TokenGrammar, TokenTable, tool_call_grammar
-from clover.engine.lru import LRU
+from clover.engine.grammar import TokenGrammar, TokenTable, closing, tool_call_grammar
+from clover.engine.grammar.lru import LRU
 
 ENGINE = Path(__file__).parents[2] / "clover" / "engine"
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
@@ -40,7 +39,7 @@ def test_lru_keeps_the_most_recently_used():
 
 
 def test_no_cache_in_the_engine_is_keyed_by_id():
-    for path in ENGINE.glob("*.py"):
+    for path in ENGINE.rglob("*.py"):
         if path.name != "json_schema.py":  # its id map holds each schema object it names (no reuse)
             assert "id(" not in path.read_text(), path
 
@@ -48,7 +47,8 @@ def test_no_cache_in_the_engine_is_keyed_by_id():
 def test_importing_the_engine_leaves_gc_callbacks_alone():
     code = (
         "import gc; before = list(gc.callbacks)\n"
-        "import clover.engine, clover.engine.grammar, clover.engine.closing, clover.engine.budget as b\n"
+        "import clover.engine, clover.engine.grammar, clover.engine.grammar.closing\n"
+        "import clover.engine.grammar.budget as b\n"
         "assert gc.callbacks == before, gc.callbacks\n"
         "b.work_time(); assert len(gc.callbacks) == len(before) + 1\n"
         "b.work_time(); assert len(gc.callbacks) == len(before) + 1\n"

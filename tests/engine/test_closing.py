@@ -1,4 +1,4 @@
-"""Budget-aware closing (``clover.engine.closing``): the shortest ending of a grammar state, checked
+"""Budget-aware closing (``clover.engine.grammar.closing``): the shortest ending of a grammar state, checked
 against a brute-force search over bytes, and decoding that always ends within ``max_tokens``."""
 
 import gc
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from clover.data.tokenizer import CloverTokenizer
-from clover.engine import Engine, ParamError, SamplingParams, closing
-from clover.engine.budget import work_time
-from clover.engine.grammar import TokenGrammar, TokenTable, json_grammar, regex_grammar, tool_call_grammar
+from clover.engine import Engine, ParamError, SamplingParams
+from clover.engine.grammar import TokenGrammar, TokenTable, closing, json_grammar, regex_grammar, tool_call_grammar
+from clover.engine.grammar.budget import work_time
 from clover.model import CloverForBlockDiffusion, preset
 
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"

@@ -10,7 +10,6 @@ from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import TOOL_CLOSE, TOOL_OPEN, parse_assistant, render
 from clover.data.tokenizer import CloverTokenizer
 from clover.engine import Engine, SamplingParams
-from clover.engine.budget import work_time
 from clover.engine.grammar import (
     GrammarError,
     TokenGrammar,
@@ -20,6 +19,7 @@ from clover.engine.grammar import (
     regex_grammar,
     tool_call_grammar,
 )
+from clover.engine.grammar.budget import work_time
 from clover.model.io import load_model
 
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
@@ -418,7 +418,7 @@ def test_a_grammar_dead_end_ends_the_request(bundled):
 def test_a_slow_regex_cannot_stall_the_engine(bundled, monkeypatch):
     """The allowed-token set under a regular expression is computed within a time budget: past
     it, the tokens found so far (all valid)."""
-    import clover.engine.grammar as grammar
+    import clover.engine.grammar.tokens as grammar
 
     _, tok = bundled
     full = TokenGrammar(regex_grammar(r"[a-z ]+"), TokenTable(tok), tok.eos_token_ids)
@@ -515,7 +515,7 @@ def test_string_lengths_and_integer_bounds_are_enforced(text, ok):
 def test_bounds_never_leave_a_dead_end_and_token_sets_agree(bundled, monkeypatch):
     """A prefix is allowed only while a value within the bounds can still follow it (``"wp": 1``
     may become 12, ``"wp": 2`` can only end), and the token-level sets equal the slow reference."""
-    import clover.engine.grammar as grammar
+    import clover.engine.grammar.tokens as grammar
 
     monkeypatch.setattr(grammar, "ALLOWED_BUDGET_S", 600.0)  # whole sets, however slow the machine is
     g = json_grammar(BOUNDED)
@@ -691,7 +691,7 @@ def test_a_regex_match_cut_short_by_a_busy_machine_is_tried_again():
 
     import regex
 
-    from clover.engine import grammar as gm
+    from clover.engine.grammar import regexes as gm
 
     calls = []
 
@@ -701,7 +701,7 @@ def test_a_regex_match_cut_short_by_a_busy_machine_is_tried_again():
             raise TimeoutError("regex timed out")
         return regex.fullmatch("[a-z]+", text, partial=partial)
 
-    assert gm._match(preempted, "abc", False) is not None and len(calls) == 3
+    assert gm.timed_match(preempted, "abc", False) is not None and len(calls) == 3
 
     def backtracking(text, partial, timeout):
         calls.append(text)
@@ -712,9 +712,9 @@ def test_a_regex_match_cut_short_by_a_busy_machine_is_tried_again():
 
     calls.clear()
     with pytest.raises(TimeoutError):
-        gm._match(backtracking, "abc", False)
+        gm.timed_match(backtracking, "abc", False)
     assert len(calls) == 1
     slow = regex.compile(r"(a|aa)+$")  # exponential backtracking on a long run of a's and a b
     t0 = work_time()  # the budgets' clock: a garbage collection meanwhile does not count
-    assert not gm._utf8_match(b"a" * 60 + b"b", False, lambda text, p: gm._match(slow.fullmatch, text, p))
+    assert not gm.utf8_match(b"a" * 60 + b"b", False, lambda text, p: gm.timed_match(slow.fullmatch, text, p))
     assert work_time() - t0 < 4 * gm.REGEX_TIMEOUT_S  # treated as no match after one budget

@@ -10,8 +10,15 @@ import pytest
 
 from clover.data.tokenizer import CloverTokenizer
 from clover.engine.grammar import GrammarError, TokenGrammar, TokenTable, json_grammar, tool_call_grammar
-from clover.engine.grounding import BARRIERS, MAX_SPAN_BYTES, SpanIndex, number_written, source_texts, written_numbers
-from clover.engine.json_schema import clean_schema
+from clover.engine.grammar.grounding import (
+    BARRIERS,
+    MAX_SPAN_BYTES,
+    SpanIndex,
+    number_written,
+    source_texts,
+    written_numbers,
+)
+from clover.engine.grammar.json_schema import clean_schema
 
 BUNDLED = Path(__file__).parents[2] / "clover" / "assets" / "default"
 

@@ -5,7 +5,7 @@ and ``auto_previous_response_id``.
 
 The server runs a tiny random model: it has no idea what to write, so every answer here is valid
 only because the grammar holds it to the schema and ends it within ``max_tokens``
-(``clover.engine.closing``); the tool conversations are scripted (``ScriptedEngine``) so what the
+(``clover.engine.grammar.closing``); the tool conversations are scripted (``ScriptedEngine``) so what the
 model was shown each turn can be checked."""
 
 import asyncio

@@ -36,7 +36,7 @@ def _huge_request() -> dict:
 
 
 def test_an_oversized_prompt_is_refused_before_any_span_index(tokenizer, tiny_model, monkeypatch):
-    import clover.engine.grammar as grammar
+    import clover.engine.grammar.automaton as grammar
 
     def no_index(*a, **k):
         raise AssertionError("a span index was built for a prompt over the limit")

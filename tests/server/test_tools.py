@@ -480,7 +480,7 @@ def _calls(client, api: str, stream: bool, **kw) -> tuple[str | None, list[dict]
 def test_grounded_arguments_on_a_random_model_are_copied_from_the_user(client, api, stream):
     """A model that knows nothing, under the grammar: every x-grounded argument is a span of the
     user's message (a number one written there), whatever the weights; the others are free."""
-    from clover.engine.grounding import SpanIndex, number_written
+    from clover.engine.grammar.grounding import SpanIndex, number_written
 
     user = FIND_MSG[1]["content"]
     finish, got = _calls(

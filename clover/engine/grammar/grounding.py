@@ -1,5 +1,6 @@
 """Grounded arguments: the values a property marked ``x-grounded`` may take, read from a request's
-own text (``clover.engine.grammar`` enforces them byte by byte; docs/grounding.md).
+own text (the automaton, ``clover.engine.grammar.automaton``, enforces them byte by byte;
+docs/grounding.md).
 
 A **string** is a span of the source: it starts where a word starts and ends where a word ends
 (a word: letters, digits, ``_`` and combining marks; each Han, kana or Thai character is a word of
@@ -18,6 +19,22 @@ written -45.2 or -3, so both signs of every written number are allowed.
 starts whose text begins with what has been copied so far are one contiguous range: a byte
 narrows it by two binary searches, and a grammar state stays a small tuple (cached and hashed
 like any other).
+
+The public interface, for the grammar and for anything else that copies from a request's text:
+
+* ``source_texts(messages)``: the texts a request's values may come from, by source name
+  (``SOURCES``); ``source_of(x)`` the source an ``x-grounded`` value names.
+* ``SpanIndex(text)``: a range ``starts[lo:hi]`` of span starts that share their first ``depth``
+  bytes is the state of a copy under way; ``(0, len(ix))`` at depth 0 is every span.
+  ``narrow(lo, hi, depth, byte)`` the range after one more byte (None: no span goes on so);
+  ``can_end(lo, hi, depth)`` whether a span may end there; ``common_bytes(lo, hi, depth, most)``
+  the bytes every span of the range goes on with before any may end (what a copy is forced to
+  write); ``shortest_rest(lo, hi, depth, until)`` the rest of the shortest span of the range;
+  ``next_chars`` the characters that may come next; ``byte_at(start, depth)`` one byte of a
+  span; ``contains(value)`` the slow, obvious check that a whole value is a span. ``key``
+  tells indexes apart in states and caches.
+* ``written_numbers(text)``: the numbers a grounded number may be, as JSON literals;
+  ``number_written(value, text)`` the check on a parsed value.
 """
 
 from __future__ import annotations
@@ -28,6 +45,8 @@ from bisect import bisect_left, bisect_right
 from fractions import Fraction
 
 import regex
+
+from clover.engine.grammar.budget import work_time
 
 SOURCES = ("user", "conversation")  # x-grounded values (true means "user")
 MAX_SPAN_BYTES = 512  # a copied span is at most this long (its text is sorted on at most this much)
@@ -106,14 +125,14 @@ class SpanIndex:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def _byte(self, s: int, depth: int) -> int:
+    def byte_at(self, s: int, depth: int) -> int:
         """The byte ``depth`` into the text after start ``s``, or -1 past its end (sorts first)."""
         p = s + depth
         return self.data[p] if p < self.limit[s] else -1
 
     def narrow(self, lo: int, hi: int, depth: int, byte: int) -> tuple[int, int] | None:
         """The starts among ``starts[lo:hi]`` (all sharing ``depth`` bytes) whose next byte is ``byte``."""
-        key = lambda s: self._byte(s, depth)
+        key = lambda s: self.byte_at(s, depth)
         a = bisect_left(self.starts, byte, lo, hi, key=key)
         b = bisect_right(self.starts, byte, a, hi, key=key)
         return (a, b) if a < b else None
@@ -121,6 +140,34 @@ class SpanIndex:
     def can_end(self, lo: int, hi: int, depth: int) -> bool:
         """Some start in the range has a span exactly ``depth`` bytes long."""
         return depth > 0 and any(self.ends[s + depth] for s in itertools.islice(self.starts, lo, hi))
+
+    def common_bytes(self, lo: int, hi: int, depth: int, most: int) -> bytes:
+        """The bytes (at most ``most``) that every start in ``starts[lo:hi]`` goes on with after its
+        first ``depth``, up to the first place where one of them may end a span."""
+        out = bytearray()
+        while len(out) < most and not self.can_end(lo, hi, depth):
+            c = self.byte_at(self.starts[lo], depth)
+            if c < 0 or c != self.byte_at(self.starts[hi - 1], depth):  # sorted: first and last agree, all do
+                break
+            out.append(c)
+            depth += 1
+        return bytes(out)
+
+    def shortest_rest(self, lo: int, hi: int, depth: int, until: float) -> bytes | None:
+        """The bytes after the first ``depth`` of the shortest span among ``starts[lo:hi]`` (at
+        least one byte when ``depth`` is 0), or None where none ends. The starts are tried until
+        ``budget.work_time()`` passes ``until`` (a long source has many): past it, the shortest
+        found so far."""
+        best = None
+        for n, s in enumerate(self.starts[lo:hi]):
+            if n % 256 == 255 and work_time() > until:
+                break
+            for e in range(s + max(depth, 1), self.limit[s] + 1):
+                if self.ends[e]:
+                    if best is None or e - s - depth < len(best):
+                        best = self.data[s + depth : e]
+                    break
+        return best
 
     def next_chars(self, lo: int, hi: int, depth: int) -> set[int]:
         """Code points that may come next in the range (for ``\\uXXXX`` escapes)."""

@@ -26,8 +26,9 @@ from bisect import bisect_right
 from collections import deque
 from fractions import Fraction
 
-from clover.engine.budget import work_time
-from clover.engine.json_schema import str_body
+from clover.engine.grammar.budget import work_time
+from clover.engine.grammar.frames import GStr, Key, Obj, State, Val
+from clover.engine.grammar.json_schema import str_body
 
 HORIZON = 64  # tokens: with more than this left beyond the shortest ending, the grammar alone decides
 MAX_PIECES = 4096  # pieces in one ending (a deep schema's required structure), past it: unknown
@@ -74,82 +75,75 @@ def shortest_ending(g, state) -> bytes | None:
 
 def _pieces(g, state) -> list[bytes | None]:
     """Candidate bytes that finish the top frame (or its next step) at least cost, best first."""
-    stack = state[0]
+    stack = state.stack
     if not stack:
         return []
     f, rest = stack[-1], stack[:-1]
-    kind = f[0]
+    kind = f.kind
     if kind == "lit":
-        return [f[1][f[2] :]]
+        return [f.lit[f.i :]]
     if kind == "val":
-        return [smallest_value(g, f[1])]
+        return [smallest_value(g, f.node)]
     if kind == "str":
-        if f[3] != 0:
-            return [_escape_end(f[3])]
-        if f[1] is None:
+        if f.esc != 0:
+            return [_escape_end(f.esc)]
+        if f.options is None:
             return [b'"']
-        return [o[len(f[2]) :] + b'"' for o in sorted(f[1], key=len) if o.startswith(f[2])]
+        return [o[len(f.typed) :] + b'"' for o in sorted(f.options, key=len) if o.startswith(f.typed)]
     if kind == "lstr":
-        if f[4] != 0:
-            return [_escape_end(f[4])]
-        return [b"a" * max(0, f[1] - f[3]) + b'"']
+        if f.esc != 0:
+            return [_escape_end(f.esc)]
+        return [b"a" * max(0, f.lo - f.count) + b'"']
     if kind == "key":
-        return _key_pieces(g, f, rest)
+        return _key_pieces(g, f)
     if kind == "obj":
         return _object_pieces(g, f)
     if kind == "arr":
-        node = g.nodes[f[1]]
-        short = f[3] < node.get("min_items", 0)
-        if f[2] == "after":
+        node = g.nodes[f.node]
+        short = f.count < node.get("min_items", 0)
+        if f.phase == "after":
             return [b"," if short else b"]"]
-        if f[2] == "open" and not short:
+        if f.phase == "open" and not short:
             return [b"]"]
         return [smallest_value(g, node["items"])]
+    alone = State((f,), 0)  # the top frame by itself
     if kind in ("num", "inum", "fnum", "lits"):
         ends = []
-        if g.complete(((f,), 0)):  # it may end: what follows finishes the frame below
-            ends = _pieces(g, (rest, 0))
+        if g.complete(alone):  # it may end: what follows finishes the frame below
+            ends = _pieces(g, State(rest, 0))
         if kind == "lits":
-            return ends + [o[len(f[2]) :] for o in sorted(f[1], key=len) if o.startswith(f[2]) and o != f[2]]
-        return ends + [_search(g, ((f,), 0), b"0123456789.-+eE")]
+            return ends + [
+                o[len(f.typed) :] for o in sorted(f.options, key=len) if o.startswith(f.typed) and o != f.typed
+            ]
+        return ends + [_search(g, alone, b"0123456789.-+eE")]
     if kind == "pstr":
-        return [_search(g, ((f,), 0), _string_alphabet(g.nodes[f[1]]))]
+        return [_search(g, alone, _string_alphabet(g.nodes[f.node]))]
     if kind == "re":
-        return [_search(g, ((f,), 0), g.regexes[f[1]].pattern.encode() + _DEFAULT_ALPHABET)]
+        return [_search(g, alone, g.regexes[f.index].pattern.encode() + _DEFAULT_ALPHABET)]
     if kind == "alt":
-        table = g.tables[f[1]]
+        table = g.tables[f.table]
         options = []
         for lit, _ in table:
-            if lit.startswith(f[2]):
-                after = g.advance(state, lit[len(f[2]) :])
+            if lit.startswith(f.typed):
+                after = g.advance(state, lit[len(f.typed) :])
                 tail = None if after is None else shortest_ending(g, after)
                 if tail is not None:
-                    options.append((len(lit) + len(tail), lit[len(f[2]) :]))
+                    options.append((len(lit) + len(tail), lit[len(f.typed) :]))
         return [p for _, p in sorted(options)]
     if kind == "gstr":
         return _grounded_ending(g, f)
     if kind == "free":  # a trigger begun: any byte that breaks it
-        return [bytes([b]) for b in b" x\n" if b != f[1][f[2]] and b != f[1][0]][:1]
+        return [bytes([b]) for b in b" x\n" if b != f.trigger[f.matched] and b != f.trigger[0]][:1]
     return []  # a frame kind this module does not know: no ending claimed
 
 
-def _grounded_ending(g, f: tuple) -> list[bytes]:
+def _grounded_ending(g, f: GStr) -> list[bytes]:
     """A grounded string's shortest way to end: the rest of the shortest span still possible
     (escaped as the grammar writes it), then the closing quote. Within ``SEARCH_BUDGET_S`` (a
     long source has many spans): past it, the shortest found so far (a valid ending)."""
-    _, _, key, lo, hi, depth, esc, _, _ = f
-    if esc:
+    if f.esc:
         return []  # inside an escape: no ending claimed
-    ix, best = g.by_key[key], None
-    deadline = work_time() + SEARCH_BUDGET_S
-    for n, s in enumerate(ix.starts[lo:hi]):
-        if n % 256 == 255 and work_time() > deadline:
-            break
-        for e in range(s + max(depth, 1), ix.limit[s] + 1):
-            if ix.ends[e]:
-                if best is None or e - s - depth < len(best):
-                    best = ix.data[s + depth : e]
-                break
+    best = g.by_key[f.key].shortest_rest(f.lo, f.hi, f.depth, work_time() + SEARCH_BUDGET_S)
     if best is None:
         return []
     body = b"".join(b"\\\\" if c == 0x5C else b"\\u%04x" % c if c < 0x20 else bytes([c]) for c in best)
@@ -163,11 +157,11 @@ def _escape_end(esc: int) -> bytes:
     return b"n" if esc == 1 else b"0" * (6 - esc)
 
 
-def _key_pieces(g, f, rest) -> list[bytes]:
+def _key_pieces(g, f: Key) -> list[bytes]:
     """An object key begun: finish it as the key whose value and remaining required keys cost least."""
-    node, seen, typed = g.nodes[f[1]], f[2], f[3]
-    if f[4] != 0:
-        return [_escape_end(f[4])]
+    node, seen, typed = g.nodes[f.node], f.seen, f.typed
+    if f.esc != 0:
+        return [_escape_end(f.esc)]
     options = []
     for k in node.get("props", {}):
         body = str_body(k)
@@ -191,9 +185,9 @@ def _required_cost(g, node, seen) -> int:
     return total
 
 
-def _object_pieces(g, f) -> list[bytes]:
-    _, nid, seen, phase, _key = f
-    node = g.nodes[nid]
+def _object_pieces(g, f: Obj) -> list[bytes]:
+    seen, phase = f.seen, f.phase
+    node = g.nodes[f.node]
     missing = [k for k in node.get("required", ()) if k not in seen]
     if phase == "colon":
         return [b":"]
@@ -233,7 +227,7 @@ def smallest_value(g, nid: int) -> bytes | None:
         if "str_enum" in node:
             cands += [b'"' + o + b'"' for o in node["str_enum"]]
         elif {"pattern", "format"} & node.keys():
-            found = _search(g, (((("val", nid),)), 0), _string_alphabet(node))
+            found = _search(g, State((Val(nid),), 0), _string_alphabet(node))
             cands += [found] if found is not None else []
         else:
             cands.append(b'"' + b"a" * node.get("min_len", 0) + b'"')
@@ -245,7 +239,7 @@ def smallest_value(g, nid: int) -> bytes | None:
         parts = [(k, smallest_value(g, node["props"][k])) for k in sorted(node.get("required", ()))]
         if all(v is not None for _, v in parts):
             cands.append(b"{" + b",".join(b'"' + str_body(k) + b'":' + v for k, v in parts) + b"}")
-    start = ((("val", nid),), 0)
+    start = State((Val(nid),), 0)
     best = None
     for c in sorted(cands, key=len):
         st = g.advance(start, c)
