@@ -209,22 +209,24 @@ class Grammar:
         return all(f.kind == "more" or (f.kind == "free" and f.matched == 0) for f in stack)
 
     def _advance(self, state, data: bytes):
-        for b in data:
-            state = self._step(state, b)
-            if state is None:
-                return None
-        return state
-
-    def _step(self, state, b: int):
         stack, ws = state
+        for b in data:
+            nxt = self._step(stack, ws, b)
+            if nxt is None:
+                return None
+            stack, ws = nxt
+        return State(stack, ws)
+
+    def _step(self, stack: tuple, ws: int, b: int) -> tuple[tuple, int] | None:
+        """The stack and whitespace run after byte ``b`` (a ``State`` is made once per ``advance``)."""
         if not stack:
             return None
         top, rest = stack[-1], stack[:-1]
         if b in WS and top.kind in ("val", "obj", "arr"):  # between JSON tokens (not before a top-level value)
             nested = top.kind != "val" or any(f.kind in ("obj", "arr") for f in rest)
-            return State(stack, ws + 1) if nested and ws < self.max_ws and b in self.ws else None
+            return (stack, ws + 1) if nested and ws < self.max_ws and b in self.ws else None
         out = self._frame(top, rest, b)
-        return None if out is None else State(out, 0)
+        return None if out is None else (out, 0)
 
     def _frame(self, f, rest, b):
         kind = f.kind
@@ -295,12 +297,19 @@ class Grammar:
         """The frame's text fully matches its pattern, or (``partial``) may still grow into a match."""
         return full_match(self.regexes[f.index], f.typed, partial)
 
+    def _stack_after(self, stack: tuple, b: int) -> tuple | None:
+        """The stack after byte ``b`` with no whitespace run before it (a run ``b`` begins is not counted)."""
+        nxt = self._step(stack, 0, b)
+        if nxt is None:
+            return None
+        out, _ = nxt
+        return out
+
     def _after_value(self, rest, b):
         """A value ended just before byte ``b``: feed it to the frame below."""
         if not rest:
             return None
-        st = self._step(State(rest, 0), b)
-        return None if st is None else st.stack
+        return self._stack_after(rest, b)
 
     def _value(self, nid: int, rest, b):
         node = self.nodes[nid]
@@ -510,6 +519,5 @@ class Grammar:
             return (*rest, Arr(nid, "next", count))
         if phase in ("open", "next") and (mx is None or count < mx):
             child = Val(node["items"])
-            st = self._step(State((*rest, Arr(nid, "after", count + 1), child), 0), b)
-            return None if st is None else st.stack
+            return self._stack_after((*rest, Arr(nid, "after", count + 1), child), b)
         return None

@@ -1,212 +1,50 @@
 """The grammar automaton's states and frames, as named types.
 
 A state is ``State(stack, ws)``: ``stack`` a tuple of frames, the top last, and ``ws`` the run of
-whitespace just read. Each frame is one of the types below, a ``NamedTuple`` whose last field,
-``kind``, names its type and is never passed: two frames of different kinds with the same fields
-(an ``inum`` and an ``fnum``) stay unequal. Being tuples, states hash and compare as tuples do,
-so they key the grammar's caches.
-
-A frame's fields are read by name only: indexing a frame or a state by position raises
-``TypeError`` (``_by_name``), so no code reads a field by its place in the tuple.
+whitespace just read. Each frame is a named tuple whose last field, ``kind``, names its type and
+is filled in by the type (never passed), so two frames of different kinds with the same fields
+(an ``INum`` and an ``FNum``) stay unequal. Being tuples, states hash and compare as tuples do
+and key the grammar's caches. Fields are read by name only: indexing a frame or a state raises
+``TypeError``, so no code reads a field by its place in the tuple.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-from typing import NamedTuple
-
-__all__ = [
-    "FRAMES",
-    "Alt",
-    "Arr",
-    "FNum",
-    "Free",
-    "GStr",
-    "INum",
-    "Key",
-    "LStr",
-    "Lit",
-    "Lits",
-    "More",
-    "Num",
-    "Obj",
-    "PStr",
-    "Re",
-    "State",
-    "Str",
-    "Val",
-]
-
-Bounds = tuple[Fraction | None, bool, Fraction | None, bool]  # (lo, lo exclusive, hi, hi exclusive)
-
-
-class State(NamedTuple):
-    stack: tuple  # the frames, the top last
-    ws: int  # whitespace bytes just read
-
-
-class Lit(NamedTuple):
-    """The next bytes must be ``lit[i:]``."""
-
-    lit: bytes
-    i: int
-    kind: str = "lit"
-
-
-class Val(NamedTuple):
-    """A value of schema node ``node`` is next."""
-
-    node: int
-    kind: str = "val"
-
-
-class Str(NamedTuple):
-    """Inside a string; ``options``: the bodies it may have (None: any), ``typed`` what came so far
-    (kept only where options are), ``esc`` the escape state (``scalars.string_step``)."""
-
-    options: tuple[bytes, ...] | None
-    typed: bytes
-    esc: int
-    kind: str = "str"
-
-
-class Key(NamedTuple):
-    """Inside a key of the object of node ``node``, which has ``seen`` keys already."""
-
-    node: int
-    seen: frozenset
-    typed: bytes
-    esc: int
-    kind: str = "key"
-
-
-class Num(NamedTuple):
-    """Inside an unbounded number: ``phase`` sign | zero | int | dot | frac | e | esign | exp."""
-
-    integer: bool
-    phase: str
-    digits: int
-    kind: str = "num"
-
-
-class Lits(NamedTuple):
-    """One of the literal values ``options`` (a non-string enum, a grounded number), ``typed`` so far."""
-
-    options: tuple[bytes, ...]
-    typed: bytes
-    kind: str = "lits"
-
-
-class Obj(NamedTuple):
-    """An object of node ``node``: ``phase`` open | key | colon | after | next; ``key`` the one being written."""
-
-    node: int
-    seen: frozenset
-    phase: str
-    key: str | None
-    kind: str = "obj"
-
-
-class Arr(NamedTuple):
-    """An array of node ``node`` with ``count`` items so far: ``phase`` open | after | next."""
-
-    node: int
-    phase: str
-    count: int
-    kind: str = "arr"
-
-
-class Alt(NamedTuple):
-    """One of the literals of table ``table`` (``Grammar.tables``), then its continuation."""
-
-    table: int
-    typed: bytes
-    kind: str = "alt"
-
-
-class More(NamedTuple):
-    """Optional: ``sep`` then another ``Alt`` of table ``table`` (parallel tool calls)."""
-
-    table: int
-    sep: bytes
-    kind: str = "more"
-
-
-class Free(NamedTuple):
-    """Any text; once it spells ``trigger`` (``matched`` bytes of it so far), ``head`` then a call."""
-
-    trigger: bytes
-    matched: int
-    head: bytes
-    kind: str = "free"
-
-
-class Re(NamedTuple):
-    """Text that is still the beginning of a full match of regular expression ``index``."""
-
-    index: int
-    typed: bytes
-    kind: str = "re"
-
-
-class PStr(NamedTuple):
-    """Inside a string of node ``node``, which has a pattern or format (and maybe length bounds)."""
-
-    node: int
-    typed: bytes
-    esc: int
-    kind: str = "pstr"
-
-
-class LStr(NamedTuple):
-    """Inside a string with length bounds only: ``count`` characters so far (an escape is one)."""
-
-    lo: int
-    hi: int | None
-    count: int
-    esc: int
-    kind: str = "lstr"
-
-
-class FNum(NamedTuple):
-    """Inside a number within ``bounds`` (written without an exponent), ``typed`` so far."""
-
-    bounds: Bounds
-    typed: bytes
-    kind: str = "fnum"
-
-
-class INum(NamedTuple):
-    """The same for an integer (no point either; its bounds whole and inclusive)."""
-
-    bounds: Bounds
-    typed: bytes
-    kind: str = "inum"
-
-
-class GStr(NamedTuple):
-    """Inside a grounded string of node ``node``: the source's span starts ``[lo, hi)`` of the
-    span index ``key`` (``grounding.SpanIndex``) all begin with the ``depth`` bytes decoded so
-    far; ``esc`` 0 plain, 1 after a backslash, 2-5 inside ``\\uXXXX`` (``hexbuf`` its digits);
-    ``typed`` the raw text, kept where a pattern or length bound must be checked too."""
-
-    node: int
-    key: int
-    lo: int
-    hi: int
-    depth: int
-    esc: int
-    hexbuf: str
-    typed: bytes
-    kind: str = "gstr"
-
-
-FRAMES = (Lit, Val, Str, Key, Num, Lits, Obj, Arr, Alt, More, Free, Re, PStr, LStr, FNum, INum, GStr)
+from collections import namedtuple
 
 
 def _by_name(self, index):
     raise TypeError(f"a {type(self).__name__} is read by field name, not by index ({index!r})")
 
 
-for _cls in (State, *FRAMES):
-    _cls.__getitem__ = _by_name
+def _frame(name: str, kind: str, fields: str):
+    cls = namedtuple(name, f"{fields} kind", defaults=(kind,))
+    cls.__getitem__ = _by_name
+    return cls
+
+
+State = namedtuple("State", "stack ws")
+State.__getitem__ = _by_name
+# node: a schema node's index (``Grammar.nodes``); typed: the bytes of the frame read so far;
+# esc: a string's escape state (``scalars.string_step``)
+Lit = _frame("Lit", "lit", "lit i")  # the next bytes must be lit[i:]
+Val = _frame("Val", "val", "node")  # a value of the node is next
+Str = _frame("Str", "str", "options typed esc")  # inside a string; options: its allowed bodies (None: any)
+Key = _frame("Key", "key", "node seen typed esc")  # inside a key of the node's object, ``seen`` keys written
+Num = _frame("Num", "num", "integer phase digits")  # inside a number; phase: sign zero int dot frac e esign exp
+Lits = _frame("Lits", "lits", "options typed")  # one of these literal values (a non-string enum)
+Obj = _frame("Obj", "obj", "node seen phase key")  # phase: open | key | colon | after | next
+Arr = _frame("Arr", "arr", "node phase count")  # phase: open | after | next
+Alt = _frame("Alt", "alt", "table typed")  # one of the table's literals, then its continuation
+More = _frame("More", "more", "table sep")  # optional: sep then another Alt (parallel tool calls)
+Free = _frame("Free", "free", "trigger matched head")  # any text; once it spells trigger, head then a call
+Re = _frame("Re", "re", "index typed")  # text that is still the beginning of a full match
+PStr = _frame("PStr", "pstr", "node typed esc")  # a string with a pattern or format (maybe length bounds)
+LStr = _frame("LStr", "lstr", "lo hi count esc")  # a string with length bounds only; count: characters
+FNum = _frame("FNum", "fnum", "bounds typed")  # a number within bounds (lo, lo excl., hi, hi excl.)
+INum = _frame("INum", "inum", "bounds typed")  # the same for an integer (no point either)
+# inside a grounded string: the span starts [lo, hi) of span index ``key`` (``grounding.SpanIndex``)
+# all begin with the depth bytes decoded so far; esc 0 plain, 1 after a backslash, 2-5 inside
+# \uXXXX (hexbuf its digits); typed: the raw text, kept where a pattern or length bound is checked
+GStr = _frame("GStr", "gstr", "node key lo hi depth esc hexbuf typed")
+FRAMES = (Lit, Val, Str, Key, Num, Lits, Obj, Arr, Alt, More, Free, Re, PStr, LStr, FNum, INum, GStr)

@@ -132,7 +132,8 @@ class SpanIndex:
 
     def narrow(self, lo: int, hi: int, depth: int, byte: int) -> tuple[int, int] | None:
         """The starts among ``starts[lo:hi]`` (all sharing ``depth`` bytes) whose next byte is ``byte``."""
-        key = lambda s: self.byte_at(s, depth)
+        data, limit = self.data, self.limit
+        key = lambda s: data[s + depth] if s + depth < limit[s] else -1  # byte_at, inlined: the hot path
         a = bisect_left(self.starts, byte, lo, hi, key=key)
         b = bisect_right(self.starts, byte, a, hi, key=key)
         return (a, b) if a < b else None
