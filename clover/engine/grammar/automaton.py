@@ -179,7 +179,7 @@ class Grammar:
         f = stack[-1]
         common = self.by_key[f.key].common_bytes(f.lo, f.hi, f.depth, most)
         for n, c in enumerate(common):
-            if c < 0x20 or c in b'"\\':  # an escape: its spelling is the model's choice
+            if c < 0x20 or c in b'"\\':  # a byte written as an escape is never forced
                 return common[:n]
         return common
 
