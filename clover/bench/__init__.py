@@ -3,7 +3,7 @@
 ``sglang``, and ``passes``, the timing of one pass), and what the benchmarks share: the registry
 ``clover bench`` reads and the helpers that print a table and write the figures as a result file
 (``clover.bench.results``: the command, the commit, the machine, the date, the figures and every
-table printed), also used by the scripts in ``benchmarks/``.
+table printed, kept by the command's ``Recorder``), also used by the scripts in ``benchmarks/``.
 
 A benchmark's flags, the calls into its module here and its table are a command module
 (``clover.commands.bench.MODULES`` lists them), which adds its entries to ``BENCHMARKS`` when
@@ -11,6 +11,9 @@ imported, e.g.::
 
     from clover.bench import BENCHMARKS
     BENCHMARKS["decode"] = ("help text", add_args, run)   # add_args(parser); run(args) -> exit code
+
+``run`` prints its tables with ``print_table(args.recorder, …)`` and writes its figures with
+``write_json(args.recorder, args.json, figures)``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
-from clover.bench.results import record_table, write_result
+from clover.bench.results import Recorder, table
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -54,9 +57,12 @@ def table_console():
     return Console(width=UNBOUNDED_WIDTH)
 
 
-def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
-    """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
-    rec = record_table(title, columns, rows, notes)
+def print_table(
+    recorder: Recorder | None, title: str, columns: list[str], rows: list[list], notes: list[str] = ()
+) -> None:
+    """Print a table and record it in ``recorder`` (cells as printed; None: printed only) for the
+    result file ``write_json`` writes."""
+    rec = recorder.record(title, columns, rows, notes) if recorder is not None else table(title, columns, rows, notes)
     t = Table(title=title)
     for i, c in enumerate(rec["columns"]):
         t.add_column(escape(c), justify="left" if i == 0 else "right")
@@ -68,8 +74,8 @@ def print_table(title: str, columns: list[str], rows: list[list], notes: list[st
         console.print(f"[dim]{n}[/]")
 
 
-def write_json(path: str | None, figures) -> None:
+def write_json(recorder: Recorder, path: str | None, figures) -> None:
     """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
-    command line, the commit, the machine, the date and the tables printed so far."""
+    command line, the commit, the machine, the date and the tables ``recorder`` holds."""
     if path:
-        write_result(path, figures)
+        recorder.write(path, figures)

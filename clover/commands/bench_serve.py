@@ -33,6 +33,7 @@ from clover.commands.common import (
     device_setup,
     int_at_least,
     positive_int,
+    recorder,
 )
 from clover.commands.threads import apply_threads
 from clover.engine import PREFILL_CHUNK
@@ -61,6 +62,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch
 
+    rec = recorder(args)
     device_setup(args, "clover bench decisions")
     set_threads(args.threads)
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
@@ -85,6 +87,7 @@ def run_decisions(args: argparse.Namespace) -> int:
         [m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]] for m, r in res.items()
     ]
     print_table(
+        rec,
         f"clover bench decisions ({n} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
         f"{args.threshold}, {args.threads} thread(s))",
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
@@ -97,7 +100,7 @@ def run_decisions(args: argparse.Namespace) -> int:
             f"{figures['speedup_vs_independent']:.2f}x faster per group",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 
@@ -216,6 +219,7 @@ async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: li
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     levels = [int(x) for x in args.concurrency.split(",") if x]
     device_setup(args, "clover bench serve")  # before a server starts
     if args.long_prompt:
@@ -238,6 +242,7 @@ def run_serve(args: argparse.Namespace) -> int:
         for r in results
     ]
     print_table(
+        rec,
         f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
         f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, "
         f"{args.threads or 'default'} server thread(s))",
@@ -257,13 +262,14 @@ def run_serve(args: argparse.Namespace) -> int:
     for r in results:
         for k in ("requests_per_s", "tokens_per_s", "p50_latency_s", "p95_latency_s", "errors"):
             figures[f"c{r['clients']}_{k}"] = r[k]
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 1 if figures["errors"] else 0
 
 
 def run_long_prompt(args: argparse.Namespace) -> int:
     from clover.bench.serve_gaps import measure, model_for  # deferred: loads torch, not for clover --help
 
+    rec = recorder(args)
     set_threads(args.threads)
     if not args.prefill_chunk:
         raise SystemExit("clover bench serve: --long-prompt compares whole prompts with chunks: --prefill-chunk > 0")
@@ -300,6 +306,7 @@ def run_long_prompt(args: argparse.Namespace) -> int:
         for r in runs
     ]
     print_table(
+        rec,
         f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
         f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
         f"{args.threads} thread(s), {args.clock} clock)",
@@ -320,7 +327,7 @@ def run_long_prompt(args: argparse.Namespace) -> int:
             "until its first text",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 
