@@ -31,8 +31,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from clover.api.errors import bad_request, too_large
-from clover.api.protocol import as_api_error
+from clover.api.errors import as_api_error, bad_request, too_large
 from clover.api.settings import BLOCK_SETTINGS, block_size_problem, decoding_values
 from clover.data.chat import render
 from clover.data.decision_chat import (

@@ -19,15 +19,8 @@ import time
 from pydantic import Field, ValidationError
 
 from clover.api.errors import APIError, bad_request, from_validation
-from clover.api.protocol import (
-    AssistantStream,
-    Prepared,
-    assistant_message,
-    chat_logprobs,
-    clover_stats,
-    new_id,
-    usage,
-)
+from clover.api.prepare import Prepared
+from clover.api.replies import AssistantStream, assistant_message, chat_logprobs, clover_stats, new_id, usage
 from clover.api.schemas import ChatRequest, Decoding
 from clover.api.settings import decoding_values
 from clover.data.chat import TOOL_OPEN

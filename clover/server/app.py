@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clover.api.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.api.loading import PREFIX_CACHE_MB, load_engine
-from clover.api.protocol import model_limits
+from clover.api.prepare import model_limits
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S, ResponseStore
 from clover.engine import PREFILL_CHUNK, Engine
 from clover.server.agent import router as agent_router

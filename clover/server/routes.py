@@ -13,17 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 import clover
 from clover.api import joint_decisions as dec
-from clover.api.errors import APIError, bad_request
-from clover.api.protocol import (
-    Prepared,
-    as_api_error,
-    chat_response,
-    choice_params,
-    completion_response,
-    prepare_chat,
-    prepare_completions,
-    tokenize_request,
-)
+from clover.api.errors import APIError, as_api_error, bad_request
+from clover.api.prepare import Prepared, choice_params, prepare_chat, prepare_completions, tokenize_request
+from clover.api.replies import chat_response, completion_response
 from clover.api.responses import (
     EventStream,
     ResponsesRequest,
