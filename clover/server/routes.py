@@ -16,15 +16,8 @@ from clover.api import joint_decisions as dec
 from clover.api.errors import APIError, as_api_error, bad_request
 from clover.api.prepare import Prepared, choice_params, prepare_chat, prepare_completions, tokenize_request
 from clover.api.replies import chat_response, completion_response
-from clover.api.responses import (
-    EventStream,
-    ResponsesRequest,
-    input_items,
-    output_items,
-    response_body,
-    responses_error,
-    to_chat,
-)
+from clover.api.responses import ResponsesRequest, input_items, responses_error, to_chat
+from clover.api.responses_reply import EventStream, output_items, response_body
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
 from clover.data.chat import CLOVER_TEMPLATE
