@@ -96,15 +96,9 @@ def chat_response(rid: str, model: str, prep: Prepared, outs: list[RequestOutput
                 "logprobs": chat_logprobs(out.logprobs, tokenizer),
             }
         )
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": usage(outs, len(outs)),
-        "clover": clover_stats(outs[0], prep.block_size),
-    }
+    return _response(
+        "chat.completion", rid, model, choices, usage(outs, len(outs)), clover_stats(outs[0], prep.block_size)
+    )
 
 
 def completion_response(
@@ -129,14 +123,19 @@ def completion_response(
                 "logprobs": gen if lp is None else lp,
             }
         )
+    return _response("text_completion", rid, model, choices, usage(outs, n), clover_stats(outs[0], preps[0].block_size))
+
+
+def _response(kind: str, rid: str, model: str, choices: list[dict], used: dict, stats: dict) -> dict:
+    """A whole (not streamed) chat or text completion: its choices, its usage and Clover's stats."""
     return {
         "id": rid,
-        "object": "text_completion",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": usage(outs, n),
-        "clover": clover_stats(outs[0], preps[0].block_size),
+        "usage": used,
+        "clover": stats,
     }
 
 
