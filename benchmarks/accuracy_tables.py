@@ -189,7 +189,7 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     ap.add_argument("--split", default="test", choices=["train", "validation", "test"])

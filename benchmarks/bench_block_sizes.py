@@ -56,7 +56,7 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
 def main() -> None:
     from clover.bench.results import Recorder
 
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--steps", type=int, default=3, help="timed steps per size (after one warm-up step)")

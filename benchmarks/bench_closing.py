@@ -163,7 +163,7 @@ def table(rows: list[dict]) -> tuple[list[str], list[list]]:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="checkpoint (default: the bundled model)")
     ap.add_argument("--n", type=int, default=2, help=f"prompts per schema (at most {len(PROMPTS) - 1})")

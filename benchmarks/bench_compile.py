@@ -37,7 +37,7 @@ def stock_pass_ms(model, threads: int) -> float:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument("--preset", help="a preset with random weights instead of a checkpoint")

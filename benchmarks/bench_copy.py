@@ -46,7 +46,7 @@ def copy_batch(step: int, n: int = 24, batch: int = 16, vocab: int = 60) -> dict
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)

@@ -54,7 +54,7 @@ def column(policy: str) -> str:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20, help="chats (bundled) and random prompts (tiny) per policy")
     ap.add_argument("--threads", type=int, default=1)

@@ -62,7 +62,7 @@ def _tables(rec: Recorder, figures: dict, args) -> None:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--threads", type=int, default=1, help="the server's torch threads")

@@ -48,7 +48,7 @@ RANDOM = (
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=6, help="blocks per run")
     p.add_argument("--history", type=int, default=100, help="blocks of history committed in one pass (0: skip)")

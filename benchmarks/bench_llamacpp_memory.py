@@ -72,7 +72,7 @@ def measure(lib_path: str, gguf: str) -> dict:
 def main() -> None:
     from clover.bench.results import Recorder
 
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--type", default="f32", help="the GGUF type to export the bundled model in")
     p.add_argument("--lib", help="libclover.so to measure (default: the one `make llama-cpp` built)")

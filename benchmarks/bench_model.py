@@ -129,7 +129,7 @@ def attention_step_figures(histories=(512, 4096, 16384), block=32, reps=20):
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser()
     p.add_argument("--json")
     p.add_argument("--threads", type=int, default=1)

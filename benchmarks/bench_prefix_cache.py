@@ -38,7 +38,7 @@ def conversations(n: int) -> list[list[str]]:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--conversations", type=int, default=8)

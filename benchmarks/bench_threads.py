@@ -101,7 +101,7 @@ def by_setting(results: list[dict]) -> tuple[list[str], list[list[str]]]:
 def main() -> None:
     from clover.bench.results import Recorder
 
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bundled,medium")
     p.add_argument("--threads", default=f"1,2,{os.cpu_count()}", help="thread counts (repeats dropped)")

@@ -72,7 +72,7 @@ def run(name: str, batch: int, masking: MaskingConfig, groups: int, steps: int, 
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=6, help="timed steps per way")
     p.add_argument("--threads", type=int, default=1)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 def main(argv: list[str] | None = None) -> int:
     from clover.bench.results import Recorder, markdown_table
 
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", action="append", required=True, help="NAME=PATH (PATH empty: the bundled model)")
     p.add_argument("--n", type=int, default=200, help="validation chats")

@@ -68,7 +68,7 @@ def score(llm, split: str, n: int) -> dict:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     from clover.api.llm import LLM  # deferred: torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

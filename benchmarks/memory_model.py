@@ -22,7 +22,7 @@ PARTS = ("params", "grads", "optimizer", "gathered", "activations", "logits", "p
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="qwen3.6-35b-a3b")
     ap.add_argument("--tokens", type=int, default=4096, help="clean tokens per rank per step (as many noisy)")

@@ -160,7 +160,7 @@ def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--rules",

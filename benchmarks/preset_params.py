@@ -25,7 +25,7 @@ def feed_forward(c) -> str:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH", help="write the result file here")
     a = ap.parse_args()

@@ -97,7 +97,7 @@ def kind_of(op: str) -> str:
 
 
 def main() -> int:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     add_decoding_flags(p, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))  # --policy, --threshold

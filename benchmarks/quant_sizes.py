@@ -32,7 +32,7 @@ def fit(g: dict, layers: int) -> str:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="qwen3.6-35b-a3b")
     ap.add_argument("--context", type=int, default=8192, help="tokens of one sequence's decoding cache")

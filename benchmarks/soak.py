@@ -272,7 +272,7 @@ def report(rec: Recorder, a, tally: Tally, wall: float, before: float, after: fl
 
 
 def main(argv: list[str] | None = None) -> dict:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--minutes", type=float, default=10.0)

@@ -63,7 +63,7 @@ def cases(xml: Path) -> list[dict]:
 
 
 def main() -> int:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the parallel phase")
     ap.add_argument("--slowest", type=int, default=25, help="how many of the slowest tests to list")

@@ -87,7 +87,7 @@ def measure(golds: dict[str, list[str]]) -> dict:
 
 
 def main() -> None:
-    rec = Recorder()  # the command line, its start and the tables printed: the result file
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace2)")
     ap.add_argument("--multiturn", type=int, default=100, help="conversations drawn")

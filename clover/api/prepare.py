@@ -3,8 +3,8 @@ model's limits, its chat template rendered, its prompt tokenised, its sampling p
 grammar chosen (``Prepared``). Phrasing the engine's answer back in OpenAI's shapes is
 ``clover.api.replies``.
 
-The chat template and tool-call parsing are ``clover.data.chat`` (the one place for both);
-this module only decides what to render and what the output must follow.
+The chat template is ``clover.data.chat``; this module only decides what to render and what the
+output must follow.
 
 ``tool_choice``: ``none`` renders no tools and parses none; ``auto`` renders them and parses
 whatever calls come out; a named function prefills ``<tool_call>{"name": "NAME`` (cut before the
@@ -78,9 +78,7 @@ def chat_prompt(req: ChatRequest, tokenizer, limits: Limits) -> tuple[str, str, 
     """→ (prompt text incl. prefill, prefill, the tool names on offer or None when no tools are
     rendered (no calls parsed), the grammar the output must follow or None). The grammar's
     x-grounded values are not drawn yet: ``grounded`` does that once the prompt's length is checked."""
-    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    if tools and len(tools) > limits.max_tools:
-        raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
+    tools = _offered_tools(req, limits)
     grammar, asked = request_grammar(req)
     choice = req.tool_choice or "auto"
     prefill = ""
@@ -210,10 +208,17 @@ def tokenize_request(req: TokenizeRequest, tokenizer, limits: Limits, model_name
         chat = ChatRequest.model_validate({**body, "add_generation_prompt": req.add_generation_prompt and not cont})
     except ValidationError as e:
         raise from_validation(e.errors(include_url=False)) from None
-    tools = [t.model_dump(exclude_none=True) for t in chat.tools] if chat.tools else None
+    return tokenizer.encode(
+        _render_chat(chat, _offered_tools(chat, limits), "", getattr(tokenizer, "chat_template", None))
+    )
+
+
+def _offered_tools(req: ChatRequest, limits: Limits) -> list[dict] | None:
+    """The request's tools as dicts (None: no tools), at most ``limits.max_tools`` of them."""
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and len(tools) > limits.max_tools:
         raise bad_request(f"too many tools: {len(tools)} given, at most {limits.max_tools}", "tools", "too_many_tools")
-    return tokenizer.encode(_render_chat(chat, tools, "", getattr(tokenizer, "chat_template", None)))
+    return tools
 
 
 def chat_stop_ids(tokenizer) -> list[int] | None:
