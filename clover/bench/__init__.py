@@ -12,8 +12,9 @@ imported, e.g.::
     from clover.bench import BENCHMARKS
     BENCHMARKS["decode"] = ("help text", add_args, run)   # add_args(parser); run(args) -> exit code
 
-``run`` prints its tables with ``print_table(args.recorder, …)`` and writes its figures with
-``write_json(args.recorder, args.json, figures)``.
+``run`` prints its tables with ``print_table(rec, …)`` and writes its figures with
+``write_json(rec, args.json, figures)``, ``rec`` being the command's ``Recorder``
+(``clover.commands.common.recorder(args)``).
 """
 
 from __future__ import annotations
@@ -62,15 +63,15 @@ def print_table(
 ) -> None:
     """Print a table and record it in ``recorder`` (cells as printed; None: printed only) for the
     result file ``write_json`` writes."""
-    rec = recorder.record(title, columns, rows, notes) if recorder is not None else table(title, columns, rows, notes)
+    cells = recorder.record(title, columns, rows, notes) if recorder is not None else table(title, columns, rows, notes)
     t = Table(title=title)
-    for i, c in enumerate(rec["columns"]):
+    for i, c in enumerate(cells["columns"]):
         t.add_column(escape(c), justify="left" if i == 0 else "right")
-    for r in rec["rows"]:
+    for r in cells["rows"]:
         t.add_row(*map(escape, r))  # the cells as recorded: a "[x]" in one is text, not rich markup
     console = table_console()
     console.print(t)
-    for n in rec["notes"]:
+    for n in cells["notes"]:
         console.print(f"[dim]{n}[/]")
 
 
