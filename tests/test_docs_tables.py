@@ -163,6 +163,10 @@ def test_each_recorder_keeps_its_own_tables(tmp_path, capsys):
     assert [t["title"] for t in rb["tables"]] == ["two"] and rb["command"] == "clover bench b"
     assert rb["tables"][0]["rows"] == [["3"]] and "printed only" in capsys.readouterr().out
     assert sorted(tmp_path.iterdir()) == [tmp_path / "a.json", tmp_path / "b.json"]
+    with pytest.raises(TypeError, match="takes the command's Recorder first"):
+        print_table("speed", ["x"], [[1]], ["a note"])  # the call before recorders: an error, not a table lost
+    with pytest.raises(TypeError, match="takes the command's Recorder first"):
+        write_json(None, str(tmp_path / "c.json"), {})
 
 
 def test_a_result_file_names_no_local_folder(tmp_path):

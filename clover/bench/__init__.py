@@ -63,7 +63,11 @@ def print_table(
 ) -> None:
     """Print a table and record it in ``recorder`` (cells as printed; None: printed only) for the
     result file ``write_json`` writes."""
-    cells = recorder.record(title, columns, rows, notes) if recorder is not None else table(title, columns, rows, notes)
+    if recorder is None:
+        cells = table(title, columns, rows, notes)
+    else:
+        _check_recorder(recorder, "print_table")
+        cells = recorder.record(title, columns, rows, notes)
     t = Table(title=title)
     for i, c in enumerate(cells["columns"]):
         t.add_column(escape(c), justify="left" if i == 0 else "right")
@@ -78,5 +82,11 @@ def print_table(
 def write_json(recorder: Recorder, path: str | None, figures) -> None:
     """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
     command line, the commit, the machine, the date and the tables ``recorder`` holds."""
+    _check_recorder(recorder, "write_json")
     if path:
         recorder.write(path, figures)
+
+
+def _check_recorder(recorder, what: str) -> None:
+    if not isinstance(recorder, Recorder):
+        raise TypeError(f"{what} takes the command's Recorder first (clover.bench.results), got {recorder!r}")
