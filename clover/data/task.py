@@ -57,6 +57,11 @@ class Task:
     eval_split: Callable[[str, int], list[dict]] | None = None  # (split, n) -> the split's fixed evaluation chats
     recipes: Callable[[], dict[str, type]] = field(default=lambda: {})  # training recipes by name
     tokenizer: Callable[..., Any] | None = None  # (vocab_size) -> a tokenizer trained on the corpus
+    # (complete, n, *, threshold, max_steps, on_event, should_stop) -> figures: the task's demo, its
+    # first n demo messages through the agent loop under the default policy then ``ar``, with
+    # ``complete(messages, tools=..., **request) -> chat.completion`` as the model (clover bench
+    # agent --demo and the playground's demo button run this one function)
+    agent_demo: Callable[..., dict] | None = None
 
 
 # name -> the module that defines ``TASK``
