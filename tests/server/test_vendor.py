@@ -93,3 +93,18 @@ def test_the_page_loads_the_library_from_this_server_only(live):
     ]
     assert all(("/playground/vendor/" + f) in page for f in ("three.module.js", "OrbitControls.js"))
     assert "//" not in "".join(imports + mapped).replace("/playground/vendor/", "")  # no other host
+
+
+def test_make_setup_fetches_it_and_the_package_carries_it():
+    """``make setup`` (which ``make run`` and ``make test`` depend on) runs the fetch; the files are
+    package data, and git ignores them (they come from the pin, not the repository)."""
+    root = vendor.HERE.parents[1]
+    make = (root / "Makefile").read_text()
+    assert re.search(r"^setup: \$\(STAMP\) \$\(VENDOR\)$", make, re.M)
+    assert "VENDOR := clover/server/static/vendor/.pin" in make
+    rule = re.search(r"^\$\(VENDOR\): (.*)\n((?:\t.*\n)+)", make, re.M)
+    assert rule and "clover/server/three.pin" in rule.group(1) and "clover/server/vendor.py" in rule.group(2)
+    pyproject = (root / "pyproject.toml").read_text()
+    assert '"server/static/vendor/*"' in pyproject and '"server/*.pin"' in pyproject
+    assert "/clover/server/static/vendor/" in (root / ".gitignore").read_text().splitlines()
+    assert "npm" in (root / ".ci" / "run").read_text()
