@@ -106,5 +106,6 @@ def test_make_setup_fetches_it_and_the_package_carries_it():
     assert rule and "clover/server/three.pin" in rule.group(1) and "clover/server/vendor.py" in rule.group(2)
     pyproject = (root / "pyproject.toml").read_text()
     assert '"server/static/vendor/*"' in pyproject and '"server/*.pin"' in pyproject
+    assert '"server/static/vendor/.pin"' in pyproject  # a glob's * leaves out the stamp, a dot file
     assert "/clover/server/static/vendor/" in (root / ".gitignore").read_text().splitlines()
     assert "npm" in (root / ".ci" / "run").read_text()
