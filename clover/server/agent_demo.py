@@ -9,7 +9,7 @@ The demo's model is this server's own chat path: each of its model calls is a
 ``/v1/chat/completions`` body prepared, run by the engine thread and answered as the route would
 answer it. The demo itself runs in a thread of its own (it waits on each call), never on the
 event loop. One demo at a time per server: a second is refused (429, ``demo_running``) while one
-runs; a client that goes away stops it after the message in progress.
+runs; a client that goes away stops it, its model call in progress aborted.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from clover.server.state import ServerState
 router = APIRouter()
 MAX_MESSAGES = 50
 CALL_TIMEOUT_S = 600  # one model call of the demo, at most (the server stopping mid-call ends the thread)
+STOP_POLL_S = 0.25  # how often a model call in progress looks whether its client went away
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -40,7 +41,7 @@ class DemoRequest(BaseModel):
 
 
 class Stopped(Exception):
-    """The client went away: the demo stops before its next model call."""
+    """The client went away: the demo stops, its model call in progress aborted."""
 
 
 def _lock(request: Request) -> threading.Lock:
@@ -67,7 +68,10 @@ async def agent_demo(request: Request):
     stop = threading.Event()
 
     def emit(ev: dict | None) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, ev)
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, ev)
+        except RuntimeError:  # the server stopped meanwhile: nobody to tell
+            pass
 
     def complete(messages: list[dict], tools: list[dict] | None = None, **fields) -> dict:
         if stop.is_set():
@@ -95,12 +99,16 @@ async def _chat(s: ServerState, body: dict, stop: threading.Event) -> dict:
     req = ChatRequest.model_validate(body)
     prep = await s.prepare(prepare_chat, req, s.tokenizer, s.limits, s.chat_stop_ids)
     (handle,) = s.submit([(prep.prompt_ids, prep.params)], "demo")
+    answer = asyncio.ensure_future(handle.result())
     try:
-        out = await handle.result()
+        while not answer.done():
+            await asyncio.wait({answer}, timeout=STOP_POLL_S)
+            if stop.is_set():
+                raise Stopped()
+        out = answer.result()
     finally:
-        handle.abort()  # a no-op once finished
-    if stop.is_set():
-        raise Stopped()
+        answer.cancel()
+        handle.abort()  # a no-op once finished; a demo stopped midway frees the engine's slot here
     return chat_response(handle.request_id, s.model_name, prep, [out], s.tokenizer)
 
 
