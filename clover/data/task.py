@@ -1,6 +1,6 @@
 """The task seam: a demo is a plug-in (a *task*), not a layer. A task brings what the generic
 layers only ever reach through here: the tools a chat offers, a corpus of training chats, a world
-its tool calls act on, an evaluation, and its training recipes.
+its tool calls act on, an evaluation, its training recipes and a demo of its agent.
 
 The layers below never name a task: they ask ``get_task(name)`` or ``model_task(config)`` (the
 task a checkpoint was trained for, recorded in its config's ``extra``). ``TASKS`` lists where
