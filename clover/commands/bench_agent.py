@@ -23,7 +23,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--demo",
         type=int,
         default=20,
-        help="messages that each ask for one no-fly zone, run one after another and timed whole (default 20; 0: none)",
+        help="messages that each ask for one no-fly zone, run one after another under the default policy then ar "
+        "and timed whole, as the playground's demo button runs them (default 20; 0: none)",
     )
     p.add_argument(
         "--http",
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps)
     figures.update(threads=args.threads, model=args.model or "bundled")
     if args.demo:
-        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps, load)
+        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps)
         _print_demo(rec, figures["demo"])
     if args.http:
         flags = ["--log-level", "warning", "--device", args.device, "--dtype", args.dtype]
