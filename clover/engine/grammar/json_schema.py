@@ -12,7 +12,7 @@ characters, an escape counting as the one it stands for), ``minimum`` / ``maximu
 ``exclusiveMinimum`` / ``exclusiveMaximum`` on integers and numbers (bounded numbers are written
 without an exponent), a string's ``format`` among date, time, date-time, uuid, email and ipv4
 (``FORMATS``), and Clover's ``x-grounded`` on a string or number (the value copied from the
-request's own text: ``clover.engine.grounding``). Ignored (not enforced): other formats,
+request's own text: ``grounding``). Ignored (not enforced): other formats,
 ``multipleOf``. ``lenient``: a part that cannot be compiled admits any value (tool schemas in
 the wild; a pattern that does not compile is then ignored) instead of raising ``GrammarError``.
 """
