@@ -283,6 +283,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         out["plain_n"], out["plain_acc"] = len(plains), sum(p_ok) / max(1, len(plains))
     if scoring.names is not None:  # names copied exactly, in the tool-call turns and the conversations
         out["names_copied"] = names_copied(part(0) + part(2), exs + convs, scoring)
+        out["name_edges"] = name_edges(part(0) + part(2), exs + convs, scoring)
     return out
 
 
@@ -309,6 +310,48 @@ def names_copied(outs, exs: list[dict], scoring: Scoring) -> dict[str, float]:
                 t = tally["held out" if scoring.held_out(family) else "trained"]
                 t[0], t[1] = t[0] + (name in said), t[1] + 1
     return {k: r / t for k, (r, t) in tally.items() if t}
+
+
+NAME_KEYS = ("zone_name", "target")
+EDGE_KINDS = ("right", "cut_short", "run_long", "overlap", "other_span", "missing")
+
+
+def name_edge(name: str, said: list[str]) -> str:
+    """How the names an answer gave for a gold name's argument compare with it: ``right``, ``cut_short``
+    (the answer's is the gold's beginning), ``run_long`` (the gold inside a longer one), ``overlap``
+    (they share a word at one's end and the other's start), ``other_span``, or ``missing`` (none)."""
+    if name in said:
+        return "right"
+    if not said:
+        return "missing"
+    if any(p and name.startswith(p) for p in said):
+        return "cut_short"
+    if any(name in p for p in said):
+        return "run_long"
+    words = name.split()
+    for p in said:
+        pw = p.split()
+        if any(pw[-k:] == words[:k] or words[-k:] == pw[:k] for k in range(1, min(len(pw), len(words)) + 1)):
+            return "overlap"
+    return "other_span"
+
+
+def name_edges(outs, exs: list[dict], scoring: Scoring) -> dict[str, dict[str, int]]:
+    """Per name family, how each gold name came out (``name_edge``): beside the share copied
+    exactly, where a wrong name ends (cut short, run long) or which other span it took."""
+    out: dict[str, dict[str, int]] = {}
+    for o, e in zip(outs, exs):
+        pred = [plain_call(c)["arguments"] for c in parse_assistant(o.text or "")[1]]
+        for c in gold_calls(e):
+            for key in NAME_KEYS:
+                name = c["arguments"].get(key)
+                family = next((f for f, n in scoring.names(e) if n == name), None)
+                if family is None:
+                    continue
+                said = [a[key] for a in pred if isinstance(a, dict) and isinstance(a.get(key), str)]
+                counts = out.setdefault(family, dict.fromkeys(EDGE_KINDS, 0))
+                counts[name_edge(name, said)] += 1
+    return out
 
 
 def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, scoring: Scoring) -> dict:

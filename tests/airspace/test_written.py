@@ -125,3 +125,20 @@ def test_the_written_recipe_trains_on_written_values():
     args = _calls(out["messages"][-1])[0][1]
     assert isinstance(args.get("radius", args.get("drone_id")), str) and "radius_unit" not in args
     assert shaped(ex, Airspace2Recipe(), rng, "train") is ex  # the default recipe: the chat as it was
+
+
+@pytest.mark.parametrize(
+    "said, kind",
+    [
+        (["Old Harbour Quay"], "right"),
+        (["Old Harbour"], "cut_short"),
+        (["Old Harbour Quay and"], "run_long"),
+        (["Quay Gate"], "overlap"),
+        (["Kessel Yard"], "other_span"),
+        ([], "missing"),
+    ],
+)
+def test_a_wrong_name_is_told_by_where_it_ends(said, kind):
+    from clover.airspace.evaluate import name_edge
+
+    assert name_edge("Old Harbour Quay", said) == kind
