@@ -30,7 +30,7 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
     """In this process: one warm-up step, then ``steps`` timed steps at ``block_size``."""
     import torch
 
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import set_threads
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
@@ -64,7 +64,7 @@ def main() -> None:
     if a.child is not None:
         print(json.dumps(measure(a.child, a.steps, a.threads)))
         return
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import print_table, set_threads, write_json
 
     set_threads(a.threads)  # this process measures nothing; its result file names the children's threads

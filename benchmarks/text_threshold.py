@@ -1,4 +1,4 @@
-"""The chrF threshold of answers in words (``clover.airspace.v2.textscore.CHRF_THRESHOLD``), chosen
+"""The chrF threshold of answers in words (``clover.airspace.textscore.CHRF_THRESHOLD``), chosen
 on the validation split.
 
 python benchmarks/text_threshold.py [--text 100] [--multiturn 100] [--plain 20] [--json out.json]
@@ -28,8 +28,8 @@ from clover.bench import print_table, write_json
 def gold_texts(text: int, multiturn: int, plain: int) -> dict[str, list[str]]:
     """The validation gold texts judged by chrF: {"replies": [...], "plain lines": [...]}."""
     from clover.airspace.corpus import answers, gold_calls
-    from clover.airspace.v2.evaluate import eval_chats2, plain_prompts
-    from clover.airspace.v2.textscore import first_line, fixed_replies, numbers_masked
+    from clover.airspace.scoring import eval_chats2, plain_prompts
+    from clover.airspace.textscore import first_line, fixed_replies, numbers_masked
 
     _, texts, convs = eval_chats2("validation", 0, text, multiturn)
     replies = [answers(e)[0].get("content") or "" for e in texts + convs if not gold_calls(e)]
@@ -67,7 +67,7 @@ def measure(golds: dict[str, list[str]]) -> dict:
     chrF of the others, how many ``words_match`` (at the threshold the code holds) fails; and the
     threshold above all of them."""
     from clover.airspace.evaluate import repeated_words
-    from clover.airspace.v2.textscore import chrf, words_match
+    from clover.airspace.textscore import chrf, words_match
 
     out, top = {}, 0.0
     for name, texts in golds.items():
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--plain", type=int, default=20, help="plain-text lines drawn")
     ap.add_argument("--json")
     args = ap.parse_args()
-    from clover.airspace.v2.textscore import CHRF_THRESHOLD
+    from clover.airspace.textscore import CHRF_THRESHOLD
 
     figures = measure(gold_texts(args.text, args.multiturn, args.plain))
     t = figures["threshold"]

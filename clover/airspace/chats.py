@@ -27,7 +27,9 @@ import random
 import re
 from collections.abc import Iterator
 
+from clover.airspace import names
 from clover.airspace.corpus import _GREET, _WELCOME, SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
     CITIES,
@@ -45,9 +47,7 @@ from clover.airspace.phrasing import (
     drone_surface,
     system_prompt,
 )
-from clover.airspace.tools import MISSION_TYPES
-from clover.airspace.v2 import names
-from clover.airspace.v2.phrasing import (
+from clover.airspace.templates import (
     ALT_T,
     CREATE_T,
     LIFT_T,
@@ -63,7 +63,7 @@ from clover.airspace.v2.phrasing import (
     style,
     time_surface2,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.tools import MISSION_TYPES
 
 SPLITS = ("train", "validation", "test")
 MIX = {

@@ -12,10 +12,10 @@ from typing import ClassVar
 
 import torch
 
+from clover.airspace.chats import example, greeting, multi_turn
 from clover.airspace.decision_groups import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
-from clover.airspace.v2 import NAME
-from clover.airspace.v2.corpus import example, greeting, multi_turn
+from clover.airspace.task import NAME
 from clover.data.chat import IM_END
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig

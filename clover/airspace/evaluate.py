@@ -1,7 +1,7 @@
 """Accuracy on the airspace task with the engine: tool-call exact match, replies in words,
 conversations with earlier turns and decision groups (``clover eval airspace`` prints it,
 ``clover bench twin`` reuses the chats and the scoring). The second task's evaluation
-(``clover.airspace.v2.evaluate``) runs through the same function with its own :class:`Scoring`."""
+(``clover.airspace.scoring``) runs through the same function with its own :class:`Scoring`."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from clover.airspace.corpus import (
     toolless_set,
 )
 from clover.airspace.decision_groups import load_groups
+from clover.airspace.extraction_tools import drone_key
 from clover.airspace.tools import AIRSPACE_TOOLS
-from clover.airspace.v2.tools import drone_key
 from clover.api.structured import tools_grammar
 from clover.data.chat import is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint

@@ -12,7 +12,7 @@ forms.
 
 from __future__ import annotations
 
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.world import World, execute
 from clover.data.task import Task
 
@@ -20,7 +20,7 @@ NAME = "airspace2"
 
 
 def _corpus(split: str, n: int, seed: int = 0) -> list[dict]:
-    from clover.airspace.v2.corpus import generate  # deferred: the corpus is large to import
+    from clover.airspace.chats import generate  # deferred: the corpus is large to import
 
     return generate(split, n, seed=seed)
 
@@ -40,19 +40,19 @@ def _execute(world, name: str, arguments) -> dict:
 
 
 def _eval_split(split: str, n: int) -> list[dict]:
-    from clover.airspace.v2.corpus import load_split  # deferred: the corpus is large to import
+    from clover.airspace.chats import load_split  # deferred: the corpus is large to import
 
     return load_split(split, n)
 
 
 def _recipes() -> dict[str, type]:
-    from clover.airspace.v2.recipes import RECIPES  # deferred: the recipes import torch
+    from clover.airspace.diffusion_recipe import RECIPES  # deferred: the recipes import torch
 
     return RECIPES
 
 
 def _evaluate(*args, **kwargs) -> dict:
-    from clover.airspace.v2.evaluate import evaluate_airspace2  # deferred: the engine and torch
+    from clover.airspace.scoring import evaluate_airspace2  # deferred: the engine and torch
 
     return evaluate_airspace2(*args, **kwargs)
 

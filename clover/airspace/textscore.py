@@ -41,8 +41,8 @@ def chrf(said: str, gold: str) -> float:
 def fixed_replies() -> frozenset[str]:
     """The corpus's fixed answers in words: small talk's, the greetings', the decline of each
     tool not offered, the answer to a request no tool serves."""
+    from clover.airspace.chats import _FINE, _HELLO, _THANKS, UNSERVED
     from clover.airspace.corpus import _CAPABILITY, SMALLTALK, declined
-    from clover.airspace.v2.corpus import _FINE, _HELLO, _THANKS, UNSERVED
 
     return frozenset({a for _, a in SMALLTALK} | {_FINE, _HELLO, _THANKS, UNSERVED} | set(map(declined, _CAPABILITY)))
 

@@ -1,6 +1,6 @@
 """``clover eval airspace|airspace2``: the model's accuracy on the held-out splits or your own
 messages, per policy (the figures come from ``clover.airspace.evaluate`` and, for the second
-task, ``clover.airspace.v2.evaluate``)."""
+task, ``clover.airspace.scoring``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
 from clover.bench.aup import aup
 from clover.bench.results import record_table
@@ -49,7 +49,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     evaluate = evaluate_airspace
     if second:
-        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate  # deferred: the second world's corpus
+        from clover.airspace.scoring import evaluate_airspace2 as evaluate  # deferred: the second world's corpus
     for flag, path in (("--errors", args.errors), ("--results", args.results)):
         try:  # fail now, not after the whole run, when the file cannot be written
             if path:
@@ -110,9 +110,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _tool_lists(model, tok, args: argparse.Namespace, cases, results: list[dict], settings: list) -> None:
     """Each run's tool-call turns asked again with their tool lists varied
-    (``clover.airspace.v2.tool_lists``): its figures added to the run's result."""
-    from clover.airspace.v2.evaluate import eval_chats2  # deferred: the second world's corpus
-    from clover.airspace.v2.tool_lists import evaluate_tool_lists
+    (``clover.airspace.tool_lists``): its figures added to the run's result."""
+    from clover.airspace.scoring import eval_chats2  # deferred: the second world's corpus
+    from clover.airspace.tool_lists import evaluate_tool_lists
 
     exs = eval_chats2(args.split, args.n, cases=cases)[0]
     for r, (g, p, t) in zip(results, settings):

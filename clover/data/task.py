@@ -61,7 +61,7 @@ class Task:
 
 # name -> the module that defines ``TASK``
 # airspace2: the extraction tools and the second corpus (a model trained on it records the name)
-TASKS: dict[str, str] = {"airspace": "clover.airspace", "airspace2": "clover.airspace.v2"}
+TASKS: dict[str, str] = {"airspace": "clover.airspace", "airspace2": "clover.airspace.task"}
 # the task the bundled model was trained for: the playground's agent mode and ``clover chat
 # --tools auto`` fall back to it for a model that names none
 DEFAULT_TASK = "airspace2"

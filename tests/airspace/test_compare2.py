@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clover.airspace.v2.compare import case_chats, in_metres_calls, score, validation_chats
+from clover.airspace.compare import case_chats, in_metres_calls, score, validation_chats
 
 
 def test_either_length_form_is_the_same_call():

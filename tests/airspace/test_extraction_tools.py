@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, UNITS, extraction_tool, length_m, unit_of
 from clover.airspace.tools import AIRSPACE_TOOLS
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, UNITS, extraction_tool, length_m, unit_of
 from clover.airspace.world import World, execute
 
 

@@ -6,19 +6,19 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from clover.airspace.chats import load_split
 from clover.airspace.corpus import answers, gold_calls
-from clover.airspace.tools import AIRSPACE_TOOLS
-from clover.airspace.v2.corpus import load_split
-from clover.airspace.v2.evaluate import eval_chats2
-from clover.airspace.v2.textscore import reply_words_right
-from clover.airspace.v2.tool_lists import (
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.scoring import eval_chats2
+from clover.airspace.textscore import reply_words_right
+from clover.airspace.tool_lists import (
     ARG_PHRASINGS,
     KINDS,
     PHRASINGS,
     tool_list_figures,
     varied_set,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import assistant_text
 
 
