@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterator
 
 from clover.airspace import names
-from clover.airspace.corpus import _GREET, _WELCOME, SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace.calls import _call
 from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
@@ -47,6 +47,7 @@ from clover.airspace.phrasing import (
     drone_surface,
     system_prompt,
 )
+from clover.airspace.replies import _GREET, _WELCOME, SMALLTALK, declined, no_tool_message, tool_result
 from clover.airspace.templates import (
     ALT_T,
     CREATE_T,

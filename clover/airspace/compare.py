@@ -17,8 +17,8 @@ from decimal import InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clover.airspace.calls import plain_call, score_tool_calls
 from clover.airspace.chats import load_split
-from clover.airspace.corpus import plain_call, score_tool_calls
 from clover.airspace.extraction_tools import EXTRACTION_TOOLS, drone_key, in_metres, uses_units, with_unit_names
 from clover.data.task import model_task
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import functools
 
+from clover.airspace.calls import gold_calls, score_tool_calls
 from clover.airspace.chats import TEXT_KINDS, load_split, multiturn_set
 from clover.airspace.compare import in_metres_calls
-from clover.airspace.corpus import gold_calls, score_tool_calls
 from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
 from clover.airspace.extraction_tools import LENGTHS, unit_of
 from clover.airspace.names import HELDOUT_FAMILIES

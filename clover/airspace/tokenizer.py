@@ -4,8 +4,8 @@ single added tokens."""
 
 from __future__ import annotations
 
-from clover.airspace.corpus import generate
 from clover.airspace.decision_groups import decision_examples
+from clover.airspace.tokenizer_corpus import generate
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import render, tool_signature
 from clover.data.tokenizer import CloverTokenizer, json_fragments, train_tokenizer

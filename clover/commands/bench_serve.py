@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 
-from clover.airspace.corpus import load_split
+from clover.airspace.chats import load_split
 from clover.api.loading import load_engine, load_model_dir
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions

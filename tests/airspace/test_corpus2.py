@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from clover.airspace.calls import plain_call
 from clover.airspace.chats import MIX, TEXT_KINDS, UNSERVED, generate, load_split
-from clover.airspace.corpus import plain_call
 from clover.airspace.extraction_tools import extraction_tool
 from clover.airspace.names import HELDOUT_FAMILIES, TRAIN_FAMILIES
 from clover.airspace.world import check_arguments

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from clover.airspace.calls import answers, gold_calls
 from clover.airspace.chats import _FINE, _THANKS, greeting_set, load_split, multiturn_set
-from clover.airspace.corpus import answers, gold_calls
 from clover.airspace.scoring import reply_right2
 from clover.airspace.textscore import CHRF_THRESHOLD, chrf, fixed_replies, plain_right, words_match
 from tests.helpers import benchmark_script

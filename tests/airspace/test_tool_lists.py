@@ -6,8 +6,8 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from clover.airspace.calls import answers, gold_calls
 from clover.airspace.chats import load_split
-from clover.airspace.corpus import answers, gold_calls
 from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.scoring import eval_chats2
 from clover.airspace.textscore import reply_words_right
