@@ -20,7 +20,7 @@ import time
 import jsonschema
 import torch
 
-from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.calls import gold_calls, score_tool_calls
 from clover.airspace.evaluate import prompt_of
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json

@@ -27,7 +27,7 @@ from clover.bench import print_table, write_json
 
 def gold_texts(text: int, multiturn: int, plain: int) -> dict[str, list[str]]:
     """The validation gold texts judged by chrF: {"replies": [...], "plain lines": [...]}."""
-    from clover.airspace.corpus import answers, gold_calls
+    from clover.airspace.calls import answers, gold_calls
     from clover.airspace.scoring import eval_chats2, plain_prompts
     from clover.airspace.textscore import first_line, fixed_replies, numbers_masked
 

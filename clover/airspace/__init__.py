@@ -20,11 +20,13 @@ Nothing in the generic layers imports this package: they reach it through ``TASK
 
 from __future__ import annotations
 
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
 from clover.airspace.task import TASK
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
 
 __all__ = [
+    "EXTRACTION_TOOLS",
     "TASK",
     "AgentResult",
     "CallRecord",

@@ -146,6 +146,8 @@ def _server_flags(args) -> list[str]:
 def _prompts(n: int) -> list[dict]:
     out = []
     for ex in load_split("test", 4 * n):
+        if ex["kind"] == "plain":  # plain text, no chat: the completions route's
+            continue
         msgs = []
         for m in ex["messages"]:
             if m["role"] == "assistant":
