@@ -4,7 +4,7 @@ docs/benchmarks.md show it: one command, one result file, three tables.
     python benchmarks/accuracy_tables.py --json benchmarks/results/accuracy.json
     python benchmarks/accuracy_tables.py --n 2 --text 1 --multiturn 1 --plain 1 --groups 1   # a smoke run
 
-Five evaluations of ``clover eval airspace2`` (``clover.airspace.scoring``) in one process:
+Five evaluations of ``clover eval airspace`` (``clover.airspace.scoring``) in one process:
 the ``--n`` tool-call turns under ``ar`` and the default policy as the server decodes them (the
 tool-call grammar, grounded arguments copied from the conversation) and under the default with
 the model alone (no grammar); then the other turns (``--text`` replies in words and as many

@@ -1,10 +1,10 @@
 """What a training step costs at each block size: seconds per step and the process's peak resident
-memory, on the bundled model's shape (random weights) and the airspace2 recipe's batches, the same
+memory, on the bundled model's shape (random weights) and the airspace recipe's batches, the same
 steps for each size, each size in a fresh process (so that each peak is its own).
 
     python benchmarks/bench_block_sizes.py [--sizes 1 4 32 64] [--steps 3] [--threads 1] [--json PATH]
 
-``clover train --recipe airspace2`` draws each step's block size from 1 to 64 (log-uniformly,
+``clover train --recipe airspace`` draws each step's block size from 1 to 64 (log-uniformly,
 ``TrainConfig.block_size_range``); here every step of a run is at one size. The table's last
 column estimates a step under that draw: each measured size stands for the drawn sizes from it
 up to the next one measured, weighted by how often the recipe's first 10,000 steps draw them.

@@ -4,7 +4,7 @@ grounded arguments, on the model's own task's test prompts.
 python benchmarks/bench_grammar.py [--model DIR] [--n 32] [--threads 1] [--json out.json]
 
 The prompts are the first ``--n`` test chats of the model's task (``model_task``: the bundled
-model's, airspace2) whose answer is tool calls, each offered the tools its chat offers. Modes:
+model's, airspace) whose answer is tool calls, each offered the tools its chat offers. Modes:
 free (no grammar), grammar (the server's ``tool_choice: auto`` grammar with ``grounded: false``:
 free text, calls held to the offered names and their schemas) and grammar + grounded (the
 server's default: x-grounded values copied from the conversation). For each mode and decoding

@@ -1,4 +1,4 @@
-"""Models of either airspace task side by side on the airspace2 validation chats and hand-written
+"""Models of either airspace task side by side on the airspace validation chats and hand-written
 messages (``clover.airspace.compare``): exact match overall and by kind, tokens per pass.
 
     python benchmarks/compare_models.py --model new=RUN/export --model bundled= \

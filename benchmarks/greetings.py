@@ -6,7 +6,7 @@ Each split's fixed greetings and thanks (``clover.airspace.chats.greeting_set``:
 "morning, quiet shift so far, how are you doing?", "thanks, that zone is exactly what I needed"
 after a tool exchange), offered the model's own tools and decoded as the server decodes them. An
 answer is right when it calls no tool and says the corpus's answer to that turn
-(``clover.airspace.textscore.words_match``, the measure of ``clover eval airspace2``'s replies
+(``clover.airspace.textscore.words_match``, the measure of ``clover eval airspace``'s replies
 in words: a greeting's, a question's and a thanks' answers are fixed, so word for word). The same
 turns that do not follow a tool exchange are asked again in a chat that offers no tools, as a plain
 OpenAI client sends them ("without tools"). The test split is the figure; validation is where

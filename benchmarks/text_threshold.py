@@ -5,7 +5,7 @@ python benchmarks/text_threshold.py [--text 100] [--multiturn 100] [--plain 20] 
 
 The validation split's gold texts that are judged by chrF (replies in words that are not one of
 the corpus's fixed answers, the last turns of conversations answered in words, the rest of a
-plain-text line with its numbers masked), from the same draws as ``clover eval airspace2``, and
+plain-text line with its numbers masked), from the same draws as ``clover eval airspace``, and
 wrong variants of each: every word in turn garbled three ways (a letter added, its last letter
 dropped, its first letter changed), every word in turn said twice, and every other gold text
 of its set (wrong content). A variant the repeated-word rule already fails (``stutters``) is left
@@ -87,7 +87,7 @@ def measure(golds: dict[str, list[str]]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace2)")
+    ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace)")
     ap.add_argument("--multiturn", type=int, default=100, help="conversations drawn")
     ap.add_argument("--plain", type=int, default=20, help="plain-text lines drawn")
     ap.add_argument("--json")
