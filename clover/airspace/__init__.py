@@ -9,7 +9,8 @@
   it), ``diffusion_recipe`` (the bundled model's recipe) and ``recipes`` (the shared shape and the
   autoregressive twin's recipe);
 * a ``world`` the tools act on, an agent ``loop`` that runs a model's tool calls against it until
-  the model answers in words, operator ``tasks`` scored by the state they leave;
+  the model answers in words, operator ``tasks`` scored by the state they leave, and the zone
+  ``demo`` (``clover bench agent --demo``, the playground's demo button);
 * the evaluation ``clover eval airspace`` runs: ``evaluate`` (the engine over the chats),
   ``scoring`` (what the task draws and how it scores), ``textscore`` (answers in words),
   ``tool_lists`` (tool lists as agent frameworks send them), ``compare`` (models side by side).

@@ -11,7 +11,8 @@ from clover.data.task import deprecated
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from clover.train.run import RunSpec, SetupError, train  # deferred: torch and the model, not for --help
+    from clover.train.run import train  # deferred: torch and the model, not for --help
+    from clover.train.setup import RunSpec, SetupError
 
     args.recipe = deprecated(args.recipe, "clover train")  # airspace2: the task's former name
     spec = RunSpec(
