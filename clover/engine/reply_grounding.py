@@ -61,7 +61,9 @@ def reply_sources(messages: list[dict]) -> str:
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):  # content parts: their text
-            content = "\n".join(p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            content = "\n".join(
+                p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
         if m.get("role") in ("user", "tool", "function") and isinstance(content, str) and content:
             out.append(content)
     return "\n".join(out)
