@@ -37,6 +37,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
+    from clover.bench.replies import corpus_vocabulary  # deferred: the task and the engine
+    from clover.data.task import model_task
     from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
 
     if args.n < 1:
@@ -45,10 +47,11 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
     args.threads = apply_threads(llm.engine.model, args.threads)
-    figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps)
+    vocabulary = corpus_vocabulary(model_task(llm.config, default=True))  # replies' words are judged against it
+    figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps, vocabulary=vocabulary)
     figures.update(threads=args.threads, model=args.model or "bundled")
     if args.demo:
-        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps, load)
+        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps, load, vocabulary)
         _print_demo(figures["demo"])
     if args.http:
         flags = ["--log-level", "warning", "--device", args.device, "--dtype", args.dtype]
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r['passes_per_task']:.1f}",
             f"{r['model_calls_per_task']:.2f}",
             f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x",
+            f"{100 * r['replies']['faithful']:.0f} % of {r['replies']['replies']}",
         ]
         for p, r in per.items()
     ]
@@ -78,12 +82,15 @@ def run(args: argparse.Namespace) -> int:
             "passes / task",
             "model calls / task",
             "speed-up",
+            "replies faithful",
         ],
         rows,
         [
             "success: the world after the task equals the world the gold calls make from the same start "
             "(and every drone the gold calls query was queried)",
             "s / task: operator message in to final reply out, tools included; passes: model forward passes",
+            "replies faithful: final replies whose numbers and ids are the user's or the tools' as written, and "
+            "whose words are all well formed (docs/benchmarks.md, Replies)",
         ],
     )
     if args.http:
@@ -109,11 +116,13 @@ def _print_http(figures: dict, per: dict) -> None:
 def _print_demo(out: dict) -> None:
     n = out["messages"]
     rows = [
-        [name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {n}"] for name, d in out.items() if isinstance(d, dict)
+        [name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {n}", d.get("replies", {}).get("broken_replies", "-")]
+        for name, d in out.items()
+        if isinstance(d, dict)
     ]
     print_table(
         f"demo: {n} airspace messages, each a no-fly zone on the map, one after another",
-        ["policy", "seconds, all messages", "zones right"],
+        ["policy", "seconds, all messages", "zones right", "replies with a broken word"],
         rows,
         [f"speed-up of the default over ar: {out['speedup']:.2f}x"],
     )

@@ -36,13 +36,29 @@ from clover.engine.lru import LRU
 __all__ = ["ReplyGrammar", "id_runs", "reply_sources", "runs"]
 
 _RUN = regex.compile(r"[A-Za-z0-9_]+(?:[-.:][A-Za-z0-9_]+)*")
+_NAME = regex.compile(r"(?<![A-Za-z])[A-Z][A-Za-z]*")
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _DIGIT = frozenset(b"0123456789")
 _JOIN = frozenset(b"-.:")
-_KIND = "reply"  # this module's frame: ("reply", in_call, trigger_matched, run)
+_LETTER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_SENTENCE_END = frozenset(b".!?\n>")  # the next word begins a sentence (">": after a call's closing tag)
+_KEEP = frozenset(b" \t\"'([")  # bytes that leave whether the next word begins a sentence as it was
+NAME_PREFIX = 3  # letters a capitalised word shares with a name of the sources before it must be that name
+_KIND = "reply"  # this module's frame: ("reply", in_call, trigger_matched, run, word)
 # run: None (between runs); ("w", joiner) a run no id run begins with (joiner: it ends in one);
 # ("p", text, digit) a run that begins some id run(s), digit: it holds one; ("e",) an id run just
-# ended before a joiner ("D-26."), which a letter or digit may not follow
+# ended before a joiner ("D-26."), which a letter or digit may not follow.
+# word: ("b", initial) between words, initial: the next word begins a sentence; ("f",) a free word;
+# ("u", text) a capitalised word inside a sentence, its first letters (a name once NAME_PREFIX of
+# them begin a name of the sources)
+_START_WORD = ("b", True)
+
+
+def name_words(text: str) -> list[str]:
+    """The words of ``text`` a reply's capitalised words are held to: runs of ASCII letters that
+    begin with a capital and have at least ``NAME_PREFIX`` letters ("Kingsway", "Hospital")."""
+    return [w for w in _NAME.findall(text) if len(w) >= NAME_PREFIX]
 
 
 def runs(text: str) -> list[str]:
@@ -81,8 +97,10 @@ class ReplyGrammar(Grammar):
         self.trigger = call_open.encode()
         self.allowed_runs = tuple(sorted({r.encode() for r in id_runs(source)}))
         self._run_set = frozenset(self.allowed_runs)
+        self.names = tuple(sorted({w.encode() for w in name_words(source)}))
+        self._name_set = frozenset(self.names)
         base = inner.start_state if inner is not None else ((), 0)
-        self.start_state = (((_KIND, False, 0, None), *base[0]), base[1])
+        self.start_state = (((_KIND, False, 0, None, _START_WORD), *base[0]), base[1])
         # what the engine and ``closing`` read of a grammar, the wrapped one's where it has them
         self.tables = inner.tables if inner is not None else []
         self.regexes = inner.regexes if inner is not None else []
@@ -124,31 +142,32 @@ class ReplyGrammar(Grammar):
         own, inner = self._split(state)
         if own is None:  # a state of the wrapped grammar alone (``closing`` asks about parts of one)
             return self.inner is not None and self.inner.complete(inner)
-        _, in_call, _, run = own
-        if not in_call and not self._may_end(run):
+        _, in_call, _, run, word = own
+        if not in_call and not (self._may_end(run) and self._word_may_end(word)):
             return False
         return self.inner.complete(inner) if self.inner is not None else True
 
     def forced(self, state, most: int = 64) -> bytes:
-        """Inside an id run: the bytes every id run still possible goes on with, while none may
-        end; in a call: the wrapped grammar's forced bytes; empty elsewhere."""
+        """Inside an id run or a name: the bytes every id run (or name) still possible goes on
+        with, while none may end, as far as the whole grammar takes them; in a call: the wrapped
+        grammar's forced bytes; empty elsewhere."""
         own, inner = self._split(state)
         if own is None:
             return self.inner.forced(inner, most) if self.inner is not None else b""
-        _, in_call, _, run = own
+        _, in_call, _, run, word = own
         if in_call:
             return self.inner.forced(inner, most)
-        if run is None or run[0] != "p" or not run[2]:
+        if run is not None and run[0] == "p" and run[2]:
+            out = _common_continuation(run[1], self.allowed_runs, self._run_set, most)
+        elif word[0] == "u" and len(word[1]) >= NAME_PREFIX:
+            out = _common_continuation(word[1], self.names, self._name_set, most)
+        else:
             return b""
-        text, out = run[1], bytearray()
-        while len(out) < most and text not in self._run_set:
-            nxt = {r[len(text)] for r in self._starting(text) if len(r) > len(text)}
-            if len(nxt) != 1:
-                break
-            c = nxt.pop()
-            out.append(c)
-            text += bytes([c])
-        return bytes(out)
+        for i in range(len(out)):  # as far as the other rule and the wrapped grammar take them
+            state = self.advance(state, out[i : i + 1])
+            if state is None:
+                return out[:i]
+        return out
 
     # -- the automaton --------------------------------------------------------------------------
     def _split(self, state):
@@ -162,31 +181,47 @@ class ReplyGrammar(Grammar):
         own, inner = self._split(state)
         if own is None:  # a part of a wrapped state (``closing``): the wrapped grammar's own step
             return self.inner.advance(inner, bytes([b])) if self.inner is not None else None
-        _, in_call, matched, run = own
+        _, in_call, matched, run, word = own
         if self.inner is not None:
             inner = self.inner.advance(inner, bytes([b]))
             if inner is None:
                 return None
         if in_call:
             back = inner == self.inner.start_state  # the call grammar is in free text again
-            return (((_KIND, not back, 0, None), *inner[0]), inner[1])
-        run = self._run_step(run, b)
-        if run is _REFUSED:
+            return (((_KIND, not back, 0, None, _START_WORD), *inner[0]), inner[1])
+        run, word = self._run_step(run, b), self._word_step(word, b)
+        if run is _REFUSED or word is _REFUSED:
             return None
         if self.trigger:
             t = self.trigger
             matched = matched + 1 if t[matched] == b else int(t[0] == b)
             if matched == len(t):  # a call opens: its text is the call grammar's
-                return (((_KIND, True, 0, None), *inner[0]), inner[1])
-        return (((_KIND, False, matched, run), *inner[0]), inner[1])
+                return (((_KIND, True, 0, None, _START_WORD), *inner[0]), inner[1])
+        return (((_KIND, False, matched, run, word), *inner[0]), inner[1])
+
+    def _word_step(self, word, b: int):
+        """The capitalised-word rule's state after byte ``b``."""
+        kind = word[0]
+        if b in _LETTER:
+            if kind == "b":
+                return ("u", bytes([b])) if b in _UPPER and not word[1] else ("f",)
+            if kind == "f":
+                return word
+            text = word[1] + bytes([b])
+            if len(text) < NAME_PREFIX or _prefixed(self.names, text):
+                return ("u", text)
+            return ("f",) if len(text) == NAME_PREFIX else _REFUSED  # not a name / a name left
+        if not self._word_may_end(word):
+            return _REFUSED
+        initial = word[1] if kind == "b" else False
+        return ("b", True if b in _SENTENCE_END else initial if b in _KEEP else False)
+
+    def _word_may_end(self, word) -> bool:
+        return word[0] != "u" or len(word[1]) < NAME_PREFIX or word[1] in self._name_set
 
     def _starting(self, text: bytes) -> tuple[bytes, ...]:
         """The source's id runs that begin with ``text``."""
-        i = bisect_left(self.allowed_runs, text)
-        j = i
-        while j < len(self.allowed_runs) and self.allowed_runs[j].startswith(text):
-            j += 1
-        return self.allowed_runs[i:j]
+        return _prefixed(self.allowed_runs, text)
 
     def _may_end(self, run) -> bool:
         """The run may end here (before a byte that is not part of it, or the end of the text)."""
@@ -228,3 +263,23 @@ class ReplyGrammar(Grammar):
 
 
 _REFUSED = object()
+
+
+def _prefixed(options: tuple[bytes, ...], text: bytes) -> tuple[bytes, ...]:
+    """The ``options`` (sorted) that begin with ``text``."""
+    i = j = bisect_left(options, text)
+    while j < len(options) and options[j].startswith(text):
+        j += 1
+    return options[i:j]
+
+
+def _common_continuation(text: bytes, options: tuple[bytes, ...], whole: frozenset, most: int) -> bytes:
+    """The bytes every option that begins with ``text`` goes on with, until one may end there."""
+    out = bytearray()
+    while len(out) < most and text not in whole:
+        nxt = {o[len(text)] for o in _prefixed(options, text) if len(o) > len(text)}
+        if len(nxt) != 1:
+            break
+        out.append(nxt.pop())
+        text += out[-1:]
+    return bytes(out)
