@@ -1,11 +1,14 @@
-"""Grounded replies: the numbers and ids of a reply in words copied from the conversation.
+"""Grounded replies: the numbers, ids and names of a reply in words copied from the conversation.
 
 A reply that summarises tool results is read by an operator, who trusts its numbers and ids. This
 module holds a reply's **id runs** to the ones its sources wrote: a run is letters, digits and
 ``_`` joined by ``-``, ``.`` or ``:`` between two of them ("D-95", "Golf-3", "23.4034", "18:00",
 "drone_id"), the longest such stretch; an **id run** is a run that holds a digit. Every id run of
 the reply must be an id run of the sources (``id_runs``), whole and as written: "D-26" is not
-"drone 26", "2" is not "2.0", and "D-2" is not a part of "D-26". Words without a digit are free.
+"drone 26", "2" is not "2.0", and "D-2" is not a part of "D-26". And a **name** the reply repeats
+is copied whole: a word (ASCII letters) that begins with a capital inside a sentence, and whose
+first ``NAME_PREFIX`` letters begin a capitalised word of the sources (``name_words``), must be
+that word ("Kingsway", not "Kingsec"). Other words are free.
 
 It is a grammar over the reply's bytes (:class:`ReplyGrammar`), so the engine enforces it as any
 other: a token is allowed where its bytes keep every id run possible, EOS where the text may end.
@@ -33,7 +36,7 @@ import regex
 from clover.engine.grammar import Grammar
 from clover.engine.lru import LRU
 
-__all__ = ["ReplyGrammar", "id_runs", "reply_sources", "runs"]
+__all__ = ["NAME_PREFIX", "ReplyGrammar", "id_runs", "name_words", "reply_sources", "runs"]
 
 _RUN = regex.compile(r"[A-Za-z0-9_]+(?:[-.:][A-Za-z0-9_]+)*")
 _NAME = regex.compile(r"(?<![A-Za-z])[A-Z][A-Za-z]*")
@@ -86,9 +89,9 @@ def reply_sources(messages: list[dict]) -> str:
 
 
 class ReplyGrammar(Grammar):
-    """Free text whose id runs are id runs of ``source`` (see the module docstring), around the
-    calls of ``inner`` (a ``tool_call_grammar(..., auto=True)``, whose calls open with ``call_open``)
-    or alone (``inner`` None: text only)."""
+    """Free text whose id runs are id runs of ``source`` and whose names are its names (see the
+    module docstring), around the calls of ``inner`` (a ``tool_call_grammar(..., auto=True)``,
+    whose calls open with ``call_open``) or alone (``inner`` None: text only)."""
 
     def __init__(self, source: str, inner: Grammar | None = None, call_open: str = ""):
         if inner is not None and not call_open:
