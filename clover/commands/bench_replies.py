@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.commands.common import add_threads_arg
+from clover.commands.common import add_threads_arg, recorder
 from clover.commands.threads import apply_threads
 
 
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
     from clover.bench.replies import measure_replies  # deferred: the task and the engine
 
+    rec = recorder(args)
     if args.n < 1:
         raise SystemExit("clover bench replies: --n must be >= 1")
     set_threads(args.threads)
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             for name in ("off", "on")
         ]
         print_table(
+            rec,
             f"replies: {d['n']} {title} of the {args.split} split through the agent loop (default policy)",
             [
                 "setting",
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 "training chats, or of the conversation",
             ],
         )
-    write_json(args.json, out)
+    write_json(rec, args.json, out)
     return 0
 
 

@@ -13,13 +13,13 @@ from clover.airspace.evaluate import evaluate_airspace, load_cases
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
 from clover.bench.aup import aup
-from clover.bench.results import record_table
 from clover.commands.common import (
     add_device_args,
     add_threads_arg,
     device_setup,
     int_at_least,
     load_model_and_tokenizer,
+    recorder,
 )
 from clover.data.task import model_task
 
@@ -37,6 +37,7 @@ BREAKDOWNS = {
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     runs = _checked_settings(args)
     second = args.task == "airspace2"
     cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
@@ -70,11 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_task(args.task, model.config)
     errors: list | None = [] if args.errors else None
     grammars = {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
-    if args.grounded_reply and args.grammar != "on":
-        raise SystemExit(
-            "clover eval: --grounded-reply holds the text around the tool-call grammar: needs --grammar on"
-        )
-    judge = _reply_judge(args.task) if args.multiturn and cases is None else None
+    judge = _reply_judge(args, cases)
     settings = [(g, p, t) for g in grammars for p, t in runs]
     more = {"n_plain": args.plain} if second else {}
     results = [
@@ -112,8 +109,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if judge is not None:
         tables.append(_reply_table(results, args.grounded_reply))
     for title, columns, rows in tables:  # printed (and recorded) as tables, or with --json only recorded
-        (record_table if args.json else print_table)(title, columns, rows)
-    write_json(args.results, figures)
+        if args.json:
+            rec.record(title, columns, rows)
+        else:
+            print_table(rec, title, columns, rows)
+    write_json(rec, args.results, figures)
     return 0
 
 
@@ -146,14 +146,18 @@ def _reply_table(results: list[dict], grounded_reply: bool) -> tuple[str, list[s
     return head, ["decoding", "replies", "ids grounded", "words well formed", "faithful"], rows
 
 
-def _reply_judge(task: str):
-    """The judge of replies after tool results (``clover.bench.replies``), its vocabulary the
-    evaluated task's corpus's; None for a task without a corpus."""
+def _reply_judge(args: argparse.Namespace, cases):
+    """The judge of the conversations' replies after tool results (``clover.bench.replies``), its
+    vocabulary the evaluated task's corpus's; None without conversations or a corpus."""
     from clover.bench.replies import corpus_vocabulary, reply_check  # deferred: the task's corpus
     from clover.data.task import get_task
 
-    t = get_task(task)
-    if t.corpus is None:
+    if args.grounded_reply and args.grammar != "on":
+        raise SystemExit(
+            "clover eval: --grounded-reply holds the text around the tool-call grammar: needs --grammar on"
+        )
+    t = get_task(args.task)
+    if not args.multiturn or cases is not None or t.corpus is None:
         return None
     vocabulary = corpus_vocabulary(t)
     return lambda reply, messages: reply_check(reply, messages, vocabulary)
