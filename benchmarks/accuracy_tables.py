@@ -4,7 +4,7 @@ docs/benchmarks.md show it: one command, one result file, three tables.
     python benchmarks/accuracy_tables.py --json benchmarks/results/accuracy.json
     python benchmarks/accuracy_tables.py --n 2 --text 1 --multiturn 1 --plain 1 --groups 1   # a smoke run
 
-Five evaluations of ``clover eval airspace2`` (``clover.airspace.v2.evaluate``) in one process:
+Five evaluations of ``clover eval airspace`` (``clover.airspace.scoring``) in one process:
 the ``--n`` tool-call turns under ``ar`` and the default policy as the server decodes them (the
 tool-call grammar, grounded arguments copied from the conversation) and under the default with
 the model alone (no grammar); then the other turns (``--text`` replies in words and as many
@@ -16,7 +16,7 @@ Tables: 0, README.md's "what to expect" (the kinds of turn as rows, ``ar`` and t
 columns); 1, docs/benchmarks.md's grounded arguments on the test split (one row per decoding);
 2, the model card's accuracy (the tool-call figures, one column per decoding); 3, the model
 card's replies in words and conversations per kind. Replies in words, a conversation's last turn
-in words and plain text are judged by what they say (``clover.airspace.v2.textscore``).
+in words and plain text are judged by what they say (``clover.airspace.textscore``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 
 # the five runs: (name, policy ("default": the default policy), grammar, the tool-call turns or the others)
 RUNS = [
@@ -41,7 +42,7 @@ RUNS = [
 
 def measure(model, tok, args) -> dict[str, dict]:
     """The five evaluations' figures, by run name."""
-    from clover.airspace.v2.evaluate import evaluate_airspace2  # deferred: torch
+    from clover.airspace.scoring import evaluate_airspace2  # deferred: torch
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: torch
 
     out = {}
@@ -188,6 +189,7 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     ap.add_argument("--split", default="test", choices=["train", "validation", "test"])
@@ -209,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     model, tok = load_model_and_tokenizer(args.model, args.threads)
     figures = measure(model, tok, args)
     for title, columns, rows in tables(figures):
-        print_table(title, columns, rows)
-    write_json(args.json, figures)
+        print_table(rec, title, columns, rows)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """What a training step costs at each block size: seconds per step and the process's peak resident
-memory, on the bundled model's shape (random weights) and the airspace2 recipe's batches, the same
+memory, on the bundled model's shape (random weights) and the airspace recipe's batches, the same
 steps for each size, each size in a fresh process (so that each peak is its own).
 
     python benchmarks/bench_block_sizes.py [--sizes 1 4 32 64] [--steps 3] [--threads 1] [--json PATH]
 
-``clover train --recipe airspace2`` draws each step's block size from 1 to 64 (log-uniformly,
+``clover train --recipe airspace`` draws each step's block size from 1 to 64 (log-uniformly,
 ``TrainConfig.block_size_range``); here every step of a run is at one size. The table's last
 column estimates a step under that draw: each measured size stands for the drawn sizes from it
 up to the next one measured, weighted by how often the recipe's first 10,000 steps draw them.
@@ -30,7 +30,7 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
     """In this process: one warm-up step, then ``steps`` timed steps at ``block_size``."""
     import torch
 
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import set_threads
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
@@ -54,6 +54,9 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
 
 
 def main() -> None:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--steps", type=int, default=3, help="timed steps per size (after one warm-up step)")
@@ -64,7 +67,7 @@ def main() -> None:
     if a.child is not None:
         print(json.dumps(measure(a.child, a.steps, a.threads)))
         return
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import print_table, set_threads, write_json
 
     set_threads(a.threads)  # this process measures nothing; its result file names the children's threads
@@ -87,6 +90,7 @@ def main() -> None:
     }
     lo, hi = cfg.block_size_range
     print_table(
+        rec,
         f"a training step at each block size: airspace2 recipe, 16 sequences, {a.threads} thread(s), "
         f"{a.steps} steps each",
         ["block size", *map(str, sizes), f"drawn {lo}-{hi} (estimate)"],
@@ -100,7 +104,9 @@ def main() -> None:
             ["share of the recipe's steps", *(f"{share[b] * 100:.0f} %" for b in sizes), f"{covered * 100:.0f} %"],
         ],
     )
-    write_json(a.json, {"steps": a.steps, "threads": a.threads, "by_block_size": fig, "share": share, "drawn": mixed})
+    write_json(
+        rec, a.json, {"steps": a.steps, "threads": a.threads, "by_block_size": fig, "share": share, "drawn": mixed}
+    )
 
 
 if __name__ == "__main__":

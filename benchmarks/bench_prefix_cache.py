@@ -16,9 +16,10 @@ import argparse
 import json
 import time
 
-from clover.airspace.corpus import load_split
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.chats import load_split
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
 from clover.engine import Engine, SamplingParams
@@ -32,11 +33,12 @@ RESULTS = ['{"status": "ok"}', '{"status": "airborne", "battery": 71}', '{"statu
 
 def conversations(n: int) -> list[list[str]]:
     """Operator messages: each conversation's turns are test-split messages in a row."""
-    msgs = [m["content"] for ex in load_split("test", 200) for m in ex["messages"] if m["role"] == "user"]
+    msgs = [m["content"] for ex in load_split("test", 200) for m in ex.get("messages", ()) if m["role"] == "user"]
     return [msgs[i::n] for i in range(n)]
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--conversations", type=int, default=8)
@@ -61,7 +63,7 @@ def main() -> None:
             answers = {}
             for name, engine in engines.items():
                 history[name].append({"role": "user", "content": convo[turn]})
-                ids = tok.encode(render(history[name], AIRSPACE_TOOLS, add_generation_prompt=True))
+                ids = tok.encode(render(history[name], EXTRACTION_TOOLS, add_generation_prompt=True))
                 t0 = time.perf_counter()
                 out = engine.generate(ids, params)
                 per[name]["wall"][turn].append(time.perf_counter() - t0)
@@ -99,6 +101,7 @@ def main() -> None:
         }
     figures.update(engines["on"].prefix_cache.stats())
     print_table(
+        rec,
         f"agent loop, prefix cache off vs on ({args.conversations} conversations, batch 1, {args.threads} thread(s))",
         ["turn", "prompt tokens", "TTFT off ms", "TTFT on ms", "TTFT speed-up", "turn off ms", "turn on ms"],
         rows,
@@ -107,7 +110,7 @@ def main() -> None:
             f"prompt tokens not recomputed: {engines['on'].prefix_cache.hit_tokens} of {sum(prompt_tokens)}",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     print(json.dumps({k: figures[k] for k in ("same_answers", "prefix_cache_hit_tokens")}))
 
 

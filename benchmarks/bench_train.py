@@ -20,8 +20,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from clover.airspace.recipes import AirspaceRecipe, airspace_source
+from clover.airspace.diffusion_recipe import Airspace2Recipe, airspace2_source
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.data import default_model_dir
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverForBlockDiffusion
@@ -48,9 +49,10 @@ class FullForwardTrainer(Trainer):
 
 
 def run(name: str, batch: int, masking: MaskingConfig, groups: int, steps: int, tok, full: bool = False) -> dict:
-    recipe = AirspaceRecipe(batch_size=batch)
+    recipe = Airspace2Recipe(batch_size=batch)
     recipe.train.masking, recipe.train.micro_batches = masking, groups
-    source = airspace_source(tok, recipe)  # the same data for every way (steps past the curriculum)
+    recipe.train.block_size_range = None  # one block size, the same for every way
+    source = airspace2_source(tok, recipe)  # the same data for every way
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(recipe.model_config(tok))
     trainer = (FullForwardTrainer if full else Trainer)(model, source, recipe.train, None)
@@ -71,6 +73,7 @@ def run(name: str, batch: int, masking: MaskingConfig, groups: int, steps: int, 
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=6, help="timed steps per way")
     p.add_argument("--threads", type=int, default=1)
@@ -82,12 +85,13 @@ def main() -> None:
     rows = [
         run("full", 8, one, 1, args.steps, tok, full=True),
         run("blocks", 8, one, 1, args.steps, tok),
-        run("recipe", 16, AirspaceRecipe().train.masking, 4, args.steps, tok),
+        run("recipe", 16, Airspace2Recipe().train.masking, 4, args.steps, tok),
     ]
     base = rows[0]["masked_tokens_per_s"]
     for r in rows:
         r["masked_tokens_per_s_vs_full"] = r["masked_tokens_per_s"] / base
     print_table(
+        rec,
         f"training step, airspace model and data ({args.steps} steps each, {args.threads} thread(s))",
         ["way", "s / step", "sequences / s", "masked tokens / step", "masked tokens / s", "vs full"],
         [
@@ -106,7 +110,7 @@ def main() -> None:
             "recipe: 16 sequences x (2 masks + complements), one clean stream each, 4 length groups",
         ],
     )
-    write_json(args.json, {r["way"]: r for r in rows})
+    write_json(rec, args.json, {r["way"]: r for r in rows})
 
 
 if __name__ == "__main__":

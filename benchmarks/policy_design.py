@@ -21,10 +21,12 @@ import argparse
 import torch
 
 from clover.airspace.decision_groups import load_groups
-from clover.airspace.evaluate import eval_chats, prompt_of, reply_right
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.evaluate import prompt_of
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.scoring import eval_chats2, reply_right2
 from clover.api.loading import load_model_dir
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.data.chat import render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine import Engine, SamplingParams
@@ -70,7 +72,7 @@ class Digits(Policy):
 
 
 def _prompts(tok, split: str, n: int) -> tuple[list[list[int]], list[str], list]:
-    exs, texts, convs = eval_chats(split, n, n // 2, n // 2)
+    exs, texts, convs = eval_chats2(split, n, n // 2, n // 2)
     groups = load_groups(split, n // 4)
     template = getattr(tok, "chat_template", None)
     chats = exs + texts + convs
@@ -91,7 +93,7 @@ def _decode(model, tok, prompts, params) -> dict:
 
 def _right(text: str | None, item) -> bool:
     if isinstance(item, dict):
-        return reply_right(text, item)
+        return reply_right2(text, item)
     return parse_joint(text or "", item.questions) == [q.answer for q in item.questions]
 
 
@@ -159,6 +161,7 @@ def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--rules",
@@ -189,7 +192,7 @@ def main() -> None:
     ref_ids = [o.token_ids for o in ref["outs"]]
     template = getattr(tok, "chat_template", None)
     talk = [
-        tok.encode(render_chat([{"role": "user", "content": m}], AIRSPACE_TOOLS, True, template))
+        tok.encode(render_chat([{"role": "user", "content": m}], EXTRACTION_TOOLS, True, template))
         for m in open(args.small_talk, encoding="utf-8").read().splitlines()
         if m.strip()
     ]
@@ -217,6 +220,7 @@ def main() -> None:
         rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"], talked])
     heads = [f"{k} ({kinds.count(k)})" for k in dict.fromkeys(kinds)]
     print_table(
+        rec,
         f"commit rules on the {args.split} split against ar (accuracy %)",
         ["rule", *heads, "same tokens as ar %", "TPF", f"small talk as ar ({len(talk)})"],
         rows,
@@ -225,11 +229,12 @@ def main() -> None:
         cal = _calibration(model, tok, prompts, ref_ids, 0.3)
         figures["calibration"] = cal
         print_table(
+            rec,
             "extensions of prefix τ 0.3 whose context matched ar: how often the token differs from ar's",
             ["token", "confidence", "extensions", "differ"],
             cal,
         )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import sys
 
 import clover
-from clover.bench import results
+from clover.bench.results import Recorder
 from clover.commands.common import Parser
 from clover.commands.threads import passive_waits
 
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
 
-    results.reset(sys.argv[1:] if argv is None else argv)  # a result file names the command as typed
+    # what the command's result file names and holds: the command as typed, its start, its tables
+    args.recorder = Recorder(sys.argv[1:] if argv is None else argv)
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit, so a reader gone early (`| head`) is caught below
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _reader_gone() -> int:
-    """The reader of stdout closed it (``clover tools airspace2 --json | head``): stop quietly as
+    """The reader of stdout closed it (``clover tools --json | head``): stop quietly as
     a command killed by SIGPIPE does, with no traceback. stdout is pointed at /dev/null so
     Python's final flush of what is still buffered has nowhere to fail."""
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -39,7 +39,7 @@ def test_tables_print_whole_to_a_pipe_or_a_file(tmp_path):
     cells = ["default (prefix τ 0.97) " * 3, "compound messages with several actions " * 2, "speed-up vs ar " * 3]
     code = (
         "from clover.bench import print_table; import sys, json; "
-        "c = json.loads(sys.argv[1]); print_table('t', ['decoder', 'kind', 'speed'], [c])"
+        "c = json.loads(sys.argv[1]); print_table(None, 't', ['decoder', 'kind', 'speed'], [c])"
     )
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     piped = subprocess.run([sys.executable, "-c", code, json.dumps(cells)], capture_output=True, text=True, env=env)
@@ -144,7 +144,7 @@ def test_bench_grammar_runs_on_the_models_own_task_and_checks_calls_against_thei
     r = _script("bench_grammar.py", "--n", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())["figures"]
-    assert d["task"] == "airspace2" and d["n"] == 1
+    assert d["task"] == "airspace" and d["n"] == 1
     for mode in ("ar", "ar_grammar", "ar_grammar_grounded", "prefix_grammar_grounded"):
         assert 0 <= d[f"{mode}_exact_match"] <= 1 and d[f"{mode}_tpf"] > 0
     assert d["ar_grammar_schema_valid"] == 1.0  # the grammar admits only calls its schemas validate

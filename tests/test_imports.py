@@ -20,7 +20,7 @@ def test_the_python_api_needs_no_web_server():
     """``clover.LLM`` runs the OpenAI layer (``clover.api``) in-process: no ``clover.server``
     module, no FastAPI, uvicorn or Starlette."""
     mods = _imported_after("import clover.api.llm")
-    assert "clover.api.protocol" in mods
+    assert "clover.api.prepare" in mods and "clover.api.replies" in mods
     assert [m for m in mods if m == "clover.server" or m.startswith("clover.server.")] == []
     assert [m for m in mods if m.split(".")[0] in ("fastapi", "uvicorn", "starlette")] == []
 
@@ -146,7 +146,7 @@ def test_the_task_seam_finds_airspace_by_name():
 
     task = get_task("airspace")
     assert task.name == "airspace" and {t["function"]["name"] for t in task.tools()} >= {"recall_drone"}
-    # a model that names no task gets the bundled model's (DEFAULT_TASK: airspace2)
+    # a model that names no task gets the bundled model's (DEFAULT_TASK: airspace; airspace2 its former name)
     assert model_task(preset("tiny")) is None and model_task(preset("tiny"), default=True) is get_task("airspace2")
     assert model_task(preset("tiny", extra={"recipe": "airspace-ar"})) is task
 

@@ -1,4 +1,4 @@
-"""Values as written in the corpus (``corpus.written_chat``), tool lists drawn as users pass theirs
+"""Values as written in the corpus (``chats.written_chat``), tool lists drawn as users pass theirs
 (``tool_lists.drawn_tools``), and the recipe that trains on both."""
 
 import hashlib
@@ -7,12 +7,13 @@ import random
 
 import pytest
 
-from clover.airspace.corpus import declined, gold_calls
-from clover.airspace.v2 import corpus
-from clover.airspace.v2.compare import in_metres_calls
-from clover.airspace.v2.tool_lists import called, drawn_tools
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, WRITTEN_TOOLS, written_form
-from clover.airspace.v2.values import as_written
+from clover.airspace import chats as corpus
+from clover.airspace.calls import gold_calls
+from clover.airspace.compare import in_metres_calls
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, WRITTEN_TOOLS, written_form
+from clover.airspace.replies import declined
+from clover.airspace.tool_lists import called, drawn_tools
+from clover.airspace.values import as_written
 
 WRITTEN_KEYS = ("drone_id", "start_time", "end_time", "radius", "altitude")
 
@@ -107,7 +108,7 @@ def test_drawn_tool_lists_hold_every_tool_the_calls_use_and_a_missing_tool_is_de
 
 
 def test_the_recipe_refuses_an_unknown_values_form():
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
 
     r = Airspace2Recipe()
     r.values = "metres"
@@ -116,7 +117,7 @@ def test_the_recipe_refuses_an_unknown_values_form():
 
 
 def test_the_written_recipe_trains_on_written_values():
-    from clover.airspace.v2.recipes import Airspace2Recipe, shaped
+    from clover.airspace.diffusion_recipe import Airspace2Recipe, shaped
 
     r = Airspace2Recipe(values="written", tool_list_frac=1.0)
     rng = random.Random(0)

@@ -12,11 +12,11 @@ from typing import ClassVar
 
 import torch
 
+from clover.airspace.chats import example, greeting, multi_turn, written_chat
 from clover.airspace.decision_groups import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
-from clover.airspace.v2 import NAME
-from clover.airspace.v2.corpus import example, greeting, multi_turn, written_chat
-from clover.airspace.v2.tool_lists import drawn_tools
+from clover.airspace.task import NAME
+from clover.airspace.tool_lists import drawn_tools
 from clover.data.chat import IM_END
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
@@ -50,7 +50,7 @@ class Airspace2Recipe(AirspaceRecipe):
     greeting_composed_frac: float = 0.0  # of their remarks (train only): composed from parts (``composed_remark``)
     curriculum_steps: int = 0
     # "units": lengths as a number and a unit enum, times HH:MM, ids D-<n> (``tools.EXTRACTION_TOOLS``);
-    # "written": lengths, times and drone ids copied as the operator wrote them (``tools.WRITTEN_TOOLS``)
+    # "written": lengths, times and drone ids copied as the operator wrote them (``extraction_tools.WRITTEN_TOOLS``)
     values: str = "units"
     tool_list_frac: float = 0.0  # of the chats that offer tools: the list drawn as users pass theirs
     tool_missing_frac: float = 0.0  # of those that are one call: asked without its tool, declined in words
@@ -84,7 +84,7 @@ def encode_plain(tok: CloverTokenizer, ex: dict, max_len: int, block_size: int) 
 
 
 def shaped(ex: dict, recipe: Airspace2Recipe, rng: random.Random, split: str) -> dict:
-    """A corpus chat in the recipe's form: its values as written (``corpus.written_chat``) when
+    """A corpus chat in the recipe's form: its values as written (``chats.written_chat``) when
     ``recipe.values`` says so, and (train only) its tool list drawn as users pass theirs
     (``tool_lists.drawn_tools``). Decision groups and plain text pass as they are."""
     if "surfaces" not in ex:

@@ -17,10 +17,17 @@ from decimal import InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover.airspace.corpus import plain_call, score_tool_calls
-from clover.airspace.v2.corpus import load_split
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, drone_key, in_metres, uses_units, with_unit_names, written_form
-from clover.airspace.v2.values import as_written
+from clover.airspace.calls import plain_call, score_tool_calls
+from clover.airspace.chats import load_split
+from clover.airspace.extraction_tools import (
+    EXTRACTION_TOOLS,
+    drone_key,
+    in_metres,
+    uses_units,
+    with_unit_names,
+    written_form,
+)
+from clover.airspace.values import as_written
 from clover.data.task import model_task
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ second corpus, with what that corpus adds.
   breakdown by length is by the unit the operator used (``ft``, ``nm``, ``km``, ``m`` or none).
 * Replies in words (small talk, requests no tool serves, a tool not offered, a missing argument,
   chats offering no tools) are right when they call no tool and say the corpus's reply
-  (``clover.airspace.v2.textscore``: a fixed answer word for word, any other by chrF);
+  (``clover.airspace.textscore``: a fixed answer word for word, any other by chrF);
   ``text_exact`` counts those word for word, ``text_no_call`` (not a score) those that have words
   and no call, whatever the words.
 * Conversations: half follow-ups, whose last turn refers back to an earlier one, half
@@ -25,13 +25,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.calls import gold_calls, score_tool_calls
+from clover.airspace.chats import TEXT_KINDS, load_split, multiturn_set, written_chat
+from clover.airspace.compare import in_metres_calls
 from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
-from clover.airspace.v2.compare import in_metres_calls
-from clover.airspace.v2.corpus import TEXT_KINDS, load_split, multiturn_set, written_chat
-from clover.airspace.v2.names import HELDOUT_FAMILIES
-from clover.airspace.v2.textscore import plain_right, reply_words_right
-from clover.airspace.v2.tools import LENGTHS, unit_of
+from clover.airspace.extraction_tools import LENGTHS, unit_of
+from clover.airspace.names import HELDOUT_FAMILIES
+from clover.airspace.textscore import plain_right, reply_words_right
 
 
 def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None):

@@ -27,7 +27,9 @@ import random
 import re
 from collections.abc import Iterator
 
-from clover.airspace.corpus import _GREET, _WELCOME, SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace import names
+from clover.airspace.calls import _call
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, LENGTHS, drone_key, written_form
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
     CITIES,
@@ -45,9 +47,8 @@ from clover.airspace.phrasing import (
     drone_surface,
     system_prompt,
 )
-from clover.airspace.tools import MISSION_TYPES
-from clover.airspace.v2 import names
-from clover.airspace.v2.phrasing import (
+from clover.airspace.replies import _GREET, _WELCOME, SMALLTALK, declined, no_tool_message, tool_result
+from clover.airspace.templates import (
     ALT_T,
     CREATE_T,
     LIFT_T,
@@ -63,7 +64,7 @@ from clover.airspace.v2.phrasing import (
     style,
     time_surface2,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, LENGTHS, drone_key, written_form
+from clover.airspace.tools import MISSION_TYPES
 
 SPLITS = ("train", "validation", "test")
 MIX = {
@@ -696,7 +697,7 @@ def _as_in(text: str, source: str) -> str | None:
 
 def written_chat(ex: dict) -> dict:
     """``ex`` with its tools and its gold calls in the values-as-written form
-    (``tools.WRITTEN_TOOLS``): what a model of that form is trained on and scored against.
+    (``extraction_tools.WRITTEN_TOOLS``): what a model of that form is trained on and scored against.
     ``written_spans`` says whether every value written so is a span of the chat's user turns
     (drone ids: of the conversation before the call); a value whose words a typo changed is not,
     and stays in its earlier form."""

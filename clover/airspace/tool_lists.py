@@ -35,11 +35,12 @@ from __future__ import annotations
 import copy
 import random
 
-from clover.airspace.corpus import declined, gold_calls
+from clover.airspace.calls import gold_calls
 from clover.airspace.evaluate import _generate, _requests, _words_no_call
-from clover.airspace.v2.evaluate import reply_right2
-from clover.airspace.v2.textscore import reply_words_right
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.replies import declined
+from clover.airspace.scoring import reply_right2
+from clover.airspace.textscore import reply_words_right
 from clover.data.chat import is_answer
 
 KINDS = ("six", "subset", "order", "reworded", "schema", "varied", "missing")
