@@ -137,6 +137,16 @@ def _tokens(x) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def _rows(x, n: int) -> np.ndarray:
+    """Token ids of a batch (a torch tensor or array ``[n, k]``) as one C-contiguous int32 array."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    a = np.ascontiguousarray(x, dtype=np.int32)
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"tokens must be [{n}, k] for {n} cache rows, got shape {a.shape}")
+    return a
+
+
 class LlamaCppCache:
     """One sequence's committed history in the library (attention K/V, GDN states and conv tails)."""
 
@@ -220,24 +230,35 @@ class LlamaCppModel:
         A request the model cannot take (a block size past its maximum, a commit that is not whole
         blocks before a denoise, a token outside the vocabulary) is a ValueError."""
         bs = self.block_size if block_size is None else block_size
-        if not isinstance(bs, int) or isinstance(bs, bool):
-            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
         c, d = _tokens(commit), _tokens(denoise)
         out = np.empty((len(d), self.vocab_size), dtype=np.float32) if len(d) else None
+        self.step_into(cache, c, d, bs, out)
+        return out
+
+    def step_into(self, cache: LlamaCppCache, commit: np.ndarray, denoise: np.ndarray, block_size: int, out) -> None:
+        """``step`` on int32 token arrays ``[n]`` (contiguous), the logits written into ``out``: a
+        C-contiguous float32 array or tensor of ``[n_denoise, vocab]`` (None when nothing is
+        denoised), so a batch's rows land in one tensor with no copy between."""
+        bs = block_size
+        if not isinstance(bs, int) or isinstance(bs, bool):
+            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
+        n_d = len(denoise)
+        if n_d and (out is None or tuple(out.shape) != (n_d, self.vocab_size)):
+            raise ValueError(f"internal: a logits buffer of shape {None if out is None else tuple(out.shape)}")
+        ptr = out.data_ptr() if isinstance(out, torch.Tensor) else out.ctypes.data if out is not None else None
         i32 = ctypes.POINTER(ctypes.c_int32)
         rc = self._lib.clover_step(
             self._h,
             cache._h,
-            c.ctypes.data_as(i32),
-            len(c),
-            d.ctypes.data_as(i32),
-            len(d),
+            commit.ctypes.data_as(i32),
+            len(commit),
+            denoise.ctypes.data_as(i32),
+            n_d,
             bs,
-            out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if out is not None else None,
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)) if ptr is not None else None,
         )
         if rc != 0:
             raise ValueError(_error(self._lib))
-        return out
 
     def close(self) -> None:
         if getattr(self, "_h", None):
@@ -352,12 +373,15 @@ class LlamaCppClover:
         bad = [n for n in cache.lengths.tolist() if n % bs]
         if bad:  # checked for every row before any row runs
             raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
-        outs = []
-        for i, row in enumerate(cache.rows):
-            c = None if commit is None else commit[i]
-            d = None if denoise is None else denoise[i]
-            outs.append(self.native.step(row, commit=c, denoise=d, block_size=bs))
-        return None if denoise is None else torch.from_numpy(np.stack(outs))
+        c = None if commit is None else _rows(commit, len(cache.rows))
+        d = None if denoise is None else _rows(denoise, len(cache.rows))
+        none = np.zeros(0, dtype=np.int32)
+        out = None if d is None else torch.empty(d.shape[0], d.shape[1], self.config.vocab_size)
+        for i, row in enumerate(cache.rows):  # each row's logits written in place into out[i]
+            ci = none if c is None else c[i]
+            di = none if d is None else d[i]
+            self.native.step_into(row, ci, di, bs, None if out is None or not len(di) else out[i])
+        return out
 
     def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
         """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""

@@ -25,7 +25,7 @@ from clover.engine.policies import PassView
 from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.runner import Runner
-from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
+from clover.engine.sampler import adjust_logits, choose_selected, logit_bias_vector
 from clover.engine.scheduler import Scheduler
 from clover.engine.stages import (
     APPLY,
@@ -221,7 +221,7 @@ class Engine:
                 ids = torch.tensor(ids, device=logits.device)
                 allowed[r] = {**allowed[r], int(open_[0]): ids}
         clk and clk.lap(GRAMMAR_SLOT)
-        ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
+        ch = choose_selected(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
         clk and clk.lap(SAMPLER)
         view = PassView(
             ch.tok,
