@@ -1,7 +1,7 @@
 """Where an engine step's time goes, stage by stage, through both back ends: the model's pass, the
 back end's glue and each host stage of the engine (scheduling, the pass's inputs, penalties, the
 grammar's slot, the sampler, the policy, the grammar's commit, applying it, finished blocks), in
-ms per engine step, at batch 1 (the prompts one after another) and batch 16, under the default
+ms of CPU time per engine step (the back ends run on the caller's thread), at batch 1 (the prompts one after another) and batch 16, under the default
 policy and ``ar``; the checkpoint exported to an f32 GGUF file in a temporary folder for llama.cpp.
 
     python benchmarks/profile_stages.py [--model DIR] [--n 16] [--max-tokens 64] [--batches 1 16]
@@ -70,11 +70,12 @@ def main() -> int:
             rows.append(["outside engine.step (adding requests, the caller's loop)"] + [f"{x:.3g}" for x in rest])
             rows.append(["step, all of it"] + [f"{r['step_ms']:.3g}" for r in runs.values()])
             rows.append(["host time outside the pass"] + [f"{r['outside_pass_ms']:.3g}" for r in runs.values()])
-            rows.append(["tokens/s"] + [f"{r['tokens_per_s']:.0f}" for r in runs.values()])
+            rows.append(["tokens per CPU second"] + [f"{r['tokens_per_cpu_s']:.0f}" for r in runs.values()])
+            rows.append(["tokens/s (wall)"] + [f"{r['tokens_per_s']:.0f}" for r in runs.values()])
             rows.append(["tokens per pass"] + [f"{r['tpf']:.2f}" for r in runs.values()])
             bs = args.block_size or model.config.block_size
             print_table(
-                f"ms per engine step, {pol} policy, block {bs}, {len(cases)} prompts, {args.max_tokens} tokens at "
+                f"CPU ms per engine step, {pol} policy, block {bs}, {len(cases)} prompts, {args.max_tokens} tokens at "
                 f"most, {args.threads} thread(s)",
                 ["stage"] + list(runs),
                 rows,

@@ -1,6 +1,8 @@
 """Where an engine step's time goes, stage by stage (``benchmarks/profile_stages.py``): the model's
 pass, the back end's glue around it and each host stage of the engine (``clover.engine.stages``),
-in milliseconds per engine step, for a back end at a batch size and a policy.
+in milliseconds of this thread's CPU time per engine step (the back ends run on one thread, the
+caller's, so a busy machine's other processes are left out), for a back end at a batch size and
+a policy; tokens/s are wall-clock.
 
 The model's pass is the time inside the model's own ``step`` (PyTorch: the whole forward, prefill
 included; llama.cpp: the library's ``clover_step`` call); the back end's glue is the rest of the
@@ -51,20 +53,20 @@ def measure_stages(model, tokenizer, cases, params, batch: int) -> dict:
 
     engine = Engine(model, tokenizer, max_batch_size=batch)
     engine.generate_batch([cases[0][0]], params)  # warm-up (first-call allocations, the grammar tables)
-    clock = StageClock()
+    clock = StageClock(time.thread_time)
     engine.clock = clock
     restore = _instrument(model, clock)
     try:
-        outs, t0 = [], time.perf_counter()
+        outs, t0, c0 = [], time.perf_counter(), time.thread_time()
         for s in range(0, len(cases), batch):
             outs += engine.generate_batch([c[0] for c in cases[s : s + batch]], params)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
     finally:
         restore()
         engine.clock = None
     ms = clock.per_step_ms()
     stages = {k: ms.get(k, 0.0) for k in (PASS, GLUE, *ENGINE_STAGES)}
-    total = 1e3 * wall / clock.steps
+    total = 1e3 * cpu / clock.steps
     tokens = sum(len(o.token_ids) for o in outs)
     passes = sum(o.stats["forward_passes"] for o in outs)
     scores = [x for x in (exact(o.text, c[1]) for o, c in zip(outs, cases)) if x is not None]
@@ -75,6 +77,7 @@ def measure_stages(model, tokenizer, cases, params, batch: int) -> dict:
         "steps": clock.steps,
         "tokens": tokens,
         "tokens_per_s": tokens / wall,
+        "tokens_per_cpu_s": tokens / cpu,
         "tpf": tokens / passes if passes else 0.0,
         "exact_match": sum(scores) / len(scores) if scores else None,
         "ids": [o.token_ids for o in outs],
