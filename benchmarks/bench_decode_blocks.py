@@ -1,6 +1,7 @@
 """Decoding by block size on a CPU: the default policy's tokens/s at batch 1 (the prompts one after
 another), tokens per pass and, on the bundled model, exact match of the test split's tool calls,
-at each block size, through PyTorch (f32) and llama.cpp (f32, q8_0, q4_k); the bundled model and
+at each block size (tokens per second of CPU time, the back ends running on the caller's thread,
+so that a busy machine's other processes are left out; wall-clock beside), through PyTorch (f32) and llama.cpp (f32, q8_0, q4_k); the bundled model and
 the random-weight ``medium`` preset (exact match is the bundled model's only: medium's weights are
 random); with ``--stock``, stock llama.cpp's one-token decoding of a same-shape Qwen3.5-MoE
 (``clover bench llama.cpp``'s twin, built by ``make llama-cpp-stock``) beside them.
@@ -78,16 +79,25 @@ def main() -> int:
                     row = [
                         name,
                         str(bs),
+                        f"{r['tokens_per_cpu_s']:.3g}",
+                        f"{r['tokens_per_cpu_s'] / by[big]['tokens_per_cpu_s']:.2f}",
                         f"{r['tokens_per_s']:.3g}",
-                        f"{r['tokens_per_s'] / by[big]['tokens_per_s']:.2f}",
                         f"{r['tpf']:.2f}",
                         "-" if em is None else f"{100 * em:.1f} %",
                     ]
                     if tool is not None:
                         s = stock.get(t) if name.startswith("llama.cpp") else None
-                        row.append("-" if s is None else f"{r['tokens_per_s'] / s:.2f}")
+                        row.append("-" if s is None else f"{r['tokens_per_cpu_s'] / s:.2f}")
                     rows.append(row)
-            cols = ["back end", "block", "tokens/s", f"vs block {big}", "tokens per pass", "exact match"]
+            cols = [
+                "back end",
+                "block",
+                "tokens per CPU s",
+                f"vs block {big}",
+                "tokens/s (wall)",
+                "tokens per pass",
+                "exact match",
+            ]
             notes = [f"stock one-token {t}: {x:.0f} tokens/s" for t, x in stock.items()]
             print_table(
                 f"{which}: the default policy by block size, batch 1 ({k} prompts), exact match over "
