@@ -1,10 +1,11 @@
 """Decoding by block size on a CPU: the default policy's tokens/s at batch 1 (the prompts one after
 another), tokens per pass and, on the bundled model, exact match of the test split's tool calls,
-at each block size (tokens per second of CPU time, the back ends running on the caller's thread,
-so that a busy machine's other processes are left out; wall-clock beside), through PyTorch (f32) and llama.cpp (f32, q8_0, q4_k); the bundled model and
-the random-weight ``medium`` preset (exact match is the bundled model's only: medium's weights are
-random); with ``--stock``, stock llama.cpp's one-token decoding of a same-shape Qwen3.5-MoE
-(``clover bench llama.cpp``'s twin, built by ``make llama-cpp-stock``) beside them.
+at each block size (tokens per second of CPU time, the back ends running on the caller's
+thread, so that a busy machine's other processes are left out; wall-clock beside), through
+PyTorch (f32) and llama.cpp (f32, q8_0, q4_k); the bundled model and the random-weight
+``medium`` preset (exact match is the bundled model's only: medium's weights are random); with
+``--stock``, stock llama.cpp's one-token decoding of a same-shape Qwen3.5-MoE (``clover bench
+llama.cpp``'s twin, built by ``make llama-cpp-stock``) beside them.
 
     python benchmarks/bench_decode_blocks.py [--sizes 4 8 16 32] [--speed-prompts 4] [--n 100]
         [--max-tokens 64] [--no-medium] [--medium-speed-prompts 2] [--stock] [--threads 1] [--json PATH]

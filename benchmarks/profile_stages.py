@@ -1,8 +1,9 @@
 """Where an engine step's time goes, stage by stage, through both back ends: the model's pass, the
 back end's glue and each host stage of the engine (scheduling, the pass's inputs, penalties, the
 grammar's slot, the sampler, the policy, the grammar's commit, applying it, finished blocks), in
-ms of CPU time per engine step (the back ends run on the caller's thread), at batch 1 (the prompts one after another) and batch 16, under the default
-policy and ``ar``; the checkpoint exported to an f32 GGUF file in a temporary folder for llama.cpp.
+ms of CPU time per engine step (the back ends run on the caller's thread), at batch 1 (the
+prompts one after another) and batch 16, under the default policy and ``ar``; the checkpoint
+exported to an f32 GGUF file in a temporary folder for llama.cpp.
 
     python benchmarks/profile_stages.py [--model DIR] [--n 16] [--max-tokens 64] [--batches 1 16]
         [--policies default ar] [--block-size N] [--threads 1] [--json PATH]

@@ -290,10 +290,10 @@ def quantize(array: np.ndarray, type: str) -> np.ndarray:
 
 class LlamaCppRows:
     """The caches of a batch of sequences, one native cache per row, with the row interface the
-    engine drives (as ``ModelCache``'s): ``lengths``, ``batch_size``, ``select`` (copies), ``cat``
-    (takes the rows as they are), ``commit_rows`` (some rows commit a block alone), ``nbytes``.
-    Each row's clean logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and
-    ignores writes."""
+    engine drives (as ``ModelCache``'s): ``lengths``, ``batch_size``, ``select`` (copies),
+    ``keep`` (the rows themselves, for a holder that drops this object), ``cat`` (takes the rows
+    as they are), ``commit_rows`` (some rows commit a block alone), ``nbytes``. Each row's clean
+    logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and ignores writes."""
 
     def __init__(self, rows: list[LlamaCppCache]):
         self.rows = list(rows)
@@ -317,6 +317,12 @@ class LlamaCppRows:
 
     def select(self, rows) -> LlamaCppRows:
         return LlamaCppRows([self.rows[int(i)].copy() for i in torch.as_tensor(rows).reshape(-1).tolist()])
+
+    def keep(self, rows) -> LlamaCppRows:
+        """The rows ``rows`` as they are, not copied: for a holder that drops this object at once
+        (the engine's batch when requests leave), so the rows that stay are not copied each time
+        one leaves; ``select`` gives copies."""
+        return LlamaCppRows([self.rows[int(i)] for i in torch.as_tensor(rows).reshape(-1).tolist()])
 
     @staticmethod
     def cat(caches: list[LlamaCppRows]) -> LlamaCppRows:
