@@ -15,10 +15,12 @@ TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 LLAMACPP_JOBS ?= 2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the playground's 3-D map library (clover/server/three.pin), fetched with npm into the package
+VENDOR := clover/server/static/vendor/.pin
 
 .PHONY: setup run test lint bench docs-tables results llama-cpp llama-cpp-stock sglang test-sglang
 
-setup: $(STAMP)
+setup: $(STAMP) $(VENDOR)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +33,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	@$(BIN)/python -m pip uninstall -y -q triton 2>/dev/null || true  # triton makes fla/transformers pick GPU kernels on CPU
 	@touch $@
+
+# the pinned three.js build the playground's 3-D map loads (clover/server/vendor.py: npm pack, the
+# pin's sha512 checked, the module build and its licence kept); without npm it says so and goes on:
+# the page then draws its 2-D map, and the 3-D map's browser test fails under CLOVER_REQUIRE_BROWSER=1
+$(VENDOR): clover/server/three.pin clover/server/vendor.py
+	@if command -v npm >/dev/null 2>&1; then $(PY) clover/server/vendor.py; \
+	else echo "vendor: npm not found: the playground draws its 2-D map (apt-get install npm, then make setup)"; fi
 
 run: setup
 	$(BIN)/clover serve --host $(HOST) --port $(PORT)

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 
 # the five runs: (name, policy ("default": the default policy), grammar, the tool-call turns or the others)
 RUNS = [
@@ -188,6 +189,7 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     ap.add_argument("--split", default="test", choices=["train", "validation", "test"])
@@ -209,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     model, tok = load_model_and_tokenizer(args.model, args.threads)
     figures = measure(model, tok, args)
     for title, columns, rows in tables(figures):
-        print_table(title, columns, rows)
-    write_json(args.json, figures)
+        print_table(rec, title, columns, rows)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

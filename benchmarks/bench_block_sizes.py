@@ -54,6 +54,9 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
 
 
 def main() -> None:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     p.add_argument("--steps", type=int, default=3, help="timed steps per size (after one warm-up step)")
@@ -87,6 +90,7 @@ def main() -> None:
     }
     lo, hi = cfg.block_size_range
     print_table(
+        rec,
         f"a training step at each block size: airspace2 recipe, 16 sequences, {a.threads} thread(s), "
         f"{a.steps} steps each",
         ["block size", *map(str, sizes), f"drawn {lo}-{hi} (estimate)"],
@@ -100,7 +104,9 @@ def main() -> None:
             ["share of the recipe's steps", *(f"{share[b] * 100:.0f} %" for b in sizes), f"{covered * 100:.0f} %"],
         ],
     )
-    write_json(a.json, {"steps": a.steps, "threads": a.threads, "by_block_size": fig, "share": share, "drawn": mixed})
+    write_json(
+        rec, a.json, {"steps": a.steps, "threads": a.threads, "by_block_size": fig, "share": share, "drawn": mixed}
+    )
 
 
 if __name__ == "__main__":

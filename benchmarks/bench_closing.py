@@ -19,6 +19,7 @@ import time
 import jsonschema
 
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
 from clover.engine import Engine, SamplingParams, closing
@@ -162,6 +163,7 @@ def table(rows: list[dict]) -> tuple[list[str], list[list]]:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="checkpoint (default: the bundled model)")
     ap.add_argument("--n", type=int, default=2, help=f"prompts per schema (at most {len(PROMPTS) - 1})")
@@ -174,8 +176,8 @@ def main() -> None:
     engine = Engine(model, tok)
     engine.generate(tok.encode("warm up"), SamplingParams(max_tokens=8))
     rows = [r for mt in args.max_tokens for on in (False, True) for r in run(engine, tok, args.n, mt, on)]
-    print_table("budget-aware closing: decoding under a schema, closing off and on", *table(rows))
-    write_json(args.json, {"rows": rows})
+    print_table(rec, "budget-aware closing: decoding under a schema, closing off and on", *table(rows))
+    write_json(rec, args.json, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import torch
 from clover.api.loading import load_model_dir
 from clover.bench import print_table, write_json
 from clover.bench.passes import pass_ms, warm_compiled
+from clover.bench.results import Recorder
 from clover.model import CloverForBlockDiffusion, preset
 
 
@@ -36,6 +37,7 @@ def stock_pass_ms(model, threads: int) -> float:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument("--preset", help="a preset with random weights instead of a checkpoint")
@@ -76,12 +78,13 @@ def main() -> None:
             f"(compiled denoise / stock: {compiled['denoise'] / stock:.2f})"
         )
     print_table(
+        rec,
         f"decoding passes, eager vs torch.compile ({figures['model']}, {args.threads} thread(s))",
         ["model", "pass", "eager ms", "compiled ms", "speed-up", "first compile"],
         rows,
         notes,
     )
-    write_json(args.json, figures)  # a result file (clover.bench.results)
+    write_json(rec, args.json, figures)  # a result file (clover.bench.results)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch
 
 from clover.airspace.recipes import AirspaceRecipe
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.model import CloverConfig, CloverForBlockDiffusion
 from clover.train.objective import MaskingConfig
 from clover.train.trainer import TrainConfig, Trainer
@@ -45,6 +46,7 @@ def copy_batch(step: int, n: int = 24, batch: int = 16, vocab: int = 60) -> dict
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
@@ -72,12 +74,13 @@ def main() -> None:
         figures[name] = {"first10_loss": first, "last20_loss": last, "wall_s": time.perf_counter() - t0}
         rows.append([name, f"{first:.3f}", f"{last:.3f}", f"{figures[name]['wall_s']:.0f}"])
     print_table(
+        rec,
         f"copy task, airspace model shape ({args.steps} steps, batch 16, {args.threads} thread(s))",
         ["variant", "loss, first 10 steps", "loss, last 20 steps", "s"],
         rows,
         ["uniform guessing is ln(56) = 4.03; a model that copies goes towards 0"],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 
 
 def main() -> int:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])
     p.add_argument("--speed-prompts", type=int, default=4, help="prompts timed at batch 1, bundled model")
@@ -101,13 +104,14 @@ def main() -> int:
             ]
             notes = [f"stock one-token {t}: {x:.0f} tokens/s" for t, x in stock.items()]
             print_table(
+                rec,
                 f"{which}: the default policy by block size, batch 1 ({k} prompts), exact match over "
                 f"{len(quality_cases)} test turns at batch 16, {args.threads} thread(s)",
                 cols + (["vs stock one-token"] if tool is not None else []),
                 rows,
                 notes,
             )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 

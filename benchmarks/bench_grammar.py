@@ -24,6 +24,7 @@ from clover.airspace.corpus import gold_calls, score_tool_calls
 from clover.airspace.evaluate import prompt_of
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import parse_assistant, render_chat
 from clover.data.task import model_task
@@ -69,6 +70,7 @@ def cases(task, tok, n: int) -> list[dict]:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--n", type=int, default=32)
@@ -115,12 +117,13 @@ def main() -> None:
                 ]
             )
     print_table(
+        rec,
         f"tool calls free, under the grammar and grounded ({task.name}, {len(data)} test prompts, batch 1, "
         f"{args.threads} thread(s))",
         ["mode", "exact match", "calls only, schema-valid", "TPF", "tokens/s"],
         rows,
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 import regex
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.engine.grammar import TokenGrammar, TokenTable, json_grammar
 from clover.engine.grounding import SpanIndex
@@ -103,6 +104,7 @@ def per_position(tg: TokenGrammar, states: list) -> float:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--json")
@@ -145,8 +147,8 @@ def main() -> None:
                 ]
             )
     cols = ["token table", "source chars", "grounded ms", "plain string ms", "ratio", "index build ms"]
-    print_table("allowed-token set per position of a copied name, computed uncached (one thread)", cols, rows)
-    write_json(args.json, figures)
+    print_table(rec, "allowed-token set per position of a copied name, computed uncached (one thread)", cols, rows)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

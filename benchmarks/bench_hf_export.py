@@ -28,6 +28,7 @@ from clover.bench.hf_export import (
     export_tiny,
     tiny_prompts,
 )
+from clover.bench.results import Recorder
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD
 
 POLICIES = ["prefix", "threshold", "ar"]
@@ -53,6 +54,7 @@ def column(policy: str) -> str:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20, help="chats (bundled) and random prompts (tiny) per policy")
     ap.add_argument("--threads", type=int, default=1)
@@ -86,9 +88,9 @@ def main() -> None:
     ]
     tokens = "new tokens (" + " / ".join(POLICIES) + ")"
     cols = ["model", "prompts", "max rel. logit error", *map(column, POLICIES), tokens]
-    print_table("transformers on the exported folder vs Clover, fp32, greedy", cols, rows)
+    print_table(rec, "transformers on the exported folder vs Clover, fp32, greedy", cols, rows)
     print(f"wall time {figures['wall_s']:.0f} s")
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 from clover.bench import print_table, write_json
 from clover.bench.latency import SHARE, measure_latency, server_share
+from clover.bench.results import Recorder
 from clover.bench.served import served
 
 
@@ -34,9 +35,10 @@ def _measure(host: str, port: int, args) -> dict:
     return figures
 
 
-def _tables(figures: dict, args) -> None:
+def _tables(rec: Recorder, figures: dict, args) -> None:
     rows = [[name, r["kept_alive_ms"], r["fresh_ms"], r["ratio"]] for name, r in figures["latency"].items()]
     print_table(
+        rec,
         f"request latency, kept-alive vs fresh connections (medians of {args.rounds} x {args.n})",
         ["request", "kept-alive ms", "fresh ms", "kept-alive / fresh"],
         rows,
@@ -47,6 +49,7 @@ def _tables(figures: dict, args) -> None:
         for load, r in figures["share"].items()
     ]
     print_table(
+        rec,
         "the server's share of a streamed chat request (32 tokens; means, ms)",
         ["load", "requests", *[title + " ms" for _, title in SHARE], "round trip ms"],
         rows,
@@ -59,6 +62,7 @@ def _tables(figures: dict, args) -> None:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--threads", type=int, default=1, help="the server's torch threads")
@@ -78,8 +82,8 @@ def main() -> None:
             u = urlparse(url)
             figures = _measure(u.hostname, u.port, args)
     figures.update(threads=args.threads, model=args.model or "bundled")
-    _tables(figures, args)
-    write_json(args.json, figures)
+    _tables(rec, figures, args)
+    write_json(rec, args.json, figures)
     print(json.dumps({k: round(r["ratio"], 2) for k, r in figures["latency"].items()}))
 
 

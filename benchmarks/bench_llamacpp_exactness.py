@@ -27,6 +27,7 @@ from clover.backends.llamacpp import LlamaCppModel, available
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.exactness import perturbed_tiny
 from clover.bench.llamacpp import f32_gguf, long_history_err, max_rel_logit_err
+from clover.bench.results import Recorder
 from clover.data import default_model_dir
 from clover.export.gguf import export_gguf
 from clover.model.io import load_model
@@ -47,6 +48,7 @@ RANDOM = (
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=6, help="blocks per run")
     p.add_argument("--history", type=int, default=100, help="blocks of history committed in one pass (0: skip)")
@@ -79,12 +81,13 @@ def main() -> None:
                 figures["history_rel_logit_err"] = err
                 rows.append([label, 32, f"{a.history * 32:,} tokens of history in one pass", f"{err:.1e}"])
     print_table(
+        rec,
         "llama.cpp at f32 against PyTorch: the largest relative logit error of any pass",
         ["model", "block size", "run", "max relative error"],
         rows,
         ["max |llama.cpp − PyTorch| over max |PyTorch|; the tests' bound is 1e-4"],
     )
-    write_json(a.json, figures)
+    write_json(rec, a.json, figures)
 
 
 if __name__ == "__main__":

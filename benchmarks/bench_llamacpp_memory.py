@@ -70,6 +70,9 @@ def measure(lib_path: str, gguf: str) -> dict:
 
 
 def main() -> None:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--type", default="f32", help="the GGUF type to export the bundled model in")
     p.add_argument("--lib", help="libclover.so to measure (default: the one `make llama-cpp` built)")
@@ -94,11 +97,12 @@ def main() -> None:
         )
     stages = json.loads(out.stdout)
     print_table(
+        rec,
         f"Resident memory in MiB: the bundled model exported at {a.type} ({size:.1f} MiB), in libclover",
         ["stage", "VmRSS", "own memory (RssAnon)", "file pages (RssFile)"],
         [[name, *(f"{s[k]:.1f}" for k in ("VmRSS", "RssAnon", "RssFile"))] for name, s in stages.items()],
     )
-    write_json(a.json, {"type": a.type, "file_mib": size, "lib": lib, "stages": stages})
+    write_json(rec, a.json, {"type": a.type, "file_mib": size, "lib": lib, "stages": stages})
 
 
 if __name__ == "__main__":

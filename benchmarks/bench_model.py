@@ -13,6 +13,7 @@ import time
 import torch
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 from clover.model import CloverForBlockDiffusion, preset
 from clover.ops.delta_rule import delta_rule_chunked, delta_rule_recurrent
 
@@ -128,6 +129,7 @@ def attention_step_figures(histories=(512, 4096, 16384), block=32, reps=20):
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser()
     p.add_argument("--json")
     p.add_argument("--threads", type=int, default=1)
@@ -145,8 +147,8 @@ def main() -> None:
         if a.only in (None, name):
             res.update(fn())
     rows = [[k, f"{v:.4g}" if isinstance(v, float) else str(v)] for k, v in res.items()]
-    print_table("Clover model core (CPU)", ["figure", "value"], rows)
-    write_json(a.json, res)  # a result file (clover.bench.results)
+    print_table(rec, "Clover model core (CPU)", ["figure", "value"], rows)
+    write_json(rec, a.json, res)  # a result file (clover.bench.results)
 
 
 if __name__ == "__main__":

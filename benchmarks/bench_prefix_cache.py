@@ -19,6 +19,7 @@ import time
 from clover.airspace.corpus import load_split
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.data.chat import render
 from clover.engine import Engine, SamplingParams
@@ -37,6 +38,7 @@ def conversations(n: int) -> list[list[str]]:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
     ap.add_argument("--conversations", type=int, default=8)
@@ -99,6 +101,7 @@ def main() -> None:
         }
     figures.update(engines["on"].prefix_cache.stats())
     print_table(
+        rec,
         f"agent loop, prefix cache off vs on ({args.conversations} conversations, batch 1, {args.threads} thread(s))",
         ["turn", "prompt tokens", "TTFT off ms", "TTFT on ms", "TTFT speed-up", "turn off ms", "turn on ms"],
         rows,
@@ -107,7 +110,7 @@ def main() -> None:
             f"prompt tokens not recomputed: {engines['on'].prefix_cache.hit_tokens} of {sum(prompt_tokens)}",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     print(json.dumps({k: figures[k] for k in ("same_answers", "prefix_cache_hit_tokens")}))
 
 

@@ -99,6 +99,9 @@ def by_setting(results: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def main() -> None:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bundled,medium")
     p.add_argument("--threads", default=f"1,2,{os.cpu_count()}", help="thread counts (repeats dropped)")
@@ -138,12 +141,13 @@ def main() -> None:
     speed = lambda r: f"{r['tokens_per_s']:.3g}" if "tokens_per_s" in r else f"timed out ({r['timed_out_s']} s)"
     rows = [[r["model"], r["spinners"], r["threads"], r["wait"], f"{r['loadavg_1m']:.1f}", speed(r)] for r in results]
     print_table(
+        rec,
         f"decode tokens/s at batch 1 by torch threads ({os.cpu_count()} CPUs)",
         ["model", "spinners", "threads", "OMP wait", "load (1 min)", "tokens/s"],
         rows,
     )
-    print_table("the same, one row per model and spinners (tokens/s; a range over repeats)", *by_setting(results))
-    write_json(args.json, {"cpu_count": os.cpu_count(), "results": results})
+    print_table(rec, "the same, one row per model and spinners (tokens/s; a range over repeats)", *by_setting(results))
+    write_json(rec, args.json, {"cpu_count": os.cpu_count(), "results": results})
 
 
 if __name__ == "__main__":

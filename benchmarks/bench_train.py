@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from clover.airspace.recipes import AirspaceRecipe, airspace_source
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.data import default_model_dir
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverForBlockDiffusion
@@ -71,6 +72,7 @@ def run(name: str, batch: int, masking: MaskingConfig, groups: int, steps: int, 
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=6, help="timed steps per way")
     p.add_argument("--threads", type=int, default=1)
@@ -88,6 +90,7 @@ def main() -> None:
     for r in rows:
         r["masked_tokens_per_s_vs_full"] = r["masked_tokens_per_s"] / base
     print_table(
+        rec,
         f"training step, airspace model and data ({args.steps} steps each, {args.threads} thread(s))",
         ["way", "s / step", "sequences / s", "masked tokens / step", "masked tokens / s", "vs full"],
         [
@@ -106,7 +109,7 @@ def main() -> None:
             "recipe: 16 sequences x (2 masks + complements), one clean stream each, 4 length groups",
         ],
     )
-    write_json(args.json, {r["way"]: r for r in rows})
+    write_json(rec, args.json, {r["way"]: r for r in rows})
 
 
 if __name__ == "__main__":

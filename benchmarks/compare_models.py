@@ -18,6 +18,9 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 
 
 def main(argv: list[str] | None = None) -> int:
+    from clover.bench.results import Recorder, markdown_table
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", action="append", required=True, help="NAME=PATH (PATH empty: the bundled model)")
     p.add_argument("--n", type=int, default=200, help="validation chats")
@@ -31,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     from clover.airspace.v2 import compare
     from clover.bench import write_json
-    from clover.bench.results import markdown_table, record_table
     from clover.engine.policies import DEFAULT_POLICY
 
     policy = DEFAULT_POLICY if a.policy == "default" else a.policy
@@ -52,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     columns, rows = table(res)
     print(markdown_table(columns, rows))
-    record_table(
-        "models side by side: exact match per set, tokens per pass and per second on validation", columns, rows
-    )
-    write_json(a.json, res)  # a result file (clover.bench.results): the command, commit, machine, this table
+    rec.record("models side by side: exact match per set, tokens per pass and per second on validation", columns, rows)
+    write_json(rec, a.json, res)  # a result file (clover.bench.results): the command, commit, machine, this table
     return 0
 
 

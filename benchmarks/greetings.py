@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 from clover.airspace.v2.corpus import greeting_set
 from clover.airspace.v2.textscore import words_match
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 
 
 def answered(outs: list[dict], golds: list[str]) -> list[bool]:
@@ -67,6 +68,7 @@ def score(llm, split: str, n: int) -> dict:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     from clover.api.llm import LLM  # deferred: torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -96,12 +98,12 @@ def main() -> None:
         for split, f in by_split.items()
     ]
     cols = ["model", "split", "right", "turns", "right without tools", "turns without tools"]
-    print_table("greetings and thanks answered with the corpus's reply", cols, rows)
+    print_table(rec, "greetings and thanks answered with the corpus's reply", cols, rows)
     for name, by_split in figures.items():
         for split, f in by_split.items():
             for w in f["wrong"][:5] + f["wrong_without_tools"][:5]:
                 print(f"  {name} {split}: {w['message']!r} -> {w['answer']!r} {w['calls'] or ''}")
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import argparse
 import torch
 
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.model.config import preset
 from clover.train.memory_model import GIB, activation_terms, estimate, parameter_counts
 
@@ -21,6 +22,7 @@ PARTS = ("params", "grads", "optimizer", "gathered", "activations", "logits", "p
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="qwen3.6-35b-a3b")
     ap.add_argument("--tokens", type=int, default=4096, help="clean tokens per rank per step (as many noisy)")
@@ -42,6 +44,7 @@ def main() -> None:
             rows.append([w, "on" if ck else "off", *(round(d[k] / GIB, 1) for k in PARTS), fits])
             figures.append({"world": w, "activation_checkpointing": ck, **d, "fits": fits == "yes"})
     print_table(
+        rec,
         f"{args.preset}: per-rank GiB, {args.tokens} clean + {args.tokens} noisy tokens per rank, bf16 compute",
         ["GPUs", "act. ckpt", *PARTS, f"fits {args.gpu_memory_gib:g} GiB"],
         rows,
@@ -53,6 +56,7 @@ def main() -> None:
         ],
     )
     write_json(
+        rec,
         args.json,
         {
             "preset": args.preset,

@@ -25,6 +25,7 @@ from clover.airspace.evaluate import eval_chats, prompt_of, reply_right
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.api.loading import load_model_dir
 from clover.bench import print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.data.chat import render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine import Engine, SamplingParams
@@ -159,6 +160,7 @@ def _calibration(model, tok, prompts, ref: list[list[int]], tau: float) -> list[
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--rules",
@@ -217,6 +219,7 @@ def main() -> None:
         rows.append([rule, *[f"{100 * figures[rule][k]:.1f}" for k in acc], f"{100 * same:.1f}", res["tpf"], talked])
     heads = [f"{k} ({kinds.count(k)})" for k in dict.fromkeys(kinds)]
     print_table(
+        rec,
         f"commit rules on the {args.split} split against ar (accuracy %)",
         ["rule", *heads, "same tokens as ar %", "TPF", f"small talk as ar ({len(talk)})"],
         rows,
@@ -225,11 +228,12 @@ def main() -> None:
         cal = _calibration(model, tok, prompts, ref_ids, 0.3)
         figures["calibration"] = cal
         print_table(
+            rec,
             "extensions of prefix τ 0.3 whose context matched ar: how often the token differs from ar's",
             ["token", "confidence", "extensions", "differ"],
             cal,
         )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 
 from clover.bench import print_table, write_json
 from clover.bench.presets import FAMILY, preset_counts
+from clover.bench.results import Recorder
 from clover.model import preset
 
 
@@ -24,6 +25,7 @@ def feed_forward(c) -> str:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH", help="write the result file here")
     a = ap.parse_args()
@@ -43,11 +45,12 @@ def main() -> None:
             ]
         )
     print_table(
+        rec,
         "Qwen presets: parameters of Clover's model and of the transformers language model (with its head)",
         ["preset", "layers", "hidden", "feed-forward", "Clover parameters", "transformers", "Clover's own"],
         rows,
     )
-    write_json(a.json, figures)
+    write_json(rec, a.json, figures)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from collections import defaultdict
 from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags, decoding_values
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.decode import airspace_cases
+from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
 from clover.engine import Engine, SamplingParams
 
@@ -96,6 +97,7 @@ def kind_of(op: str) -> str:
 
 
 def main() -> int:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     add_decoding_flags(p, tuple(s for s in BLOCK_SETTINGS if s.name != "block_size"))  # --policy, --threshold
@@ -136,14 +138,16 @@ def main() -> int:
         f"{passes} passes, {args.threads} thread(s), profiled wall {wall_us / 1e6:.2f} s"
     )
     rows = sorted(regions.items(), key=lambda kv: -kv[1])
-    print_table(title, ["region", "ms", "share"], [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in rows])
+    print_table(rec, title, ["region", "ms", "share"], [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in rows])
     krows = sorted(kinds.items(), key=lambda kv: -kv[1])
     print_table(
+        rec,
         "the same time by operator kind",
         ["operator kind", "ms", "share"],
         [[k, v / 1e3, f"{100 * v / wall_us:.1f} %"] for k, v in krows],
     )
     write_json(
+        rec,
         args.json,
         {
             "policy": args.policy,

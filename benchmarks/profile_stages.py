@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when
 
 
 def main() -> int:
+    from clover.bench.results import Recorder
+
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="Clover checkpoint directory (default: the bundled model)")
     p.add_argument("--n", type=int, default=16, help="test prompts (tool-call turns)")
@@ -76,13 +79,14 @@ def main() -> int:
             rows.append(["tokens per pass"] + [f"{r['tpf']:.2f}" for r in runs.values()])
             bs = args.block_size or model.config.block_size
             print_table(
+                rec,
                 f"CPU ms per engine step, {pol} policy, block {bs}, {len(cases)} prompts, {args.max_tokens} tokens at "
                 f"most, {args.threads} thread(s)",
                 ["stage"] + list(runs),
                 rows,
                 [f"same tokens in every column: {'yes' if same else 'no'}"],
             )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 from clover.commands.info import GPUS_GIB, memory_fit
 from clover.model.config import preset
 from clover.model.quant import DEFAULT_GROUP_SIZE
@@ -31,6 +32,7 @@ def fit(g: dict, layers: int) -> str:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="qwen3.6-35b-a3b")
     ap.add_argument("--context", type=int, default=8192, help="tokens of one sequence's decoding cache")
@@ -53,12 +55,13 @@ def main() -> None:
             ]
         )
     print_table(
+        rec,
         f"{a.preset}, {a.context:,} tokens of context, batch 1: weights (quantized ones with their scales, "
         "the rest bf16) and the decoding cache",
         ["precision", "weights", "of which routed experts", "cache", *(f"{gib} GiB" for gib in GPUS_GIB)],
         rows,
     )
-    write_json(a.json, figures)
+    write_json(rec, a.json, figures)
 
 
 if __name__ == "__main__":

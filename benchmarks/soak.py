@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 from clover.bench.served import ServeProcess
 
 SCHEMA = {
@@ -229,7 +230,7 @@ def ms(x: float | None) -> str:
     return "-" if x is None else f"{1000 * x:.0f}"
 
 
-def kinds_table(a, tally: Tally, wall: float) -> int:
+def kinds_table(rec: Recorder, a, tally: Tally, wall: float) -> int:
     """Each kind's counts and latencies; → the requests sent."""
     rows = []
     for kind, n in tally.outcomes.items():
@@ -237,6 +238,7 @@ def kinds_table(a, tally: Tally, wall: float) -> int:
         p50, p99 = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
         rows.append([kind, sum(n.values()), n["ok"], n["429"], n["error"], p50, p99])
     print_table(
+        rec,
         f"soak: {a.clients} clients for {wall / 60:.1f} minutes against clover serve (bundled model, 1 thread)",
         ["request", "sent", "answered as expected", "429", "errors", "p50 ms", "p99 ms"],
         rows,
@@ -244,14 +246,14 @@ def kinds_table(a, tally: Tally, wall: float) -> int:
     return sum(r[1] for r in rows)
 
 
-def report(a, tally: Tally, wall: float, before: float, after: float) -> dict:
-    sent = kinds_table(a, tally, wall)
+def report(rec: Recorder, a, tally: Tally, wall: float, before: float, after: float) -> dict:
+    sent = kinds_table(rec, a, tally, wall)
     errors = sum(n["error"] for n in tally.outcomes.values())
     change = 100 * (after - before) / before
     p50, p99 = quantile(tally.latency["short"], 0.5), quantile(tally.latency["short"], 0.99)
     columns = ["clients", "minutes", "requests", "unexpected errors", "RSS before MiB", "RSS after MiB"]
     row = [a.clients, f"{wall / 60:.1f}", sent, errors, f"{before:.0f}", f"{after:.0f}", f"{change:+.1f} %", ms(p99)]
-    print_table("soak: the server after it", [*columns, "RSS change", "short p99 ms"], [row])
+    print_table(rec, "soak: the server after it", [*columns, "RSS change", "short p99 ms"], [row])
     for e in tally.errors:
         print("error:", e)
     return {
@@ -270,6 +272,7 @@ def report(a, tally: Tally, wall: float, before: float, after: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--minutes", type=float, default=10.0)
@@ -288,8 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
             wait_idle(srv.url)
             after = srv.rss_mib()
             alive = srv.proc.poll() is None
-    figures = {**report(a, tally, wall, before, after), "rss_mib_each_minute": by_minute, "server_alive": alive}
-    write_json(a.json, figures)
+    figures = {**report(rec, a, tally, wall, before, after), "rss_mib_each_minute": by_minute, "server_alive": alive}
+    write_json(rec, a.json, figures)
     return figures
 
 

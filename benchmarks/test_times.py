@@ -23,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +63,7 @@ def cases(xml: Path) -> list[dict]:
 
 
 def main() -> int:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for the parallel phase")
     ap.add_argument("--slowest", type=int, default=25, help="how many of the slowest tests to list")
@@ -81,23 +83,25 @@ def main() -> int:
     rows = [[p["phase"], p["processes"], p["passed"], p["failed"], p["skipped"], round(p["wall_s"])] for p in phases]
     total = sum(p["wall_s"] for p in phases)
     rows.append(["make test", "-", *(sum(p[k] for p in phases) for k in ("passed", "failed", "skipped")), round(total)])
-    print_table("make test, phase by phase", ["phase", "processes", "passed", "failed", "skipped", "wall s"], rows)
+    print_table(rec, "make test, phase by phase", ["phase", "processes", "passed", "failed", "skipped", "wall s"], rows)
     by_folder: dict[str, list[float]] = defaultdict(list)
     for c in every:
         by_folder[c["folder"]].append(c["s"])
     summed = sum(sum(v) for v in by_folder.values()) or 1.0
     folders = sorted(by_folder.items(), key=lambda kv: -sum(kv[1]))
     print_table(
+        rec,
         "test time by folder (summed over its tests)",
         ["folder", "tests", "s", "share"],
         [[f, len(v), round(sum(v)), f"{100 * sum(v) / summed:.1f} %"] for f, v in folders],
     )
     slow = sorted(every, key=lambda c: -c["s"])[: args.slowest]
-    print_table(f"the {len(slow)} slowest tests", ["test", "s"], [[c["id"], round(c["s"], 1)] for c in slow])
+    print_table(rec, f"the {len(slow)} slowest tests", ["test", "s"], [[c["id"], round(c["s"], 1)] for c in slow])
     if failed:
         print(f"not written: the {', '.join(p['phase'] for p in failed)} phase failed", file=sys.stderr)
         return failed[0]["rc"]
     write_json(
+        rec,
         args.json,
         {
             "wall_s": total,

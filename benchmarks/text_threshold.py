@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
 from clover.bench import print_table, write_json
+from clover.bench.results import Recorder
 
 
 def gold_texts(text: int, multiturn: int, plain: int) -> dict[str, list[str]]:
@@ -86,6 +87,7 @@ def measure(golds: dict[str, list[str]]) -> dict:
 
 
 def main() -> None:
+    rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace2)")
     ap.add_argument("--multiturn", type=int, default=100, help="conversations drawn")
@@ -107,8 +109,8 @@ def main() -> None:
         "highest chrF of the rest",
         f"failed at the code's threshold (chrF {CHRF_THRESHOLD})",
     ]
-    print_table(f"wrong variants of the validation gold texts: the threshold is chrF {t}", cols, rows)
-    write_json(args.json, figures)
+    print_table(rec, f"wrong variants of the validation gold texts: the threshold is chrF {t}", cols, rows)
+    write_json(rec, args.json, figures)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import sys
 
 import clover
-from clover.bench import results
+from clover.bench.results import Recorder
 from clover.commands.common import Parser
 from clover.commands.threads import passive_waits
 
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     passive_waits()  # before anything imports torch: its OpenMP threads then sleep, not spin, when idle
     args = build_parser().parse_args(argv)
 
-    results.reset(sys.argv[1:] if argv is None else argv)  # a result file names the command as typed
+    # what the command's result file names and holds: the command as typed, its start, its tables
+    args.recorder = Recorder(sys.argv[1:] if argv is None else argv)
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit, so a reader gone early (`| head`) is caught below

@@ -39,7 +39,7 @@ def test_tables_print_whole_to_a_pipe_or_a_file(tmp_path):
     cells = ["default (prefix τ 0.97) " * 3, "compound messages with several actions " * 2, "speed-up vs ar " * 3]
     code = (
         "from clover.bench import print_table; import sys, json; "
-        "c = json.loads(sys.argv[1]); print_table('t', ['decoder', 'kind', 'speed'], [c])"
+        "c = json.loads(sys.argv[1]); print_table(None, 't', ['decoder', 'kind', 'speed'], [c])"
     )
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     piped = subprocess.run([sys.executable, "-c", code, json.dumps(cells)], capture_output=True, text=True, env=env)

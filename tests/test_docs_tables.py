@@ -127,10 +127,12 @@ def test_spec_reads_quoted_names():
 
 
 def test_print_table_records_what_it_prints_and_write_json_keeps_it(tmp_path, capsys):
-    results.reset(["bench", "x", "--json", "out.json"])
-    print_table("speed", ["decoder", "tok/s", "share"], [["ar", 102.456, "5 %"], ["[b]prefix", 167.0, 1]], ["a note"])
+    rec = results.Recorder(["bench", "x", "--json", "out.json"])
+    print_table(
+        rec, "speed", ["decoder", "tok/s", "share"], [["ar", 102.456, "5 %"], ["[b]prefix", 167.0, 1]], ["a note"]
+    )
     printed = capsys.readouterr().out
-    write_json(str(tmp_path / "r" / "out.json"), {"ar": 102.456})
+    write_json(rec, str(tmp_path / "r" / "out.json"), {"ar": 102.456})
     r = json.loads((tmp_path / "r" / "out.json").read_text())
     assert r["command"] == "clover bench x --json out.json" and r["figures"] == {"ar": 102.456}
     (t,) = r["tables"]
@@ -144,7 +146,27 @@ def test_print_table_records_what_it_prints_and_write_json_keeps_it(tmp_path, ca
     assert r["machine"]["cores"] == os.cpu_count() and r["date"].endswith("Z")
     assert r["commit"] is None or len(r["commit"]) == 40
     assert len(r["load"]["start"]) == 3 and len(r["load"]["end"]) == 3  # the machine's load, start and end
-    results.reset()
+
+
+def test_each_recorder_keeps_its_own_tables(tmp_path, capsys):
+    """A table lands in the recorder it is printed with, and only there: two commands in one
+    process (the tests, a script calling another) do not mix their result files."""
+    a, b = results.Recorder(["bench", "a"]), results.Recorder(["bench", "b"])
+    print_table(a, "one", ["x"], [[1]])
+    print_table(None, "shown", ["x"], [["printed only"]])
+    b.record("two", ["y"], [[3.0]])
+    write_json(a, str(tmp_path / "a.json"), {})
+    write_json(b, str(tmp_path / "b.json"), {})
+    write_json(b, None, {})  # no path: no file
+    ra, rb = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert [t["title"] for t in ra["tables"]] == ["one"] and ra["command"] == "clover bench a"
+    assert [t["title"] for t in rb["tables"]] == ["two"] and rb["command"] == "clover bench b"
+    assert rb["tables"][0]["rows"] == [["3"]] and "printed only" in capsys.readouterr().out
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "a.json", tmp_path / "b.json"]
+    with pytest.raises(TypeError, match="takes the command's Recorder first"):
+        print_table("speed", ["x"], [[1]], ["a note"])  # the call before recorders: an error, not a table lost
+    with pytest.raises(TypeError, match="takes the command's Recorder first"):
+        write_json(None, str(tmp_path / "c.json"), {})
 
 
 def test_a_result_file_names_no_local_folder(tmp_path):
@@ -170,8 +192,10 @@ def test_a_script_names_itself_relative_to_the_checkout(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(
         "from clover.bench import print_table, write_json\n"
-        "print_table('t', ['a', 'b'], [[1, 2.5]])\n"
-        "write_json('out.json', {'a': 1})\n"
+        "from clover.bench.results import Recorder\n"
+        "rec = Recorder()\n"
+        "print_table(rec, 't', ['a', 'b'], [[1, 2.5]])\n"
+        "write_json(rec, 'out.json', {'a': 1})\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, str(script), "--n", "2"], cwd=tmp_path, env=env, check=True, capture_output=True)

@@ -20,7 +20,7 @@ def test_the_python_api_needs_no_web_server():
     """``clover.LLM`` runs the OpenAI layer (``clover.api``) in-process: no ``clover.server``
     module, no FastAPI, uvicorn or Starlette."""
     mods = _imported_after("import clover.api.llm")
-    assert "clover.api.protocol" in mods
+    assert "clover.api.prepare" in mods and "clover.api.replies" in mods
     assert [m for m in mods if m == "clover.server" or m.startswith("clover.server.")] == []
     assert [m for m in mods if m.split(".")[0] in ("fastapi", "uvicorn", "starlette")] == []
 

@@ -4,6 +4,8 @@ the model replies in words or the step limit is reached.
 The model side is anything with ``chat(messages, tools) -> ModelReply``; two are provided:
 
 * ``LocalModel``: Clover in this process (``clover.api.llm.LLM``), any policy;
+* ``CompletionModel``: any function that answers a ``/v1/chat/completions`` body in this process
+  with the ``chat.completion`` object (``LLM.chat``, or the server's own path for its demo);
 * ``OpenAIModel``: any OpenAI-compatible endpoint through the ``openai`` client (``clover serve``
   or another server), given its ``base_url`` and ``api_key``.
 
@@ -78,15 +80,16 @@ def run_agent(
     world: World,
     tools: list[dict] | None = None,
     max_steps: int = MAX_STEPS,
-    on_step: Callable[[int, ModelReply, list[CallRecord]], None] | None = None,
+    on_step: Callable[[int, ModelReply, list[CallRecord], World], None] | None = None,
 ) -> AgentResult:
     """Run one task: ``messages`` (OpenAI format, ending with the operator's message) against a
     copy of ``world`` with ``tools`` (default: the model's own, ``model.tools``, else the six
     tools of the bundled model's task). Each step is one model
     call; its tool calls are executed in order and their results sent back as ``tool`` messages.
     Stops when a reply has no calls, or after ``max_steps`` model calls (the last step's calls
-    are executed, no further reply is asked for). ``on_step(step, reply, records)`` is called
-    after each step's calls ran (a UI prints them)."""
+    are executed, no further reply is asked for). ``on_step(step, reply, records, world)`` is
+    called after each step's calls ran, with the world as they left it (a UI prints or draws them;
+    the world is the loop's own: read it, do not change it)."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     tools = tools if tools is not None else getattr(model, "tools", None) or default_tools()
@@ -120,7 +123,7 @@ def run_agent(
             )
         records += done
         if on_step is not None:
-            on_step(step, reply, done)
+            on_step(step, reply, done, world)
         if not calls:
             return AgentResult(
                 transcript, world, step, time.perf_counter() - t0, passes, reply.content or "", "reply", records
@@ -129,7 +132,34 @@ def run_agent(
 
 
 # -- the model side -------------------------------------------------------------------------------
-class LocalModel:
+class CompletionModel:
+    """A model side over ``complete(messages, tools=..., **request) -> chat.completion``: a
+    function that answers a ``/v1/chat/completions`` body in this process (``LLM.chat``; the
+    server's demo route passes its own). Each call sends the tools, ``temperature`` 0,
+    ``max_tokens`` and, when given, ``policy`` / ``threshold`` and any other ``request`` field."""
+
+    def __init__(
+        self,
+        complete: Callable[..., dict],
+        *,
+        policy: str | None = None,
+        threshold: float | None = None,
+        max_tokens: int = MAX_TOKENS,
+        **request,
+    ):
+        self.complete = complete
+        self.request = {"max_tokens": max_tokens, "temperature": 0, **request}
+        for k, v in (("policy", policy), ("threshold", threshold)):  # unset: the engine's defaults
+            if v is not None:
+                self.request[k] = v
+
+    def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
+        r = self.complete(messages, tools=tools, **self.request)
+        m = r["choices"][0]["message"]
+        return ModelReply(m.get("content"), m.get("tool_calls") or [], (r.get("clover") or {}).get("forward_passes"))
+
+
+class LocalModel(CompletionModel):
     """Clover in this process: ``llm`` is a ``clover.api.llm.LLM``, or what ``LLM(...)`` takes (a
     checkpoint directory, a cached repo id, an ``Engine``; None: the bundled model)."""
 
@@ -147,15 +177,7 @@ class LocalModel:
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
         self.tools = model_task(self.llm.config, default=True).tools()  # the tools of the model's own task
-        self.request = {"max_tokens": max_tokens, "temperature": 0, **request}
-        for k, v in (("policy", policy), ("threshold", threshold)):  # unset: the engine's defaults
-            if v is not None:
-                self.request[k] = v
-
-    def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
-        r = self.llm.chat(messages, tools=tools, **self.request)
-        m = r["choices"][0]["message"]
-        return ModelReply(m.get("content"), m.get("tool_calls") or [], (r.get("clover") or {}).get("forward_passes"))
+        super().__init__(self.llm.chat, policy=policy, threshold=threshold, max_tokens=max_tokens, **request)
 
 
 class OpenAIModel:

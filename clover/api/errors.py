@@ -63,3 +63,13 @@ def from_validation(errors: list[dict]) -> APIError:
     msg = first.get("msg", "invalid value").removeprefix("Value error, ")  # a validator's own message
     more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
     return bad_request(f"{param}: {msg}{more}" if param else f"{msg}{more}", param=param)
+
+
+def as_api_error(e: Exception) -> APIError:
+    """An exception as the client sees it: an APIError as it is, a ValueError (a bad parameter) as a
+    400, anything else as the engine's 500."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ValueError):
+        return bad_request(str(e), getattr(e, "param", None))  # ParamError names it
+    return APIError(500, f"engine error: {e}", type="server_error", code="engine_error")

@@ -31,8 +31,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from clover.api.errors import bad_request, too_large
-from clover.api.protocol import as_api_error
+from clover.api.errors import as_api_error, bad_request, too_large
 from clover.api.settings import BLOCK_SETTINGS, block_size_problem, decoding_values
 from clover.data.chat import render
 from clover.data.decision_chat import (
@@ -283,38 +282,28 @@ def grammar_answers(group: DecisionGroup, plan: Plan, out, tokenizer) -> list[tu
 
         fits = [j for j, o in enumerate(opts) if text.startswith(o.encode(), at) and ends_here(o)]
         if not fits:  # cut short (max tokens): no answer
-            res.append(
-                (
-                    qi,
-                    {
-                        "index": qi,
-                        "question": q.text,
-                        "option": None,
-                        "option_index": None,
-                        "probability": 0.0,
-                        "probabilities": {},
-                    },
-                )
-            )
+            res.append((qi, _answer(qi, q, None, 0.0, {})))
             continue
         j = max(fits, key=lambda j: len(opts[j]))
         end = at + len(opts[j].encode())
         p = math.exp(sum(lp for a, b, lp in spans if a < end and b > at))
-        res.append(
-            (
-                qi,
-                {
-                    "index": qi,
-                    "question": q.text,
-                    "option": q.options[j],
-                    "option_index": j,
-                    "probability": p,
-                    "probabilities": {q.options[j]: p},
-                },
-            )
-        )
+        res.append((qi, _answer(qi, q, j, p, {q.options[j]: p})))
         at = end
     return res
+
+
+def _answer(qi: int, q: Question, k: int | None, p: float, probabilities: dict[str, float]) -> dict:
+    """One answer as the response gives it: question ``qi`` answered with option ``k`` (None: no
+    answer) at probability ``p``; ``probabilities``: by option, those the response reports."""
+    option = None if k is None else q.options[k]
+    return {
+        "index": qi,
+        "question": q.text,
+        "option": option,
+        "option_index": k,
+        "probability": p,
+        "probabilities": probabilities,
+    }
 
 
 def answers(group: DecisionGroup, plans: list[Plan], outs, probs, tokenizer=None) -> list[dict]:
@@ -330,14 +319,7 @@ def answers(group: DecisionGroup, plans: list[Plan], outs, probs, tokenizer=None
             q = qs[s.question]
             tok = gen[s.index] if s.index < len(gen) else None
             k = s.option_ids.index(tok) if tok in s.option_ids else max(range(len(p)), key=p.__getitem__)
-            res[s.question] = {
-                "index": s.question,
-                "question": q.text,
-                "option": q.options[k],
-                "option_index": k,
-                "probability": p[k],
-                "probabilities": dict(zip(q.options, p)),
-            }
+            res[s.question] = _answer(s.question, q, k, p[k], dict(zip(q.options, p)))
     return res
 
 

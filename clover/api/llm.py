@@ -12,7 +12,7 @@ request handling, without HTTP) and ask joint decisions.
     llm.complete("Recall drone", max_tokens=16)  # /v1/completions' text_completion (stream=True as chat)
     llm.decide(context, [{"question": "...", "options": ["yes", "no"]}, ...])   # /v1/decisions' body
 
-Every request goes through the code the server runs (``clover.api.protocol``,
+Every request goes through the code the server runs (``clover.api.prepare``, ``clover.api.replies``,
 ``clover.api.joint_decisions``), so a request the server refuses with a 400 raises ``RequestError``
 here with the same message. Calls run in the calling thread, one at a time (an ``LLM`` is not
 meant to be shared between threads; the server is the concurrent way in).
@@ -29,19 +29,11 @@ import torch
 from pydantic import ValidationError
 
 from clover.api import joint_decisions as dec
-from clover.api.errors import APIError, from_validation
+from clover.api.errors import APIError, as_api_error, from_validation
 from clover.api.loading import load_engine
-from clover.api.protocol import (
-    as_api_error,
-    chat_response,
-    chat_stop_ids,
-    choice_params,
-    completion_response,
-    model_limits,
-    new_id,
-    prepare_completions,
-)
-from clover.api.protocol import prepare_chat as _prepare_chat
+from clover.api.prepare import chat_stop_ids, choice_params, model_limits, prepare_completions
+from clover.api.prepare import prepare_chat as _prepare_chat
+from clover.api.replies import chat_response, completion_response, new_id
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest
 from clover.api.streaming import ChatStream, TextStream
 from clover.engine import Engine, Finished, RequestOutput, SamplingParams

@@ -82,7 +82,7 @@ class Sampling(Decoding):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = Field(None, max_length=1024)  # token id (as a string) -> bias
-    stop: str | list[str] | None = None  # at most MAX_STOP sequences (checked in protocol.check_common)
+    stop: str | list[str] | None = None  # at most MAX_STOP sequences (checked in prepare.check_common)
     n: int | None = 1
     stream: bool | None = False
     stream_options: StreamOptions | None = None

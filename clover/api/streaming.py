@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 
-from clover.api.protocol import (
+from clover.api.errors import as_api_error
+from clover.api.prepare import Prepared
+from clover.api.replies import (
     AssistantStream,
-    Prepared,
-    as_api_error,
     chat_logprobs,
     clover_stats,
     completion_logprobs,

@@ -3,7 +3,7 @@
 ``sglang``, and ``passes``, the timing of one pass), and what the benchmarks share: the registry
 ``clover bench`` reads and the helpers that print a table and write the figures as a result file
 (``clover.bench.results``: the command, the commit, the machine, the date, the figures and every
-table printed), also used by the scripts in ``benchmarks/``.
+table printed, kept by the command's ``Recorder``), also used by the scripts in ``benchmarks/``.
 
 A benchmark's flags, the calls into its module here and its table are a command module
 (``clover.commands.bench.MODULES`` lists them), which adds its entries to ``BENCHMARKS`` when
@@ -11,6 +11,10 @@ imported, e.g.::
 
     from clover.bench import BENCHMARKS
     BENCHMARKS["decode"] = ("help text", add_args, run)   # add_args(parser); run(args) -> exit code
+
+``run`` prints its tables with ``print_table(rec, …)`` and writes its figures with
+``write_json(rec, args.json, figures)``, ``rec`` being the command's ``Recorder``
+(``clover.commands.common.recorder(args)``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
-from clover.bench.results import record_table, write_result
+from clover.bench.results import Recorder, table
 
 BENCHMARKS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
 
@@ -54,22 +58,35 @@ def table_console():
     return Console(width=UNBOUNDED_WIDTH)
 
 
-def print_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
-    """Print a table and record it (cells as printed) for the result file ``write_json`` writes."""
-    rec = record_table(title, columns, rows, notes)
+def print_table(
+    recorder: Recorder | None, title: str, columns: list[str], rows: list[list], notes: list[str] = ()
+) -> None:
+    """Print a table and record it in ``recorder`` (cells as printed; None: printed only) for the
+    result file ``write_json`` writes."""
+    if recorder is None:
+        cells = table(title, columns, rows, notes)
+    else:
+        _check_recorder(recorder, "print_table")
+        cells = recorder.record(title, columns, rows, notes)
     t = Table(title=title)
-    for i, c in enumerate(rec["columns"]):
+    for i, c in enumerate(cells["columns"]):
         t.add_column(escape(c), justify="left" if i == 0 else "right")
-    for r in rec["rows"]:
+    for r in cells["rows"]:
         t.add_row(*map(escape, r))  # the cells as recorded: a "[x]" in one is text, not rich markup
     console = table_console()
     console.print(t)
-    for n in rec["notes"]:
+    for n in cells["notes"]:
         console.print(f"[dim]{n}[/]")
 
 
-def write_json(path: str | None, figures) -> None:
+def write_json(recorder: Recorder, path: str | None, figures) -> None:
     """``path`` given: write ``figures`` as a result file (``clover.bench.results``), with the
-    command line, the commit, the machine, the date and the tables printed so far."""
+    command line, the commit, the machine, the date and the tables ``recorder`` holds."""
+    _check_recorder(recorder, "write_json")
     if path:
-        write_result(path, figures)
+        recorder.write(path, figures)
+
+
+def _check_recorder(recorder, what: str) -> None:
+    if not isinstance(recorder, Recorder):
+        raise TypeError(f"{what} takes the command's Recorder first (clover.bench.results), got {recorder!r}")

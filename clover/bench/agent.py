@@ -1,15 +1,16 @@
 """What ``clover bench agent`` measures (its flags and tables are ``clover.commands.bench_agent``):
 operator tasks through the whole agent loop (``clover.airspace.loop``) with one model side per
 decoder, ``ar`` and the default policy: task success by the world's state, seconds, model calls
-and forward passes per task; and a run of messages that each ask for one no-fly zone, timed
-whole; with ``measure_http``, the same tasks through ``clover serve`` over HTTP. The task and the
-engine are imported inside the functions.
+and forward passes per task; and the zone demo (``clover.airspace.demo``, through the model's task:
+the run the playground's demo button makes); with ``measure_http``, the same tasks through
+``clover serve`` over HTTP. The task and the engine are imported inside the functions.
 """
 
 from __future__ import annotations
 
+from clover.airspace.demo import decoder_request
 from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
-from clover.airspace.tasks import operator_tasks, task_success, zone_tasks
+from clover.airspace.tasks import operator_tasks, task_success
 from clover.data.task import model_task
 
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
@@ -45,19 +46,9 @@ def run_policy(model, tasks, max_steps: int) -> dict:
     }
 
 
-def _decoder(name: str, threshold: float | None) -> dict:
-    """The request fields of one of ``DECODERS``: ``ar``, or the default policy at ``threshold``
-    (None: the default threshold)."""
-    from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
-
-    if name == "ar":
-        return {"policy": "ar"}
-    return {"policy": DEFAULT_POLICY, "threshold": threshold or DEFAULT_THRESHOLD}
-
-
 def local_model(llm, name: str, threshold: float | None):
     """The agent's model side for one of ``DECODERS``, in this process."""
-    return LocalModel(llm, **_decoder(name, threshold))
+    return LocalModel(llm, **decoder_request(name, threshold))
 
 
 def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load) -> dict:
@@ -67,30 +58,25 @@ def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load
     tasks = operator_tasks(n, load=load)
     out = {}
     for name in DECODERS:
-        model = OpenAIModel(url + "/v1", **_decoder(name, threshold))
+        model = OpenAIModel(url + "/v1", **decoder_request(name, threshold))
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
         r = run_policy(model, tasks, max_steps)
         out[name] = {k: r[k] for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task")}
     return out
 
 
-def zone_demo(llm, n: int, threshold: float | None, max_steps: int, load) -> dict:
-    """``n`` messages, each asking for one no-fly zone, through the loop one after another
-    under ``ar`` and the default: the whole run's seconds, and how many zones reached the map right.
-    ``load``: the model's own task's ``eval_split``."""
-    tasks = zone_tasks(n, load=load)
-    out: dict = {"messages": len(tasks)}
-    for name in DECODERS:
-        r = run_policy(local_model(llm, name, threshold), tasks, max_steps)
-        out[name] = {"seconds": r["s_per_task"] * len(tasks), "zones_right": round(r["success"] * len(tasks))}
-    out["speedup"] = out["ar"]["seconds"] / max(1e-9, out["default"]["seconds"])
-    return out
+def zone_demo(llm, n: int, threshold: float | None, max_steps: int) -> dict:
+    """The zone demo of ``llm``'s own task (``Task.agent_demo``: ``n`` messages that each ask for one
+    no-fly zone, through the loop one after another under the default policy then ``ar``) with
+    ``llm.chat`` as the model: each policy's seconds over the whole run, how many zones reached
+    the map right, and ar's seconds over the default's."""
+    return model_task(llm.config, default=True).agent_demo(llm.chat, n, threshold=threshold, max_steps=max_steps)
 
 
 def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple[dict, dict, object]:
     """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
-    them, each decoder's ``run_policy`` result, the task's ``eval_split`` for ``zone_demo``)."""
+    them, each decoder's ``run_policy`` result, the task's ``eval_split``)."""
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools

@@ -15,10 +15,12 @@ the figures, and every table the command printed, each cell exactly the string p
 A path on the measuring machine is written relative to it (the checkout as ``.``, the home
 folder as ``~``, the temporary folder as ``$TMPDIR``), so a result file names no local folder.
 
-``clover.bench.print_table`` records each table it prints (``record_table``) and
-``clover.bench.write_json`` writes the file (``write_result``). ``markdown_table`` renders a
-recorded table as the docs show it; ``benchmarks/docs_tables.py`` puts those renderings between
-marker comments in README.md and docs/*.md.
+A command (or a benchmark script) makes a ``Recorder`` as it starts: it keeps the command line,
+the load average at the start and the tables. ``clover.bench.print_table(recorder, …)`` records
+each table it prints there, and ``clover.bench.write_json(recorder, path, figures)`` writes the
+file (``Recorder.write``). ``markdown_table`` renders a recorded table as the docs show it;
+``benchmarks/docs_tables.py`` puts those renderings between marker comments in README.md and
+docs/*.md.
 """
 
 from __future__ import annotations
@@ -37,9 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, when clover runs from one
 RESULTS_DIR = "benchmarks/results"  # result files the docs quote; their changes leave a tree clean
 
-_tables: list[dict] = []  # every table recorded since the last reset, in the order printed
-_command: list[str] | None = None  # what followed ``clover`` (set by the command line); None: sys.argv
-
 
 def load_average() -> list[float] | None:
     """The 1, 5 and 15-minute load averages, rounded to 2 places; None where the system has none."""
@@ -47,18 +46,6 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
-
-
-_start_load = load_average()  # when the command started: clover.bench is imported as it starts
-
-
-def reset(clover_argv: list[str] | None = None) -> None:
-    """Forget the recorded tables; ``clover_argv``: the arguments of a ``clover`` command about to
-    run (the command line calls this first, so a result file names the command even in-process)."""
-    global _command, _start_load
-    _tables.clear()
-    _command = None if clover_argv is None else list(clover_argv)
-    _start_load = load_average()
 
 
 def cell(v) -> str:
@@ -69,27 +56,61 @@ def cell(v) -> str:
     return f"{v:,.0f}" if 1000 <= abs(v) < 1e15 else f"{v:.3g}"
 
 
-def record_table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> dict:
-    """Keep a table for the next result file (cells as printed) and return it."""
-    t = {
+def table(title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> dict:
+    """A table as a result file keeps it: every cell the string printed (``cell``)."""
+    return {
         "title": str(title),
         "columns": [str(c) for c in columns],
         "rows": [[cell(v) for v in r] for r in rows],
         "notes": [str(n) for n in notes],
     }
-    _tables.append(t)
-    return t
 
 
-def recorded_tables() -> list[dict]:
-    return [dict(t) for t in _tables]
+class Recorder:
+    """One command's result file in the making: the command as typed (``clover_argv``: the
+    arguments of a ``clover`` command, so a file names it even when run in-process; None: this
+    process's ``sys.argv``), the load average when it started, and every table it printed, in
+    order. The command line makes one per command (``args.recorder``), a script one in its ``main``."""
+
+    def __init__(self, clover_argv: list[str] | None = None):
+        self.command = command_line(clover_argv)
+        self.start_load = load_average()
+        self.tables: list[dict] = []
+
+    def record(self, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> dict:
+        """Keep a table for the result file (cells as printed) and return it."""
+        t = table(title, columns, rows, notes)
+        self.tables.append(t)
+        return t
+
+    def result(self, figures) -> dict:
+        """The result file's content: ``figures`` and the tables recorded so far."""
+        commit, dirty = git_state()
+        return {
+            "command": self.command,
+            "commit": commit,
+            "dirty": dirty,
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": machine(),
+            "load": {"start": self.start_load, "end": load_average()},
+            "tables": [dict(t) for t in self.tables],
+            "figures": figures,
+        }
+
+    def write(self, path: str | Path, figures) -> dict:
+        """Write ``figures`` and the tables recorded so far as a result file at ``path`` (local
+        folders scrubbed: ``scrub``)."""
+        r = scrub(self.result(figures))
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(r, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        return r
 
 
-def command_line() -> str:
+def command_line(clover_argv: list[str] | None = None) -> str:
     """The command as typed: ``clover …`` for the command line (``python -m clover`` included),
     ``python PATH …`` for a script, PATH relative to the checkout when it lies inside it."""
-    if _command is not None:
-        return shlex.join(["clover", *_command])
+    if clover_argv is not None:
+        return shlex.join(["clover", *clover_argv])
     argv0 = sys.argv[0] if sys.argv else ""
     p = Path(argv0)
     if p.name == "clover" or (p.name == "__main__.py" and p.parent.name == "clover"):
@@ -153,21 +174,6 @@ def machine() -> dict:
     return m
 
 
-def result(figures, tables: list[dict] | None = None) -> dict:
-    """The result file's content for ``figures`` and the tables recorded so far (or ``tables``)."""
-    commit, dirty = git_state()
-    return {
-        "command": command_line(),
-        "commit": commit,
-        "dirty": dirty,
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "load": {"start": _start_load, "end": load_average()},
-        "tables": recorded_tables() if tables is None else tables,
-        "figures": figures,
-    }
-
-
 def local_places() -> list[tuple[str, str]]:
     """(folder, how a result file writes it): the checkout, the temporary folder and the home
     folder of this machine, longest first so the most specific one is replaced."""
@@ -188,15 +194,6 @@ def scrub(value, places: list[tuple[str, str]] | None = None):
     if isinstance(value, list):
         return [scrub(v, places) for v in value]
     return value
-
-
-def write_result(path: str | Path, figures) -> dict:
-    """Write ``figures`` and the tables printed so far as a result file at ``path`` (local folders
-    scrubbed: ``scrub``)."""
-    r = scrub(result(figures))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(r, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return r
 
 
 def read_result(path: str | Path, shown: str | None = None) -> dict:

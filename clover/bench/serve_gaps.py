@@ -117,6 +117,31 @@ def measure(
     }
 
 
+def measure_long_prompt(
+    model, tokenizer, long_prompt: int, streams: int, prefill_chunk: int, clock: str, threads: int | None
+) -> dict:
+    """``clover bench serve --long-prompt``'s figures: ``measure`` with the prompt prefilled whole,
+    then in chunks of ``prefill_chunk`` (on ``model_for``'s model); the chunked run's figures at
+    the top level, the whole prompt's under ``whole_prompt``."""
+    long_tokens = 32
+    model, weights = model_for(model, long_prompt, long_tokens)
+    whole, chunked = [
+        measure(model, tokenizer, chunk, streams, long_prompt, long_tokens, clock) for chunk in (0, prefill_chunk)
+    ]
+    w = model.lm_head.weight
+    return {
+        "long_prompt": long_prompt,
+        "streams": streams,
+        "weights": weights,
+        "block_size": model.config.block_size,
+        "device": str(w.device),
+        "dtype": str(w.dtype)[6:],
+        "threads": threads,
+        **chunked,
+        "whole_prompt": whole,
+    }
+
+
 class _Stepper:
     """Steps ``engine`` as the server's engine thread does, noting when each stream's text
     arrives (a step's events go out when it returns), which requests had a pass, which got text."""

@@ -106,7 +106,7 @@ def _predicted(config, worlds: list[int]) -> dict[int, int]:
 
 
 def run_spec(work: Path, src: Path, world: int) -> dict:
-    """The ``clover.train.run.RunSpec`` fields of the step at ``world`` processes: one step of
+    """The ``clover.train.setup.RunSpec`` fields of the step at ``world`` processes: one step of
     the airspace recipe from ``src`` with ``RUN`` and ``SCALE``, its run in ``work``."""
     spec = {"out": str(work / f"run-{world}"), "recipe": "airspace", "config": str(work / "run.json"), "steps": 1}
     return {**spec, "init_from": str(src), **SCALE, "progress": False}
@@ -199,7 +199,8 @@ def worker(out: str, spec_file: str) -> int:
 
     fields = json.loads(Path(spec_file).read_text())
     baseline = _hwm()
-    from clover.train.run import RunSpec, train  # after the baseline, where `clover train` imports it
+    from clover.train.run import train  # after the baseline, where `clover train` imports it
+    from clover.train.setup import RunSpec
 
     code = train(RunSpec(**fields))
     rank = int(os.environ.get("RANK", "0"))

@@ -98,7 +98,7 @@ def run_session(model, world, console, max_steps: int = 4, system: str | None = 
                 messages + [{"role": "user", "content": text}],
                 world,
                 max_steps=max_steps,
-                on_step=lambda s, rep, recs: print_step(console, s, rep, recs),
+                on_step=lambda s, rep, recs, _world: print_step(console, s, rep, recs),
             )
         except KeyboardInterrupt:
             console.print("[dim](interrupted; the world is as it was)[/]")

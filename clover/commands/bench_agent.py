@@ -8,8 +8,9 @@ import argparse
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.agent import measure_agent, measure_http, zone_demo
+from clover.bench.results import Recorder
 from clover.bench.served import served
-from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, recorder
 from clover.commands.threads import apply_threads
 
 
@@ -22,7 +23,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--demo",
         type=int,
         default=20,
-        help="messages that each ask for one no-fly zone, run one after another and timed whole (default 20; 0: none)",
+        help="messages that each ask for one no-fly zone, run one after another under the default policy then ar "
+        "and timed whole, as the playground's demo button runs them (default 20; 0: none)",
     )
     p.add_argument(
         "--http",
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
 
+    rec = recorder(args)
     if args.n < 1:
         raise SystemExit("clover bench agent: --n must be >= 1")
     device_setup(args, "clover bench agent")
@@ -48,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps)
     figures.update(threads=args.threads, model=args.model or "bundled")
     if args.demo:
-        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps, load)
-        _print_demo(figures["demo"])
+        figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps)
+        _print_demo(rec, figures["demo"])
     if args.http:
         flags = ["--log-level", "warning", "--device", args.device, "--dtype", args.dtype]
         flags += ["--compile" if args.compile else "--no-compile", *(["--model", args.model] if args.model else [])]
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         for p, r in per.items()
     ]
     print_table(
+        rec,
         f"agent: {figures['tasks']} operator tasks of the test split through the loop ({args.threads} thread)",
         [
             "policy",
@@ -87,18 +91,19 @@ def run(args: argparse.Namespace) -> int:
         ],
     )
     if args.http:
-        _print_http(figures, per)
-    write_json(args.json, figures)
+        _print_http(rec, figures, per)
+    write_json(rec, args.json, figures)
     return 0
 
 
-def _print_http(figures: dict, per: dict) -> None:
+def _print_http(recorder: Recorder, figures: dict, per: dict) -> None:
     rows = []
     for p, r in figures["http"].items():
         r["vs_in_process"] = r["s_per_task"] / max(1e-9, per[p]["s_per_task"])
         row = [p, f"{per[p]['s_per_task']:.3f}", f"{r['s_per_task']:.3f}", f"{r['vs_in_process']:.3f}"]
         rows.append([*row, f"{100 * per[p]['success']:.1f} %", f"{100 * r['success']:.1f} %"])
     print_table(
+        recorder,
         f"agent: the same {figures['tasks']} tasks in process and through clover serve (HTTP, OpenAI client)",
         ["policy", "in process s / task", "HTTP s / task", "HTTP / in process", "success in process", "success HTTP"],
         rows,
@@ -106,12 +111,13 @@ def _print_http(figures: dict, per: dict) -> None:
     )
 
 
-def _print_demo(out: dict) -> None:
+def _print_demo(recorder: Recorder, out: dict) -> None:
     n = out["messages"]
     rows = [
         [name, f"{d['seconds']:.2f}", f"{d['zones_right']} of {n}"] for name, d in out.items() if isinstance(d, dict)
     ]
     print_table(
+        recorder,
         f"demo: {n} airspace messages, each a no-fly zone on the map, one after another",
         ["policy", "seconds, all messages", "zones right"],
         rows,

@@ -7,7 +7,7 @@ import argparse
 
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.context import context_config, measure_context
-from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, recorder
 from clover.commands.threads import use_threads
 
 
@@ -30,6 +30,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
 def run_context(args: argparse.Namespace) -> int:
     import torch  # deferred: torch, not for clover --help
 
+    rec = recorder(args)
     device, dtype = device_setup(args, "clover bench context")
     set_threads(args.threads)
     lengths = _ints(args.lengths)
@@ -43,6 +44,7 @@ def run_context(args: argparse.Namespace) -> int:
     mib = zip(figures["clover_cache_bytes"], figures["attention_cache_bytes"], figures["bytes_ratio"])
     rows = [[L, *m, f"{c / 2**20:.2f}", f"{a / 2**20:.2f}", r] for L, m, (c, a, r) in zip(lengths, ms, mib)]
     print_table(
+        rec,
         f"clover bench context ({args.preset} preset, random weights, block {args.block_size}, "
         f"{args.steps_per_block} passes/block, {device} {figures['dtype']}, {torch.get_num_threads()} thread(s))",
         ["prompt", "clover ms/tok", "attention ms/tok", "ratio", "clover cache MiB", "attention cache MiB", "ratio"],
@@ -51,5 +53,5 @@ def run_context(args: argparse.Namespace) -> int:
         if not args.real_prefill
         else [],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0

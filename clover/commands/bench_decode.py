@@ -32,7 +32,7 @@ from clover.bench.decode import (
     run_hf,
 )
 from clover.commands.bench_context import add_context_args, run_context
-from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer, recorder
 from clover.commands.threads import use_threads
 
 # torch and the engine are imported inside the functions: registering the benchmarks with the
@@ -212,6 +212,7 @@ def _pass_note(p: dict) -> str:
 def run_decode(args: argparse.Namespace) -> int:
     import torch  # deferred: torch, not for clover --help
 
+    rec = recorder(args)
     t_start = time.perf_counter()
     device, dtype = device_setup(args, "clover bench decode")
     set_threads(args.threads)
@@ -264,14 +265,15 @@ def run_decode(args: argparse.Namespace) -> int:
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")
     where = f"{figures['device']} {figures['dtype']}, {torch.get_num_threads()} thread(s)"
     print_table(
+        rec,
         f"clover bench decode ({figures['model']}, {len(cases)} prompts, {where})",
         ["batch", "decoder", "prompts", "exact %", "TPF", "tokens/s", "vs ar"],
         _rows(by_batch, cases_at),
         notes,
     )
     for title, columns, rows in speed_tables(by_batch, sizes):
-        print_table(title, columns, rows)
-    write_json(args.json, figures)
+        print_table(rec, title, columns, rows)
+    write_json(rec, args.json, figures)
     return 0
 
 

@@ -8,6 +8,7 @@ import argparse
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.commands.common import recorder
 
 
 def add_llamacpp_args(p: argparse.ArgumentParser) -> None:
@@ -122,6 +123,7 @@ def run_llamacpp(args: argparse.Namespace) -> int:
     from clover.backends.llamacpp import available  # deferred: loads torch, not for clover --help
     from clover.bench.llamacpp import measure_llamacpp  # deferred: loads torch, not for clover --help
 
+    rec = recorder(args)
     problem = available()
     if problem is not None:
         raise SystemExit(f"clover bench llama.cpp: {problem}")
@@ -130,13 +132,14 @@ def run_llamacpp(args: argparse.Namespace) -> int:
     fig = measure_llamacpp(args)
     cols = ["model", "type", "B", "llama.cpp ms", "PyTorch ms", "stock ms", "efficiency"]
     print_table(
+        rec,
         f"clover bench llama.cpp ({args.threads} thread(s), one pass)",
         cols,
         _rows(fig),
         _notes(fig, time.perf_counter() - t0),
     )
-    print_table("decode tokens/s (batch 1, the prompts one after another)", DECODE_COLUMNS, decode_rows(fig))
-    write_json(args.json, fig)
+    print_table(rec, "decode tokens/s (batch 1, the prompts one after another)", DECODE_COLUMNS, decode_rows(fig))
+    write_json(rec, args.json, fig)
     return 0
 
 

@@ -13,7 +13,7 @@ import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.quant import measure_quant
-from clover.commands.common import add_device_args, add_threads_arg, device_setup
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, recorder
 from clover.commands.threads import use_threads
 from clover.data import default_model_dir
 
@@ -33,6 +33,7 @@ def add_quant_args(p: argparse.ArgumentParser) -> None:
 def run_quant(args: argparse.Namespace) -> int:
     import torch  # deferred: torch, not for clover --help
 
+    rec = recorder(args)
     t_start = time.perf_counter()
     device, _ = device_setup(args, "clover bench quant")
     if device.type != "cpu":
@@ -73,8 +74,8 @@ def run_quant(args: argparse.Namespace) -> int:
         "exact ar %",
         "exact thr %",
     ]
-    print_table(f"clover bench quant ({torch.get_num_threads()} thread(s), tokens/s)", cols, rows, notes)
-    write_json(args.json, figures)
+    print_table(rec, f"clover bench quant ({torch.get_num_threads()} thread(s), tokens/s)", cols, rows, notes)
+    write_json(rec, args.json, figures)
     return 0
 
 

@@ -7,25 +7,20 @@ table; ``clover.bench.joint_vs_independent`` measures.
 
 serve: a live ``clover serve`` on 127.0.0.1 (a subprocess on a free port) and N concurrent
 streaming clients (official ``openai`` client) on the airspace test prompts: requests/s,
-tokens/s, p50/p95 latency and time to first token, errors. With ``--long-prompt N`` instead:
-the engine stepped as the server's thread steps it, streams decoding while an N-token prompt
-arrives, their worst gap between tokens with the prompt prefilled whole and in chunks
-(``clover.bench.serve_gaps``).
+tokens/s, p50/p95 latency and time to first token, errors (``clover.bench.serve_clients``
+measures). With ``--long-prompt N`` instead: the engine stepped as the server's thread steps it,
+streams decoding while an N-token prompt arrives, their worst gap between tokens with the prompt
+prefilled whole and in chunks (``clover.bench.serve_gaps`` measures).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
-import sys
-import time
 
-from clover.airspace.corpus import load_split
 from clover.api.loading import load_engine, load_model_dir
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.joint_vs_independent import measure_decisions
-from clover.bench.served import served
+from clover.bench.serve_clients import measure_serve, server_flags
 from clover.commands.common import (
     THREADS_HELP,
     add_device_args,
@@ -33,6 +28,7 @@ from clover.commands.common import (
     device_setup,
     int_at_least,
     positive_int,
+    recorder,
 )
 from clover.commands.threads import apply_threads
 from clover.engine import PREFILL_CHUNK
@@ -61,6 +57,7 @@ def add_decisions_args(p: argparse.ArgumentParser) -> None:
 def run_decisions(args: argparse.Namespace) -> int:
     from clover.api.joint_decisions import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch
 
+    rec = recorder(args)
     device_setup(args, "clover bench decisions")
     set_threads(args.threads)
     args.threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
@@ -85,6 +82,7 @@ def run_decisions(args: argparse.Namespace) -> int:
         [m, r["group_acc"], r["question_acc"], 1e3 * r["s_per_group"], r["passes_per_group"]] for m, r in res.items()
     ]
     print_table(
+        rec,
         f"clover bench decisions ({n} {args.split} groups, {figures['n_questions']} questions, {args.policy} "
         f"{args.threshold}, {args.threads} thread(s))",
         ["mode", "group all-correct", "question acc", "ms / group", "request passes / group"],
@@ -97,7 +95,7 @@ def run_decisions(args: argparse.Namespace) -> int:
             f"{figures['speedup_vs_independent']:.2f}x faster per group",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 
@@ -135,109 +133,20 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
-def _server_flags(args) -> list[str]:
-    # the prompts repeat: no prefix cache, so that every request pays its own prefill
-    flags = ["--log-level", "warning", "--max-batch-size", str(args.max_batch_size), "--max-queue", "512"]
-    flags += ["--prefix-cache-mb", "0", "--prefill-chunk", str(args.prefill_chunk), "--device", args.device]
-    flags += ["--dtype", args.dtype, "--compile" if args.compile else "--no-compile"]
-    return flags + (["--model", args.model] if args.model else [])
-
-
-def _prompts(n: int) -> list[dict]:
-    out = []
-    for ex in load_split("test", 4 * n):
-        msgs = []
-        for m in ex["messages"]:
-            if m["role"] == "assistant":
-                break
-            msgs.append(m)
-        out.append({"messages": msgs, "tools": ex.get("tools")})
-        if len(out) == n:
-            break
-    return out
-
-
-async def _level(url: str, c: int, per_client: int, max_tokens: int, prompts: list[dict]) -> dict:
-    import openai  # optional: openai (a test dependency)
-
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600)
-    lat, ttft, tokens, errors = [], [], 0, 0
-
-    async def one(k: int) -> None:
-        nonlocal tokens, errors
-        p = prompts[k % len(prompts)]
-        t0 = time.perf_counter()
-        first = None
-        try:
-            kw = {"tools": p["tools"]} if p["tools"] else {}
-            stream = await client.chat.completions.create(
-                model="clover",
-                messages=p["messages"],
-                max_tokens=max_tokens,
-                stream=True,
-                stream_options={"include_usage": True},
-                **kw,
-            )
-            n = None
-            async for ch in stream:
-                if first is None and ch.choices and (ch.choices[0].delta.content or ch.choices[0].delta.tool_calls):
-                    first = time.perf_counter() - t0
-                if ch.usage is not None:
-                    n = ch.usage.completion_tokens
-            if n is None:
-                raise RuntimeError("no usage chunk")
-            tokens += n
-            lat.append(time.perf_counter() - t0)
-            ttft.append(first if first is not None else lat[-1])
-        except Exception as e:
-            errors += 1
-            print(f"  request failed: {type(e).__name__}: {e}", file=sys.stderr)
-
-    async def worker(w: int) -> None:
-        for r in range(per_client):
-            await one(w * per_client + r)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(c)))
-    wall = time.perf_counter() - t0
-    await client.close()
-    q = lambda xs, f: statistics.quantiles(xs, n=100)[int(f * 100) - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
-    return {
-        "clients": c,
-        "requests": c * per_client,
-        "errors": errors,
-        "wall_s": wall,
-        "requests_per_s": len(lat) / wall,
-        "tokens_per_s": tokens / wall,
-        "p50_latency_s": q(lat, 0.5),
-        "p95_latency_s": q(lat, 0.95),
-        "p50_ttft_s": q(ttft, 0.5),
-    }
-
-
 def run_serve(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     levels = [int(x) for x in args.concurrency.split(",") if x]
     device_setup(args, "clover bench serve")  # before a server starts
     if args.long_prompt:
         return run_long_prompt(args)
-    with served(_server_flags(args), args.threads, "clover bench serve") as url:
-        prompts = _prompts(64)
-        asyncio.run(_level(url, 2, 1, args.max_tokens, prompts))  # warm-up
-        results = [asyncio.run(_level(url, c, args.requests_per_client, args.max_tokens, prompts)) for c in levels]
-    rows = [
-        [
-            r["clients"],
-            r["requests"],
-            r["requests_per_s"],
-            r["tokens_per_s"],
-            r["p50_latency_s"],
-            r["p95_latency_s"],
-            r["p50_ttft_s"],
-            r["errors"],
-        ]
-        for r in results
-    ]
+    flags = server_flags(args.model, args.max_batch_size, args.prefill_chunk, args.device, args.dtype, args.compile)
+    figures = measure_serve(
+        flags, args.threads, levels, args.requests_per_client, args.max_tokens, max_batch_size=args.max_batch_size
+    )
+    keys = ("clients", "requests", "requests_per_s", "tokens_per_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s")
+    rows = [[*(r[k] for k in keys), r["errors"]] for r in figures["levels"]]
     print_table(
+        rec,
         f"clover bench serve ({args.model or 'bundled model'}, max_tokens {args.max_tokens}, batch "
         f"{args.max_batch_size}, --device {args.device} --dtype {args.dtype}, "
         f"{args.threads or 'default'} server thread(s))",
@@ -248,45 +157,22 @@ def run_serve(args: argparse.Namespace) -> int:
             "(prefix cache off: the bench's prompts repeat)"
         ],
     )
-    figures = {
-        "max_tokens": args.max_tokens,
-        "max_batch_size": args.max_batch_size,
-        "levels": results,
-        "errors": sum(r["errors"] for r in results),
-    }
-    for r in results:
-        for k in ("requests_per_s", "tokens_per_s", "p50_latency_s", "p95_latency_s", "errors"):
-            figures[f"c{r['clients']}_{k}"] = r[k]
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 1 if figures["errors"] else 0
 
 
 def run_long_prompt(args: argparse.Namespace) -> int:
-    from clover.bench.serve_gaps import measure, model_for  # deferred: loads torch, not for clover --help
+    from clover.bench.serve_gaps import measure_long_prompt  # deferred: loads torch, not for clover --help
 
+    rec = recorder(args)
     set_threads(args.threads)
     if not args.prefill_chunk:
         raise SystemExit("clover bench serve: --long-prompt compares whole prompts with chunks: --prefill-chunk > 0")
     model, tokenizer = load_model_dir(args.model, args.threads, args.device, args.dtype, args.compile)
     args.threads = apply_threads(model, args.threads)
-    long_tokens = 32
-    model, weights = model_for(model, args.long_prompt, long_tokens)
-    runs = [
-        measure(model, tokenizer, chunk, args.streams, args.long_prompt, long_tokens, args.clock)
-        for chunk in (0, args.prefill_chunk)
-    ]
-    w = model.lm_head.weight
-    figures = {
-        "long_prompt": args.long_prompt,
-        "streams": args.streams,
-        "weights": weights,
-        "block_size": model.config.block_size,
-        "device": str(w.device),
-        "dtype": str(w.dtype)[6:],
-        "threads": args.threads,
-        **runs[1],
-        "whole_prompt": runs[0],
-    }
+    figures = measure_long_prompt(
+        model, tokenizer, args.long_prompt, args.streams, args.prefill_chunk, args.clock, args.threads
+    )
     rows = [
         [
             "whole prompt" if r["prefill_chunk"] == 0 else f"chunks of {r['prefill_chunk']}",
@@ -297,9 +183,10 @@ def run_long_prompt(args: argparse.Namespace) -> int:
             r["long_prompt_prefill_s"],
             r["long_prompt_ttft_s"],
         ]
-        for r in runs
+        for r in (figures["whole_prompt"], figures)
     ]
     print_table(
+        rec,
         f"clover bench serve --long-prompt {args.long_prompt} ({args.streams} streams, "
         f"{args.model or 'bundled model'}, block {figures['block_size']}, {figures['device']} {figures['dtype']}, "
         f"{args.threads} thread(s), {args.clock} clock)",
@@ -314,13 +201,13 @@ def run_long_prompt(args: argparse.Namespace) -> int:
         ],
         rows,
         [
-            f"weights: {weights}",
+            f"weights: {figures['weights']}",
             "gap: between a stream's consecutive text deltas (a block each); alone: before the long prompt "
             "arrives; its prefill: from its arrival to the step it joins the batch in; its 1st block: then "
             "until its first text",
         ],
     )
-    write_json(args.json, figures)
+    write_json(rec, args.json, figures)
     return 0
 
 

@@ -10,7 +10,7 @@ import argparse
 import time
 
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
-from clover.commands.common import add_threads_arg
+from clover.commands.common import add_threads_arg, recorder
 from clover.commands.threads import use_threads
 from clover.data import default_model_dir
 
@@ -73,6 +73,7 @@ def run_sglang(args) -> dict:
 
 
 def run(args) -> int:
+    rec = recorder(args)
     t0 = time.time()
     fig = run_sglang(args)
     rows = [
@@ -89,12 +90,13 @@ def run(args) -> int:
     ]
     tp = f", SGLang on {fig['tp_size']} tensor-parallel ranks" if fig["tp_size"] > 1 else ""
     print_table(
+        rec,
         f"Clover vs SGLang ({fig['policy']}, {fig['device']}, {fig['max_tokens']} new tokens{tp})",
         ["engine", "batch", "tokens/s", "same tokens"],
         rows,
         notes,
     )
-    write_json(args.json, fig)
+    write_json(rec, args.json, fig)
     return 0 if fig["same_tokens"] == fig["prompts"] else 1
 
 

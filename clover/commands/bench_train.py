@@ -7,6 +7,7 @@ import argparse
 
 from clover.bench import BENCHMARKS, print_table, write_json
 from clover.bench.train_memory import MMAP_THRESHOLD, TARGET, measure_train_memory
+from clover.commands.common import recorder
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -48,6 +49,7 @@ def summary_rows(res: dict, worlds: list[int]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     worlds = [int(w) for w in args.world_sizes.split(",")]
     try:
         res = measure_train_memory(worlds, args.work_dir, args.malloc_mmap_threshold)
@@ -69,9 +71,15 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"per-rank peak at 2 processes / 1 process: {ratio:.2f} (target <= {TARGET}: {met})")
     notes.append("memory model: baseline + clover/train/memory_model.py's estimate (docs/memory.md)")
     cols = ["run", "rank", "baseline MiB", "peak MiB", "memory model MiB", "peak / param bytes", "wall s"]
-    print_table("one training step, every scale feature on (clover train under torchrun, gloo)", cols, rows, notes)
-    print_table("measured against the memory model, per rank", SUMMARY_COLUMNS, summary_rows(res, worlds))
-    write_json(args.json, res)
+    print_table(
+        rec,
+        "one training step, every scale feature on (clover train under torchrun, gloo)",
+        cols,
+        rows,
+        notes,
+    )
+    print_table(rec, "measured against the memory model, per rank", SUMMARY_COLUMNS, summary_rows(res, worlds))
+    write_json(rec, args.json, res)
     return 0
 
 

@@ -8,11 +8,13 @@ import time
 from clover.airspace.evaluate import eval_chats
 from clover.api.settings import engine_default
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
+from clover.bench.results import Recorder
 from clover.bench.twin import MAX_TOKENS, TWIN_DIR, load_twin, measure_twin
-from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer
+from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer, recorder
 
 
 def run_twin(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     t_start = time.perf_counter()
     threshold = engine_default("threshold") if args.threshold is None else args.threshold
     device_setup(args, "clover bench twin")
@@ -29,8 +31,8 @@ def run_twin(args: argparse.Namespace) -> int:
     )
     k = min(args.speed_prompts, sum(len(c) for c in chats))
     figures = _figures(args, chats, by_batch, threshold, k)
-    _print(args, chats, by_batch, k, time.perf_counter() - t_start)
-    write_json(args.json, figures)
+    _print(rec, args, chats, by_batch, k, time.perf_counter() - t_start)
+    write_json(rec, args.json, figures)
     return 0
 
 
@@ -56,7 +58,7 @@ def _figures(args: argparse.Namespace, chats, by_batch: dict, threshold: float, 
     }
 
 
-def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float) -> None:
+def _print(rec: Recorder, args: argparse.Namespace, chats, by_batch: dict, k: int, took: float) -> None:
     big = args.batch
     exs, words, convs = chats
     rows = []
@@ -84,6 +86,7 @@ def _print(args: argparse.Namespace, chats, by_batch: dict, k: int, took: float)
         f"took {took:.0f} s",
     ]
     print_table(
+        rec,
         f"clover bench twin ({args.split})",
         ["batch", "decoder", "tool calls %", "words %", "conversations %", "TPF", "tokens/s", "vs twin"],
         rows,

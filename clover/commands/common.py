@@ -15,6 +15,7 @@ import sys
 from clover.api.loading import load_model_dir
 from clover.api.settings import add_decoding_flags, decoding_values
 from clover.backends import BACKENDS
+from clover.bench.results import Recorder
 from clover.commands.threads import apply_threads
 from clover.data.task import get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
@@ -112,6 +113,15 @@ def device_setup(args: argparse.Namespace, command: str = "clover"):
         print(f"{command}: --device {args.device}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     return device, resolve_dtype(args.dtype, device)
+
+
+def recorder(args: argparse.Namespace) -> Recorder:
+    """The command's result file in the making (``clover.bench.results.Recorder``): the one the
+    command line made as the command started, or, for a command run from a parser of its own, one
+    made now that names this process's command line."""
+    if getattr(args, "recorder", None) is None:
+        args.recorder = Recorder()
+    return args.recorder
 
 
 def int_at_least(minimum: int):

@@ -13,13 +13,13 @@ from clover.airspace.evaluate import evaluate_airspace, load_cases
 from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
 from clover.bench.aup import aup
-from clover.bench.results import record_table
 from clover.commands.common import (
     add_device_args,
     add_threads_arg,
     device_setup,
     int_at_least,
     load_model_and_tokenizer,
+    recorder,
 )
 from clover.data.task import model_task
 
@@ -37,6 +37,7 @@ BREAKDOWNS = {
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    rec = recorder(args)
     runs = _checked_settings(args)
     second = args.task == "airspace2"
     cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
@@ -103,8 +104,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
     for title, columns, rows in tables:  # printed (and recorded) as tables, or with --json only recorded
-        (record_table if args.json else print_table)(title, columns, rows)
-    write_json(args.results, figures)
+        if args.json:
+            rec.record(title, columns, rows)
+        else:
+            print_table(rec, title, columns, rows)
+    write_json(rec, args.results, figures)
     return 0
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from clover.train.run import RunSpec, SetupError, train  # deferred: torch and the model, not for --help
+    from clover.train.run import train  # deferred: torch and the model, not for --help
+    from clover.train.setup import RunSpec, SetupError
 
     spec = RunSpec(
         **{f.name: getattr(args, f.name) for f in fields(RunSpec) if f.name != "progress"},

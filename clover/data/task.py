@@ -1,6 +1,6 @@
 """The task seam: a demo is a plug-in (a *task*), not a layer. A task brings what the generic
 layers only ever reach through here: the tools a chat offers, a corpus of training chats, a world
-its tool calls act on, an evaluation, and its training recipes.
+its tool calls act on, an evaluation, its training recipes and a demo of its agent.
 
 The layers below never name a task: they ask ``get_task(name)`` or ``model_task(config)`` (the
 task a checkpoint was trained for, recorded in its config's ``extra``). ``TASKS`` lists where
@@ -57,6 +57,11 @@ class Task:
     eval_split: Callable[[str, int], list[dict]] | None = None  # (split, n) -> the split's fixed evaluation chats
     recipes: Callable[[], dict[str, type]] = field(default=lambda: {})  # training recipes by name
     tokenizer: Callable[..., Any] | None = None  # (vocab_size) -> a tokenizer trained on the corpus
+    # (complete, n, *, threshold, max_steps, on_event, should_stop) -> figures: the task's demo, its
+    # first n demo messages through the agent loop under the default policy then ``ar``, with
+    # ``complete(messages, tools=..., **request) -> chat.completion`` as the model (clover bench
+    # agent --demo and the playground's demo button run this one function)
+    agent_demo: Callable[..., dict] | None = None
 
 
 # name -> the module that defines ``TASK``

@@ -20,10 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from clover.api.errors import APIError, from_validation, server_error, too_large, unauthorized
 from clover.api.loading import PREFIX_CACHE_MB, load_engine
-from clover.api.protocol import model_limits
+from clover.api.prepare import model_limits
 from clover.api.store import MAX_ENTRIES, MAX_MB, TTL_S, ResponseStore
 from clover.engine import PREFILL_CHUNK, Engine
 from clover.server.agent import router as agent_router
+from clover.server.agent_demo import router as agent_demo_router
 from clover.server.async_engine import REQUEST_TIMES, AsyncEngine
 from clover.server.metrics import Metrics
 from clover.server.routes import router
@@ -104,6 +105,7 @@ def create_app(
     app.state.clover = state
     app.include_router(router)
     app.include_router(agent_router)
+    app.include_router(agent_demo_router)
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes, metrics=metrics)
     _error_handlers(app)
     return app

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from clover.api.protocol import new_id
+from clover.api.replies import new_id
 from clover.engine import Engine, Event, Finished, RequestOutput, SamplingParams, StepEvent
 
 log = logging.getLogger("clover.server")

@@ -8,36 +8,22 @@ import time
 from pathlib import Path
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import clover
 from clover.api import joint_decisions as dec
-from clover.api.errors import APIError, bad_request
-from clover.api.protocol import (
-    Prepared,
-    as_api_error,
-    chat_response,
-    choice_params,
-    completion_response,
-    prepare_chat,
-    prepare_completions,
-    tokenize_request,
-)
-from clover.api.responses import (
-    EventStream,
-    ResponsesRequest,
-    input_items,
-    output_items,
-    response_body,
-    responses_error,
-    to_chat,
-)
+from clover.api.errors import APIError, as_api_error, bad_request
+from clover.api.prepare import Prepared, choice_params, prepare_chat, prepare_completions, tokenize_request
+from clover.api.replies import chat_response, completion_response
+from clover.api.responses import ResponsesRequest, input_items, responses_error, to_chat
+from clover.api.responses_reply import EventStream, output_items, response_body
 from clover.api.schemas import ChatRequest, CompletionRequest, DecisionRequest, DetokenizeRequest, TokenizeRequest
 from clover.api.streaming import ChatStream, TextStream, error_chunk
 from clover.data.chat import CLOVER_TEMPLATE
 from clover.engine import Finished
 from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD, POLICIES
+from clover.server import vendor
 from clover.server.async_engine import EngineFailure
 from clover.server.state import ClientGone, ServerState
 
@@ -115,10 +101,20 @@ async def playground():
     return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
 
+@router.get("/playground/vendor/{name}")
+async def playground_vendor(name: str):
+    """The vendored browser library's files (``clover.server.vendor``): those named, nothing else."""
+    if name not in vendor.SERVED or not (vendor.VENDOR / name).is_file():
+        raise APIError(404, f"no vendored file {name!r}", code="not_found")
+    media = "text/plain; charset=utf-8" if name == "LICENSE" else "text/javascript; charset=utf-8"
+    return FileResponse(vendor.VENDOR / name, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
 @router.get("/playground/config")
 async def playground_config(request: Request):
     s = _state(request)
     task = {"name": s.task.name, "summary": s.task.summary} if s.task else None
+    three = vendor.pin() if vendor.vendored() else None  # the 3-D map's library, when it was fetched
     return {
         "model": s.model_name,
         "block_size": s.config.block_size,
@@ -129,6 +125,8 @@ async def playground_config(request: Request):
         "policies": sorted(POLICIES),
         "policy": DEFAULT_POLICY,
         "threshold": DEFAULT_THRESHOLD,
+        "map3d": {"library": three["package"], "version": three["version"]} if three else None,
+        "demo": bool(s.task and s.task.agent_demo),
     }
 
 

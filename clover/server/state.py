@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from clover.api.errors import APIError, bad_request, from_validation, queue_full, too_large
-from clover.api.protocol import Limits, as_api_error, chat_stop_ids
+from clover.api.errors import APIError, as_api_error, bad_request, from_validation, queue_full, too_large
+from clover.api.prepare import Limits, chat_stop_ids
 from clover.api.store import ResponseStore, owner_of
 from clover.data.task import model_task
 from clover.engine import RequestOutput, SamplingParams

@@ -1,7 +1,7 @@
 """``clover bench llama.cpp``'s decode table (docs/llama-cpp.md's tokens/s table), from its figures:
 one row per model and type, PyTorch at f32 only, stock llama.cpp where it ran."""
 
-from clover.bench import record_table
+from clover.bench.results import table
 from clover.commands.bench_llamacpp import DECODE_COLUMNS, decode_rows
 
 FIG = {
@@ -17,7 +17,7 @@ FIG = {
 
 
 def test_a_row_per_model_and_type_with_dashes_where_a_runtime_did_not_run():
-    t = record_table("decode", DECODE_COLUMNS, decode_rows(FIG))
+    t = table("decode", DECODE_COLUMNS, decode_rows(FIG))
     assert t["columns"][2:4] == ["Clover llama.cpp ar", "Clover llama.cpp default"]
     assert t["rows"] == [
         ["bundled", "f32", "77", "441", "60", "243", "2637", "0.17"],

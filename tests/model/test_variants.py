@@ -122,7 +122,7 @@ def test_causal_mixing_makes_an_all_gdn_model_causal_inside_the_block():
 
 def test_train_config_model_section_sets_the_switches():
     from clover.airspace.recipes import AirspaceRecipe
-    from clover.train.run import apply_overrides
+    from clover.train.setup import apply_overrides
 
     recipe = AirspaceRecipe()
     assert {k: recipe.model[k] for k in FIELDS} == DEFAULTS

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from clover.api.protocol import Limits, chat_prompt
+from clover.api.prepare import Limits, chat_prompt
 from clover.api.schemas import ChatRequest
 from clover.server.app import Guard
 from tests.server.conftest import API_KEY
@@ -168,7 +168,7 @@ def test_a_non_ascii_api_key_matches_its_utf8_header():
 def test_an_answer_cut_by_max_tokens_finishes_with_length_even_after_a_complete_call():
     from types import SimpleNamespace
 
-    from clover.api.protocol import finish_reason
+    from clover.api.replies import finish_reason
 
     call = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     assert finish_reason(SimpleNamespace(finish_reason="length"), call) == "length"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clover.bench.serve_gaps import Stream, measure, model_for
+from clover.bench.serve_gaps import Stream, measure, measure_long_prompt, model_for
 from clover.cli import build_parser
 
 
@@ -61,3 +61,14 @@ def test_measure_on_the_cpu_clock(tiny_model, tokenizer):
     figures = measure(tiny_model, tokenizer, prefill_chunk=0, streams=2, long_prompt=300, long_tokens=8, clock="cpu")
     assert figures["clock"] == "cpu" and figures["prefill_chunk"] == 0
     assert 0 < figures["max_gap_ms_alone"] and 0 < figures["long_prompt_prefill_s"] < figures["long_prompt_ttft_s"]
+
+
+def test_the_long_prompt_figures_hold_the_chunked_run_and_the_whole_prompts(tiny_model, tokenizer):
+    """``clover bench serve --long-prompt``'s figures: the run in chunks at the top level, the run
+    with the prompt whole under ``whole_prompt``, and what they ran on."""
+    figures = measure_long_prompt(tiny_model, tokenizer, 300, 2, 16, "wall", 1)
+    assert (figures["long_prompt"], figures["streams"], figures["threads"]) == (300, 2, 1)
+    assert figures["prefill_chunk"] == 16 and figures["whole_prompt"]["prefill_chunk"] == 0
+    assert "own weights" in figures["weights"] and figures["block_size"] == tiny_model.config.block_size
+    assert figures["device"] == "cpu" and figures["dtype"] == str(tiny_model.lm_head.weight.dtype)[6:]
+    assert figures["max_gap_ms_long_prompt"] > 0 and figures["whole_prompt"]["max_gap_ms_long_prompt"] > 0

@@ -147,7 +147,7 @@ def test_agent_mode_in_chromium_runs_the_calls_and_the_map_shows_it(live, tmp_pa
     with live(load_engine(None, threads=1), api_key="pg-key") as srv:
         browser = Chromium(1440, 900)
         try:
-            url = srv.url + "/?key=pg-key&mode=agent&world=0&policy=ar&delay=0"
+            url = srv.url + "/?key=pg-key&mode=agent&world=0&policy=ar&delay=0&view=top"  # the top-down (SVG) view
             drawn = browser.open(url, "document.querySelectorAll('#map g.drone').length > 0")
             before = _map(browser)
             browser.evaluate(

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from clover.api.protocol import AssistantStream, Limits, chat_prompt
+from clover.api.prepare import Limits, chat_prompt
+from clover.api.replies import AssistantStream
 from clover.api.schemas import ChatRequest
 from clover.data.chat import parse_assistant
 
@@ -116,7 +117,7 @@ def test_half_formed_tool_markup_is_never_a_replys_words():
     """A reply with tools on offer holds no tool-call markup: what follows the first piece of it
     (a call that did not parse) is neither content nor a call, streamed or not; without tools the
     text is the text."""
-    from clover.api.protocol import assistant_message
+    from clover.api.replies import assistant_message
 
     names = frozenset({"recall_drone", "get_drone_status"})
     text = 'You\'recall_drone", "arguments": {welcome.'

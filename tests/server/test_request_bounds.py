@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from clover.api.errors import APIError
-from clover.api.protocol import model_limits, prepare_chat
+from clover.api.prepare import model_limits, prepare_chat
 from clover.api.schemas import ChatRequest
 
 GROUNDED_TOOLS = [

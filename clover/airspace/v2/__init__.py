@@ -57,6 +57,12 @@ def _evaluate(*args, **kwargs) -> dict:
     return evaluate_airspace2(*args, **kwargs)
 
 
+def _agent_demo(complete, n: int = 20, **kwargs) -> dict:
+    from clover.airspace.demo import zone_demo  # deferred: the demo's tasks read the corpus
+
+    return zone_demo(complete, n, load=_eval_split, **kwargs)
+
+
 def _tokenizer(vocab_size: int = 3072, **kwargs):
     from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
@@ -76,4 +82,5 @@ TASK = Task(
     eval_split=_eval_split,
     recipes=_recipes,
     tokenizer=_tokenizer,
+    agent_demo=_agent_demo,
 )
