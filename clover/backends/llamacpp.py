@@ -72,7 +72,6 @@ def library_path() -> Path:
 
 def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
     P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)
-    I32 = ctypes.POINTER(ctypes.c_int32)
     sigs = {
         "clover_last_error": (ctypes.c_char_p, []),
         "clover_model_load": (P, [ctypes.c_char_p, ctypes.c_int]),
@@ -86,7 +85,9 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clover_cache_copy": (P, [P]),
         "clover_cache_length": (I64, [P]),
         "clover_cache_nbytes": (I64, [P]),
-        "clover_step": (ctypes.c_int, [P, P, I32, I64, I32, I64, I64, F]),
+        # the token and logits buffers as addresses (c_void_p): a pass hands over ints, with no
+        # ctypes pointer object made per buffer and per row
+        "clover_step": (ctypes.c_int, [P, P, P, I64, P, I64, I64, P]),
         "clover_quantize": (ctypes.c_size_t, [ctypes.c_char_p, F, P, I64, I64]),
         "clover_quantized_size": (ctypes.c_size_t, [ctypes.c_char_p, I64, I64]),
     }
@@ -137,14 +138,23 @@ def _tokens(x) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-def _rows(x, n: int) -> np.ndarray:
-    """Token ids of a batch (a torch tensor or array ``[n, k]``) as one C-contiguous int32 array."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    a = np.ascontiguousarray(x, dtype=np.int32)
-    if a.ndim != 2 or a.shape[0] != n:
-        raise ValueError(f"tokens must be [{n}, k] for {n} cache rows, got shape {a.shape}")
-    return a
+def _rows(x, n: int) -> torch.Tensor:
+    """Token ids of a batch (a torch tensor or array ``[n, k]``) as one C-contiguous int32 tensor."""
+    t = torch.as_tensor(x).detach().to("cpu", torch.int32).contiguous()
+    if t.ndim != 2 or t.shape[0] != n:
+        raise ValueError(f"tokens must be [{n}, k] for {n} cache rows, got shape {tuple(t.shape)}")
+    return t
+
+
+def _contiguous(a) -> bool:
+    return a.is_contiguous() if isinstance(a, torch.Tensor) else a.flags["C_CONTIGUOUS"]
+
+
+def _address(a) -> int | None:
+    """The first byte of a numpy array or torch tensor (None for None or an empty one)."""
+    if a is None or not len(a):
+        return None
+    return a.data_ptr() if isinstance(a, torch.Tensor) else a.ctypes.data
 
 
 class LlamaCppCache:
@@ -235,27 +245,21 @@ class LlamaCppModel:
         self.step_into(cache, c, d, bs, out)
         return out
 
-    def step_into(self, cache: LlamaCppCache, commit: np.ndarray, denoise: np.ndarray, block_size: int, out) -> None:
-        """``step`` on int32 token arrays ``[n]`` (contiguous), the logits written into ``out``: a
-        C-contiguous float32 array or tensor of ``[n_denoise, vocab]`` (None when nothing is
-        denoised), so a batch's rows land in one tensor with no copy between."""
+    def step_into(self, cache: LlamaCppCache, commit, denoise, block_size: int, out) -> None:
+        """``step`` on int32 tokens ``[n]`` (C-contiguous numpy arrays or torch tensors), the logits
+        written into ``out``: a C-contiguous float32 array or tensor of ``[n_denoise, vocab]`` (None
+        when nothing is denoised), so a batch's rows land in one tensor with no copy between."""
         bs = block_size
         if not isinstance(bs, int) or isinstance(bs, bool):
             raise ValueError(f"block_size must be a positive integer, got {bs!r}")
         n_d = len(denoise)
         if n_d and (out is None or tuple(out.shape) != (n_d, self.vocab_size)):
             raise ValueError(f"internal: a logits buffer of shape {None if out is None else tuple(out.shape)}")
-        ptr = out.data_ptr() if isinstance(out, torch.Tensor) else out.ctypes.data if out is not None else None
-        i32 = ctypes.POINTER(ctypes.c_int32)
+        for a, dtype in ((commit, "int32"), (denoise, "int32"), (out, "float32")):
+            if a is not None and (str(a.dtype).rpartition(".")[2] != dtype or not _contiguous(a)):
+                raise ValueError(f"internal: a {a.dtype} buffer where the library reads C-contiguous {dtype}")
         rc = self._lib.clover_step(
-            self._h,
-            cache._h,
-            commit.ctypes.data_as(i32),
-            len(commit),
-            denoise.ctypes.data_as(i32),
-            n_d,
-            bs,
-            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)) if ptr is not None else None,
+            self._h, cache._h, _address(commit), len(commit), _address(denoise), n_d, bs, _address(out)
         )
         if rc != 0:
             raise ValueError(_error(self._lib))
@@ -381,7 +385,7 @@ class LlamaCppClover:
             raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
         c = None if commit is None else _rows(commit, len(cache.rows))
         d = None if denoise is None else _rows(denoise, len(cache.rows))
-        none = np.zeros(0, dtype=np.int32)
+        none = torch.zeros(0, dtype=torch.int32)
         out = None if d is None else torch.empty(d.shape[0], d.shape[1], self.config.vocab_size)
         for i, row in enumerate(cache.rows):  # each row's logits written in place into out[i]
             ci = none if c is None else c[i]
