@@ -28,9 +28,10 @@ from clover.airspace.decision_groups import load_groups
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.airspace.v2.tools import drone_key
 from clover.api.structured import tools_grammar
-from clover.data.chat import is_answer, parse_assistant, render_chat
+from clover.data.chat import TOOL_OPEN, is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine.grounding import SpanIndex, number_written, source_of, source_texts
+from clover.engine.reply_grounding import ReplyGrammar, reply_sources
 
 
 def prompt_of(ex: dict) -> list[dict]:
@@ -157,6 +158,8 @@ def evaluate_airspace(
     n_multi: int = 0,
     n_plain: int = 0,
     scoring: Scoring | None = None,
+    grounded_reply: bool = False,
+    reply_judge: Callable[[str, list[dict]], dict] | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
@@ -179,7 +182,13 @@ def evaluate_airspace(
 
     ``n_plain``: also that many plain-text prompts continued without the chat template (a
     ``/v1/completions`` request), right when ``scoring.plain_right`` finds the held-out
-    continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
+    continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's).
+
+    ``grounded_reply`` (with ``grammar``): every chat's reply in words held to its conversation's
+    numbers, ids and names, as a request with ``grounded_reply`` (``clover.engine.reply_grounding``).
+    ``reply_judge(reply, messages)`` (``clover.bench.replies.reply_check`` with a vocabulary):
+    the conversations whose last turn follows tool results and is answered in words are judged
+    by it (``replies_after_tools``: ids grounded, words well formed, both)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
@@ -190,18 +199,44 @@ def evaluate_airspace(
     exs, texts, convs = scoring.chats(split, n, n_text, n_multi, cases)
     plains = scoring.plain(split, n_plain) if scoring.plain and n_plain and cases is None else []
     groups = load_groups(split, n_groups)
-    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains)
+    if grounded_reply and not grammar:
+        raise ValueError("grounded_reply holds the text around the tool-call grammar: it needs grammar")
+    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains, grounded_reply)
     t0 = time.perf_counter()
     outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
     wall = time.perf_counter() - t0
     head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
-    return {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
+    out = {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
+    if reply_judge is not None:
+        at = len(exs) + len(texts)
+        out["replies_after_tools"] = _replies_after_tools(outs[at : at + len(convs)], convs, reply_judge)
+    return out
 
 
-def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = ()) -> tuple[list, list]:
+def _replies_after_tools(outs, convs: list[dict], judge) -> dict:
+    """The conversations whose prompt holds tool results and whose answer is words, no call:
+    the share whose numbers and ids are grounded, whose words are well formed, and both."""
+    checks = []
+    for o, e in zip(outs, convs):
+        content, calls = parse_assistant(o.text or "")
+        msgs = prompt_of(e)
+        if not calls and any(m.get("role") == "tool" for m in msgs):
+            checks.append(judge(content, msgs))
+    n = max(1, len(checks))
+    return {
+        "n": len(checks),
+        "ids_grounded": sum(not c["ungrounded"] for c in checks) / n,
+        "well_formed": sum(not c["broken"] for c in checks) / n,
+        "faithful": sum(not c["ungrounded"] and not c["broken"] for c in checks) / n,
+    }
+
+
+def _requests(
+    tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = (), grounded_reply: bool = False
+) -> tuple[list, list]:
     """The prompts of the chats, the plain texts, then the decision groups, and each one's
     sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (``tools_grammar``
-    compiles each tool set once)."""
+    compiles each tool set once), with ``grounded_reply`` its words too (``ReplyGrammar``)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
     prompts += [tok.encode(p["prompt"]) for p in plains]
@@ -212,6 +247,8 @@ def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: lis
             g = tools_grammar(e["tools"])
             if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
                 g = g.with_sources(source_texts(prompt_of(e)))
+            if grounded_reply:  # as the server with grounded_reply: around the calls, or alone without tools
+                g = ReplyGrammar(reply_sources(prompt_of(e)), g, TOOL_OPEN if g is not None else "")
             plist[i] = dataclasses.replace(params, grammar=g)
     return prompts, plist
 

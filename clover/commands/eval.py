@@ -71,6 +71,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_task(args.task, model.config)
     errors: list | None = [] if args.errors else None
     grammars = {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
+    judge = _reply_judge(args, cases)
     settings = [(g, p, t) for g in grammars for p, t in runs]
     more = {"n_plain": args.plain} if second else {}
     results = [
@@ -89,6 +90,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             grammar=g,
             n_text=args.text,
             n_multi=args.multiturn,
+            grounded_reply=args.grounded_reply,
+            reply_judge=judge,
             **more,
         )
         for g, p, t in settings
@@ -103,6 +106,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tables = result_tables(results, f"{args.task} {args.cases or args.split} ({args.model or 'bundled model'})")
     if args.json:
         print(json.dumps(figures))
+    if judge is not None:
+        tables.append(_reply_table(results, args.grounded_reply))
     for title, columns, rows in tables:  # printed (and recorded) as tables, or with --json only recorded
         if args.json:
             rec.record(title, columns, rows)
@@ -128,6 +133,34 @@ def _tool_lists(model, tok, args: argparse.Namespace, cases, results: list[dict]
             "exact_match": r["exact_match"],
         }
         r.update(evaluate_tool_lists(model, tok, exs, run, args.tool_seed, progress=not args.json))
+
+
+def _reply_table(results: list[dict], grounded_reply: bool) -> tuple[str, list[str], list[list[str]]]:
+    """(title, columns, rows) of the replies after tool results, one row per run."""
+    rows = [
+        [r["policy"], r["replies_after_tools"]["n"]]
+        + [f"{100 * r['replies_after_tools'][k]:.1f} %" for k in ("ids_grounded", "well_formed", "faithful")]
+        for r in results
+    ]
+    head = "conversations answered in words after tool results" + (", grounded_reply" if grounded_reply else "")
+    return head, ["decoding", "replies", "ids grounded", "words well formed", "faithful"], rows
+
+
+def _reply_judge(args: argparse.Namespace, cases):
+    """The judge of the conversations' replies after tool results (``clover.bench.replies``), its
+    vocabulary the evaluated task's corpus's; None without conversations or a corpus."""
+    from clover.bench.replies import corpus_vocabulary, reply_check  # deferred: the task's corpus
+    from clover.data.task import get_task
+
+    if args.grounded_reply and args.grammar != "on":
+        raise SystemExit(
+            "clover eval: --grounded-reply holds the text around the tool-call grammar: needs --grammar on"
+        )
+    t = get_task(args.task)
+    if not args.multiturn or cases is not None or t.corpus is None:
+        return None
+    vocabulary = corpus_vocabulary(t)
+    return lambda reply, messages: reply_check(reply, messages, vocabulary)
 
 
 def _cases2(path: str) -> list[dict]:
@@ -301,6 +334,12 @@ def register(sub) -> None:
         "exact match per kind beside the standard list's",
     )
     p.add_argument("--tool-seed", type=int, default=0, help="the seed the varied tool lists are drawn from")
+    p.add_argument(
+        "--grounded-reply",
+        action="store_true",
+        help="hold every reply in words to its conversation's numbers, ids and names, as a request with "
+        "grounded_reply (docs/grounding.md, Grounded replies; needs --grammar on)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument(
         "--results",

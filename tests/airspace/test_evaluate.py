@@ -187,3 +187,24 @@ def test_eval_under_the_tool_call_grammar_reports_both_and_only_valid_calls(tmp_
             for c in x["predicted"]:
                 schema = props[c["name"]]
                 assert set(schema["required"]) <= set(c["arguments"]) <= set(schema["properties"])
+
+
+def test_replies_after_tool_results_are_judged_and_the_others_left_out():
+    """``replies_after_tools``: only answers in words after a tool result count, judged by the
+    judge given (here ``clover.bench.replies.reply_check`` with a small vocabulary)."""
+    from types import SimpleNamespace
+
+    from clover.airspace.evaluate import _replies_after_tools
+    from clover.bench.replies import reply_check
+
+    tool = [{"role": "user", "content": "recall drone 26"}, {"role": "tool", "content": '{"eta_min": 2}'}]
+    convs = [
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}]},
+    ]
+    outs = [SimpleNamespace(text=t) for t in ("ETA 2 minutes.", "ETA 29 minutes.", "ETA 2 minutesa.", "Hi 7")]
+    vocab = frozenset({"eta", "minutes"})
+    r = _replies_after_tools(outs, convs, lambda reply, msgs: reply_check(reply, msgs, vocab))
+    assert r == {"n": 3, "ids_grounded": 2 / 3, "well_formed": 2 / 3, "faithful": 1 / 3}
