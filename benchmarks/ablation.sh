@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The seeds' ablation and the parallel-decoding objective, as equal-budget fine-tunes of one
-# checkpoint on the airspace2 recipe (block sizes drawn from 1 to 64), each then decoded with the
+# checkpoint on the airspace recipe (block sizes drawn from 1 to 64), each then decoded with the
 # default policy on the first 100 validation chats at block 16, 32 and 64. Resumable: rerun the
 # same command and finished parts are skipped.
 #
@@ -36,7 +36,7 @@ for v in $VARIANTS; do
     if [ ! -f "$W/$v/train.DONE" ]; then
         mkdir -p "$W/$v"
         echo "{\"train\": {\"steps\": $STEPS, \"lr\": $LR, \"warmup\": 20, \"eval_every\": $STEPS, \"ckpt_every\": 50$extra}, \"model\": $model}" > "$W/$v.json"
-        OMP_NUM_THREADS=1 $PY -m clover train --recipe airspace2 --init-from "$BASE" --config "$W/$v.json" \
+        OMP_NUM_THREADS=1 $PY -m clover train --recipe airspace --init-from "$BASE" --config "$W/$v.json" \
             --out "$W/$v/run" --export "$W/$v/export" --resume --threads 1 --no-progress >> "$W/$v.train.log" 2>&1
         touch "$W/$v/train.DONE"
     fi

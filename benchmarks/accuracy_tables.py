@@ -4,7 +4,7 @@ docs/benchmarks.md show it: one command, one result file, three tables.
     python benchmarks/accuracy_tables.py --json benchmarks/results/accuracy.json
     python benchmarks/accuracy_tables.py --n 2 --text 1 --multiturn 1 --plain 1 --groups 1   # a smoke run
 
-Five evaluations of ``clover eval airspace2`` (``clover.airspace.v2.evaluate``) in one process:
+Five evaluations of ``clover eval airspace`` (``clover.airspace.scoring``) in one process:
 the ``--n`` tool-call turns under ``ar`` and the default policy as the server decodes them (the
 tool-call grammar, grounded arguments copied from the conversation) and under the default with
 the model alone (no grammar); then the other turns (``--text`` replies in words and as many
@@ -16,7 +16,7 @@ Tables: 0, README.md's "what to expect" (the kinds of turn as rows, ``ar`` and t
 columns); 1, docs/benchmarks.md's grounded arguments on the test split (one row per decoding);
 2, the model card's accuracy (the tool-call figures, one column per decoding); 3, the model
 card's replies in words and conversations per kind. Replies in words, a conversation's last turn
-in words and plain text are judged by what they say (``clover.airspace.v2.textscore``).
+in words and plain text are judged by what they say (``clover.airspace.textscore``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ RUNS = [
 
 def measure(model, tok, args) -> dict[str, dict]:
     """The five evaluations' figures, by run name."""
-    from clover.airspace.v2.evaluate import evaluate_airspace2  # deferred: torch
+    from clover.airspace.scoring import evaluate_airspace2  # deferred: torch
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: torch
 
     out = {}

@@ -1,10 +1,10 @@
 """What a training step costs at each block size: seconds per step and the process's peak resident
-memory, on the bundled model's shape (random weights) and the airspace2 recipe's batches, the same
+memory, on the bundled model's shape (random weights) and the airspace recipe's batches, the same
 steps for each size, each size in a fresh process (so that each peak is its own).
 
     python benchmarks/bench_block_sizes.py [--sizes 1 4 32 64] [--steps 3] [--threads 1] [--json PATH]
 
-``clover train --recipe airspace2`` draws each step's block size from 1 to 64 (log-uniformly,
+``clover train --recipe airspace`` draws each step's block size from 1 to 64 (log-uniformly,
 ``TrainConfig.block_size_range``); here every step of a run is at one size. The table's last
 column estimates a step under that draw: each measured size stands for the drawn sizes from it
 up to the next one measured, weighted by how often the recipe's first 10,000 steps draw them.
@@ -30,7 +30,7 @@ def measure(block_size: int, steps: int, threads: int) -> dict:
     """In this process: one warm-up step, then ``steps`` timed steps at ``block_size``."""
     import torch
 
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import set_threads
     from clover.data import default_model_dir
     from clover.data.tokenizer import CloverTokenizer
@@ -67,7 +67,7 @@ def main() -> None:
     if a.child is not None:
         print(json.dumps(measure(a.child, a.steps, a.threads)))
         return
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.bench import print_table, set_threads, write_json
 
     set_threads(a.threads)  # this process measures nothing; its result file names the children's threads

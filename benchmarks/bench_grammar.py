@@ -4,7 +4,7 @@ grounded arguments, on the model's own task's test prompts.
 python benchmarks/bench_grammar.py [--model DIR] [--n 32] [--threads 1] [--json out.json]
 
 The prompts are the first ``--n`` test chats of the model's task (``model_task``: the bundled
-model's, airspace2) whose answer is tool calls, each offered the tools its chat offers. Modes:
+model's, airspace) whose answer is tool calls, each offered the tools its chat offers. Modes:
 free (no grammar), grammar (the server's ``tool_choice: auto`` grammar with ``grounded: false``:
 free text, calls held to the offered names and their schemas) and grammar + grounded (the
 server's default: x-grounded values copied from the conversation). For each mode and decoding
@@ -20,7 +20,7 @@ import time
 import jsonschema
 import torch
 
-from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.calls import gold_calls, score_tool_calls
 from clover.airspace.evaluate import prompt_of
 from clover.api.structured import tools_grammar
 from clover.bench import print_table, set_threads, write_json

@@ -16,8 +16,8 @@ import argparse
 import json
 import time
 
-from clover.airspace.corpus import load_split
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.chats import load_split
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.results import Recorder
 from clover.commands.common import load_model_and_tokenizer
@@ -33,7 +33,7 @@ RESULTS = ['{"status": "ok"}', '{"status": "airborne", "battery": 71}', '{"statu
 
 def conversations(n: int) -> list[list[str]]:
     """Operator messages: each conversation's turns are test-split messages in a row."""
-    msgs = [m["content"] for ex in load_split("test", 200) for m in ex["messages"] if m["role"] == "user"]
+    msgs = [m["content"] for ex in load_split("test", 200) for m in ex.get("messages", ()) if m["role"] == "user"]
     return [msgs[i::n] for i in range(n)]
 
 
@@ -63,7 +63,7 @@ def main() -> None:
             answers = {}
             for name, engine in engines.items():
                 history[name].append({"role": "user", "content": convo[turn]})
-                ids = tok.encode(render(history[name], AIRSPACE_TOOLS, add_generation_prompt=True))
+                ids = tok.encode(render(history[name], EXTRACTION_TOOLS, add_generation_prompt=True))
                 t0 = time.perf_counter()
                 out = engine.generate(ids, params)
                 per[name]["wall"][turn].append(time.perf_counter() - t0)

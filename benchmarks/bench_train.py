@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from clover.airspace.recipes import AirspaceRecipe, airspace_source
+from clover.airspace.diffusion_recipe import Airspace2Recipe, airspace2_source
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.results import Recorder
 from clover.data import default_model_dir
@@ -49,9 +49,10 @@ class FullForwardTrainer(Trainer):
 
 
 def run(name: str, batch: int, masking: MaskingConfig, groups: int, steps: int, tok, full: bool = False) -> dict:
-    recipe = AirspaceRecipe(batch_size=batch)
+    recipe = Airspace2Recipe(batch_size=batch)
     recipe.train.masking, recipe.train.micro_batches = masking, groups
-    source = airspace_source(tok, recipe)  # the same data for every way (steps past the curriculum)
+    recipe.train.block_size_range = None  # one block size, the same for every way
+    source = airspace2_source(tok, recipe)  # the same data for every way
     torch.manual_seed(0)
     model = CloverForBlockDiffusion(recipe.model_config(tok))
     trainer = (FullForwardTrainer if full else Trainer)(model, source, recipe.train, None)
@@ -84,7 +85,7 @@ def main() -> None:
     rows = [
         run("full", 8, one, 1, args.steps, tok, full=True),
         run("blocks", 8, one, 1, args.steps, tok),
-        run("recipe", 16, AirspaceRecipe().train.masking, 4, args.steps, tok),
+        run("recipe", 16, Airspace2Recipe().train.masking, 4, args.steps, tok),
     ]
     base = rows[0]["masked_tokens_per_s"]
     for r in rows:

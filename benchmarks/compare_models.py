@@ -1,5 +1,5 @@
-"""Models of either airspace task side by side on the airspace2 validation chats and hand-written
-messages (``clover.airspace.v2.compare``): exact match overall and by kind, tokens per pass.
+"""Models of either airspace task side by side on the airspace validation chats and hand-written
+messages (``clover.airspace.compare``): exact match overall and by kind, tokens per pass.
 
     python benchmarks/compare_models.py --model new=RUN/export --model bundled= \
         --cases benchmarks/newcomer_messages.jsonl --cases benchmarks/operator_messages.jsonl --json OUT.json
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="write the figures here")
     a = p.parse_args(argv)
-    from clover.airspace.v2 import compare
+    from clover.airspace import compare
     from clover.bench import write_json
     from clover.engine.policies import DEFAULT_POLICY
 

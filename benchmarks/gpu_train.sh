@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The airspace2 recipe on one GPU, as one prepared command: a wider model than the bundled one
+# The airspace recipe on one GPU, as one prepared command: a wider model than the bundled one
 # (hidden 256, 8 experts; the bundled tokenizer), trained from scratch with block sizes drawn from
-# 1 to 64 for at most 8 minutes, then compared with the bundled model on the airspace2 validation
+# 1 to 64 for at most 8 minutes, then compared with the bundled model on the airspace validation
 # chats and the hand-written messages (benchmarks/compare_models.py). Leaves at most 8 files in $OUT:
 #
 #   model/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json, training.json}
@@ -59,7 +59,7 @@ JSON
 fi
 t0=$(date +%s)
 # shellcheck disable=SC2086  # BUDGET is empty or two words
-timeout --signal=INT --kill-after=30 $(( 60 * MINUTES + 150 )) "$PY" -m clover train --recipe airspace2 \
+timeout --signal=INT --kill-after=30 $(( 60 * MINUTES + 150 )) "$PY" -m clover train --recipe airspace \
     --config "$WORK/config.json" --out "$WORK/run" --export "$OUT/model" --steps "$STEPS" $BUDGET \
     --device "$DEVICE" --threads "$THREADS" --workers "$WORKERS" --no-progress > "$WORK/train.out" 2>&1 \
     || echo "gpu_train: training stopped with status $?" >> "$WORK/train.out"

@@ -2,11 +2,11 @@
 
 python benchmarks/greetings.py [--model [NAME=]DIR ...] [--n 40] [--split validation --split test] [--json out.json]
 
-Each split's fixed greetings and thanks (``clover.airspace.v2.corpus.greeting_set``: "hi there",
+Each split's fixed greetings and thanks (``clover.airspace.chats.greeting_set``: "hi there",
 "morning, quiet shift so far, how are you doing?", "thanks, that zone is exactly what I needed"
 after a tool exchange), offered the model's own tools and decoded as the server decodes them. An
 answer is right when it calls no tool and says the corpus's answer to that turn
-(``clover.airspace.v2.textscore.words_match``, the measure of ``clover eval airspace2``'s replies
+(``clover.airspace.textscore.words_match``, the measure of ``clover eval airspace``'s replies
 in words: a greeting's, a question's and a thanks' answers are fixed, so word for word). The same
 turns that do not follow a tool exchange are asked again in a chat that offers no tools, as a plain
 OpenAI client sends them ("without tools"). The test split is the figure; validation is where
@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # clover from this tree when run as a script
 
-from clover.airspace.v2.corpus import greeting_set
-from clover.airspace.v2.textscore import words_match
+from clover.airspace.chats import greeting_set
+from clover.airspace.textscore import words_match
 from clover.bench import print_table, write_json
 from clover.bench.results import Recorder
 

@@ -27,8 +27,7 @@ ADAPT_CONFIG=${ADAPT_CONFIG:-$W/adapt.json}
 [ -f "$AR_CONFIG" ] || echo '{"train": {"steps": 100000, "eval_every": 100, "ckpt_every": 25}, "model": {"full_attention_interval": 2}}' > "$AR_CONFIG"
 [ -f "$ADAPT_CONFIG" ] || cat > "$ADAPT_CONFIG" <<'JSON'
 {"train": {"steps": 100000, "lr": 5e-4, "warmup": 30, "eval_every": 100, "ckpt_every": 25},
- "data": {"batch_size": 16, "max_len": 1024, "decision_frac": 0.3, "toolless_frac": 0.1, "multiturn_frac": 0.25,
-          "curriculum_steps": 0}}
+ "data": {"batch_size": 16, "max_len": 1024, "decision_frac": 0.3, "conversation_frac": 0.25}}
 JSON
 run() { echo "+ $*" >&2; "$@"; }
 train() { if [ "$NPROC" -gt 1 ]; then run torchrun --standalone --nproc_per_node="$NPROC" -m clover train "$@"; else run python -m clover train "$@"; fi; }

@@ -21,8 +21,9 @@ import argparse
 import torch
 
 from clover.airspace.decision_groups import load_groups
-from clover.airspace.evaluate import eval_chats, prompt_of, reply_right
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.evaluate import prompt_of
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.scoring import eval_chats2, reply_right2
 from clover.api.loading import load_model_dir
 from clover.bench import print_table, set_threads, write_json
 from clover.bench.results import Recorder
@@ -71,7 +72,7 @@ class Digits(Policy):
 
 
 def _prompts(tok, split: str, n: int) -> tuple[list[list[int]], list[str], list]:
-    exs, texts, convs = eval_chats(split, n, n // 2, n // 2)
+    exs, texts, convs = eval_chats2(split, n, n // 2, n // 2)
     groups = load_groups(split, n // 4)
     template = getattr(tok, "chat_template", None)
     chats = exs + texts + convs
@@ -92,7 +93,7 @@ def _decode(model, tok, prompts, params) -> dict:
 
 def _right(text: str | None, item) -> bool:
     if isinstance(item, dict):
-        return reply_right(text, item)
+        return reply_right2(text, item)
     return parse_joint(text or "", item.questions) == [q.answer for q in item.questions]
 
 
@@ -191,7 +192,7 @@ def main() -> None:
     ref_ids = [o.token_ids for o in ref["outs"]]
     template = getattr(tok, "chat_template", None)
     talk = [
-        tok.encode(render_chat([{"role": "user", "content": m}], AIRSPACE_TOOLS, True, template))
+        tok.encode(render_chat([{"role": "user", "content": m}], EXTRACTION_TOOLS, True, template))
         for m in open(args.small_talk, encoding="utf-8").read().splitlines()
         if m.strip()
     ]

@@ -1,11 +1,11 @@
-"""The chrF threshold of answers in words (``clover.airspace.v2.textscore.CHRF_THRESHOLD``), chosen
+"""The chrF threshold of answers in words (``clover.airspace.textscore.CHRF_THRESHOLD``), chosen
 on the validation split.
 
 python benchmarks/text_threshold.py [--text 100] [--multiturn 100] [--plain 20] [--json out.json]
 
 The validation split's gold texts that are judged by chrF (replies in words that are not one of
 the corpus's fixed answers, the last turns of conversations answered in words, the rest of a
-plain-text line with its numbers masked), from the same draws as ``clover eval airspace2``, and
+plain-text line with its numbers masked), from the same draws as ``clover eval airspace``, and
 wrong variants of each: every word in turn garbled three ways (a letter added, its last letter
 dropped, its first letter changed), every word in turn said twice, and every other gold text
 of its set (wrong content). A variant the repeated-word rule already fails (``stutters``) is left
@@ -28,9 +28,9 @@ from clover.bench.results import Recorder
 
 def gold_texts(text: int, multiturn: int, plain: int) -> dict[str, list[str]]:
     """The validation gold texts judged by chrF: {"replies": [...], "plain lines": [...]}."""
-    from clover.airspace.corpus import answers, gold_calls
-    from clover.airspace.v2.evaluate import eval_chats2, plain_prompts
-    from clover.airspace.v2.textscore import first_line, fixed_replies, numbers_masked
+    from clover.airspace.calls import answers, gold_calls
+    from clover.airspace.scoring import eval_chats2, plain_prompts
+    from clover.airspace.textscore import first_line, fixed_replies, numbers_masked
 
     _, texts, convs = eval_chats2("validation", 0, text, multiturn)
     replies = [answers(e)[0].get("content") or "" for e in texts + convs if not gold_calls(e)]
@@ -68,7 +68,7 @@ def measure(golds: dict[str, list[str]]) -> dict:
     chrF of the others, how many ``words_match`` (at the threshold the code holds) fails; and the
     threshold above all of them."""
     from clover.airspace.evaluate import repeated_words
-    from clover.airspace.v2.textscore import chrf, words_match
+    from clover.airspace.textscore import chrf, words_match
 
     out, top = {}, 0.0
     for name, texts in golds.items():
@@ -89,12 +89,12 @@ def measure(golds: dict[str, list[str]]) -> dict:
 def main() -> None:
     rec = Recorder()  # the result file: this command line, its start, the tables printed
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace2)")
+    ap.add_argument("--text", type=int, default=100, help="replies in words drawn (as clover eval airspace)")
     ap.add_argument("--multiturn", type=int, default=100, help="conversations drawn")
     ap.add_argument("--plain", type=int, default=20, help="plain-text lines drawn")
     ap.add_argument("--json")
     args = ap.parse_args()
-    from clover.airspace.v2.textscore import CHRF_THRESHOLD
+    from clover.airspace.textscore import CHRF_THRESHOLD
 
     figures = measure(gold_texts(args.text, args.multiturn, args.plain))
     t = figures["threshold"]

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _reader_gone() -> int:
-    """The reader of stdout closed it (``clover tools airspace2 --json | head``): stop quietly as
+    """The reader of stdout closed it (``clover tools --json | head``): stop quietly as
     a command killed by SIGPIPE does, with no traceback. stdout is pointed at /dev/null so
     Python's final flush of what is still buffered has nowhere to fail."""
     devnull = os.open(os.devnull, os.O_WRONLY)

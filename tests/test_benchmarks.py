@@ -144,7 +144,7 @@ def test_bench_grammar_runs_on_the_models_own_task_and_checks_calls_against_thei
     r = _script("bench_grammar.py", "--n", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(out.read_text())["figures"]
-    assert d["task"] == "airspace2" and d["n"] == 1
+    assert d["task"] == "airspace" and d["n"] == 1
     for mode in ("ar", "ar_grammar", "ar_grammar_grounded", "prefix_grammar_grounded"):
         assert 0 <= d[f"{mode}_exact_match"] <= 1 and d[f"{mode}_tpf"] > 0
     assert d["ar_grammar_schema_valid"] == 1.0  # the grammar admits only calls its schemas validate

@@ -182,7 +182,9 @@ def test_eval_refuses_bad_settings_before_it_runs(tmp_path, capsys):
     assert code == 2 and "--n: must be >= 0" in err
     assert (
         "nothing to evaluate"
-        in _fails(["eval", "airspace", "--n", "0", "--groups", "0", "--text", "0", "--multiturn", "0"], capsys)[1]
+        in _fails(
+            ["eval", "airspace", "--n", "0", "--groups", "0", "--text", "0", "--multiturn", "0", "--plain", "0"], capsys
+        )[1]
     )
 
 

@@ -32,6 +32,6 @@ def test_dry_run_trains_compares_and_leaves_at_most_8_files(tmp_path):
     from clover.model.io import load_config
 
     bundled_task = model_task(load_config(default_model_dir()), default=True).name
-    assert cmp["wider"]["task"] == "airspace2" and cmp["bundled"]["task"] == bundled_task
+    assert cmp["wider"]["task"] == "airspace" and cmp["bundled"]["task"] == bundled_task
     assert set(cmp["wider"]) == {"task", "validation", "newcomer_messages", "operator_messages"}
-    assert "| wider | airspace2 |" in (out / "gpu_train.txt").read_text()
+    assert "| wider | airspace |" in (out / "gpu_train.txt").read_text()

@@ -146,7 +146,7 @@ def test_the_task_seam_finds_airspace_by_name():
 
     task = get_task("airspace")
     assert task.name == "airspace" and {t["function"]["name"] for t in task.tools()} >= {"recall_drone"}
-    # a model that names no task gets the bundled model's (DEFAULT_TASK: airspace2)
+    # a model that names no task gets the bundled model's (DEFAULT_TASK: airspace; airspace2 its former name)
     assert model_task(preset("tiny")) is None and model_task(preset("tiny"), default=True) is get_task("airspace2")
     assert model_task(preset("tiny", extra={"recipe": "airspace-ar"})) is task
 

@@ -1,23 +1,33 @@
-"""The airspace demo, one plug-in task (``clover.data.task``): the six airspace tools (``tools``),
-the seeded corpus of operator chats (``corpus``, ``phrasing``) and decision groups
-(``decision_groups``), the model's tokenizer (``tokenizer``) and training recipes (``recipes``), a world
-the tools act on (``world``), an agent loop that runs a model's tool calls against it until the
-model answers in words (``loop``), operator tasks scored by the state they leave (``tasks``) and
-the evaluation ``clover eval`` runs (``evaluate``). See docs/agent.md.
+"""The airspace demo, one plug-in task (``clover.data.task``; ``TASK`` is ``task.TASK``).
+
+* the tools: ``extraction_tools`` (what a chat offers: lengths as a number and a unit), built on
+  ``tools`` (the same six in the world's metres form), values read as written (``values``);
+* the corpus of operator chats: ``chats``, from message ``templates``, name families (``names``),
+  shared ``phrasing`` (split entity pools, surface forms), the assistant's ``replies`` and
+  ``calls``; joint yes/no ``decision_groups``;
+* training: the model's ``tokenizer`` (trained on ``tokenizer_corpus``, the first corpus, kept for
+  it), ``diffusion_recipe`` (the bundled model's recipe) and ``recipes`` (the shared shape and the
+  autoregressive twin's recipe);
+* a ``world`` the tools act on, an agent ``loop`` that runs a model's tool calls against it until
+  the model answers in words, operator ``tasks`` scored by the state they leave, and the zone
+  ``demo`` (``clover bench agent --demo``, the playground's demo button);
+* the evaluation ``clover eval airspace`` runs: ``evaluate`` (the engine over the chats),
+  ``scoring`` (what the task draws and how it scores), ``textscore`` (answers in words),
+  ``tool_lists`` (tool lists as agent frameworks send them), ``compare`` (models side by side).
+  See docs/agent.md.
 
 Nothing in the generic layers imports this package: they reach it through ``TASK``.
 """
 
 from __future__ import annotations
 
-from clover.airspace.corpus import generate, load_split
-from clover.airspace.evaluate import evaluate_airspace
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.loop import AgentResult, CallRecord, LocalModel, ModelReply, OpenAIModel, run_agent
-from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.airspace.task import TASK
 from clover.airspace.world import Drone, Mission, Waypoint, World, Zone, execute
-from clover.data.task import Task
 
 __all__ = [
+    "EXTRACTION_TOOLS",
     "TASK",
     "AgentResult",
     "CallRecord",
@@ -32,46 +42,3 @@ __all__ = [
     "execute",
     "run_agent",
 ]
-
-
-def _recipes() -> dict[str, type]:
-    # deferred: the recipes import torch
-    from clover.airspace.recipes import RECIPES  # deferred: loads torch, not for clover --help
-
-    return RECIPES
-
-
-def _evaluate(*args, **kwargs) -> dict:
-    # deferred: the evaluation needs the grammar module (torch), which listing the tasks does not
-
-    return evaluate_airspace(*args, **kwargs)
-
-
-def _agent_demo(complete, n: int = 20, **kwargs) -> dict:
-    from clover.airspace.demo import zone_demo  # deferred: the demo's tasks read the corpus
-
-    return zone_demo(complete, n, load=load_split, **kwargs)
-
-
-def _tokenizer(vocab_size: int = 3072, **kwargs):
-    # deferred: the tokenizer needs the tokenizers library
-    from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
-
-    return build_default_tokenizer(vocab_size, **kwargs)
-
-
-TASK = Task(
-    name="airspace",
-    summary="an airspace-operations assistant: no-fly zones, waypoints, missions, recalls and drone status "
-    "through six tools, and joint yes/no decisions about a flight",
-    tools=lambda: AIRSPACE_TOOLS,
-    corpus=lambda split, n, seed=0: generate(split, n, seed=seed),
-    world=lambda seed=0, area_deg=None: World.seeded(seed, area_deg=area_deg),
-    world_from_dict=World.from_request,
-    execute=execute,
-    evaluate=_evaluate,
-    eval_split=load_split,
-    recipes=_recipes,
-    tokenizer=_tokenizer,
-    agent_demo=_agent_demo,
-)

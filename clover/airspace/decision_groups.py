@@ -16,7 +16,7 @@ The closed world, stated in every context by its numbers::
 * action   = deny if not enough, else approve if no conflict, else reroute if detour, else hold
 * on time  = action is approve
 
-Other zones in the context are decoys. Zone names and drone numbers come from the corpus's
+Other zones in the context are decoys. Zone names and drone numbers come from the corpora's
 split pools, so groups of different splits never share a context.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 
-from clover.airspace.corpus import SPLITS, drone_number, zone_name
+from clover.airspace.phrasing import SPLITS, drone_number, zone_name
 from clover.data.decision_chat import DecisionGroup, Question, decision_messages, single_question
 
 YES_NO = ["yes", "no"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from clover.airspace.loop import MAX_STEPS, CompletionModel, run_agent
+from clover.airspace.loop import GROUNDED_REPLY, MAX_STEPS, CompletionModel, run_agent
 from clover.airspace.tasks import task_success, zone_tasks
 from clover.airspace.world import World
 
@@ -87,7 +87,7 @@ def zone_demo(
     )
     out: dict = {"messages": len(tasks)}
     for name in POLICIES:
-        model = CompletionModel(complete, **fields[name])
+        model = CompletionModel(complete, **fields[name], grounded_reply=GROUNDED_REPLY)  # as the loop asks
         emit({"type": "run", "policy": name})
         seconds, right = 0.0, 0
         for i, task in enumerate(tasks):

@@ -1,7 +1,7 @@
 """Accuracy on the airspace task with the engine: tool-call exact match, replies in words,
-conversations with earlier turns and decision groups (``clover eval airspace`` prints it,
-``clover bench twin`` reuses the chats and the scoring). The second task's evaluation
-(``clover.airspace.v2.evaluate``) runs through the same function with its own :class:`Scoring`."""
+conversations with earlier turns, plain text and decision groups (``clover eval airspace`` prints
+it, ``clover bench twin`` reuses the chats and the scoring). What is drawn and how each answer is
+scored is a :class:`Scoring`: the task's is ``clover.airspace.scoring.SCORING``."""
 
 from __future__ import annotations
 
@@ -12,25 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clover.airspace.corpus import (
-    TEXT_KINDS,
-    answers,
-    field_scores,
-    gold_calls,
-    load_split,
-    multiturn_set,
-    needs_unit_arithmetic,
-    plain_call,
-    score_tool_calls,
-    toolless_set,
-)
+from clover.airspace.calls import answers, field_scores, gold_calls, plain_call, score_tool_calls
 from clover.airspace.decision_groups import load_groups
-from clover.airspace.tools import AIRSPACE_TOOLS
-from clover.airspace.v2.tools import drone_key
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, drone_key
 from clover.api.structured import tools_grammar
-from clover.data.chat import is_answer, parse_assistant, render_chat
+from clover.data.chat import TOOL_OPEN, is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
 from clover.engine.grammar.grounding import SpanIndex, number_written, source_of, source_texts
+from clover.engine.reply_grounding import ReplyGrammar, reply_sources
 
 
 def prompt_of(ex: dict) -> list[dict]:
@@ -47,7 +36,8 @@ def prompt_of(ex: dict) -> list[dict]:
 def load_cases(path: str) -> list[dict]:
     """Tool-call test messages from a JSONL file, one ``{"message", "gold": [{"name", "arguments"}],
     "system"?}`` per line (e.g. ``benchmarks/operator_messages.jsonl``, written by hand rather than
-    by the corpus generator), as corpus examples offering the airspace tools."""
+    by the corpus generator), as corpus examples offering the airspace tools (the gold calls may
+    give lengths in either form: the scoring reads them in metres)."""
     out = []
     try:
         f = open(path, encoding="utf-8")
@@ -67,27 +57,11 @@ def load_cases(path: str) -> list[dict]:
             msgs = [{"role": "system", "content": d["system"]}] if d.get("system") else []
             msgs += [{"role": "user", "content": msg}, {"role": "assistant", "content": "", "tool_calls": gold}]
             out.append(
-                {"messages": msgs, "tools": AIRSPACE_TOOLS, "kind": "tool_call" if len(gold) == 1 else "compound"}
+                {"messages": msgs, "tools": EXTRACTION_TOOLS, "kind": "tool_call" if len(gold) == 1 else "compound"}
             )
     if not out:
         raise SystemExit(f"clover eval: {path}: no cases")
     return out
-
-
-def eval_chats(
-    split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """The chats an evaluation answers: ``n`` tool-call turns of ``split`` (or the hand-written
-    ``cases``), ``n_text`` turns answered in words plus as many chats offering no tools, and
-    ``n_multi`` conversations with earlier turns. One draw of the split serves the first two (a
-    longer draw starts with the shorter one)."""
-    if cases is not None:  # hand-written messages (load_cases) instead of the split's tool-call turns
-        return cases, [], []
-    pool = load_split(split, max(n * 2, 50, n_text * 8))
-    exs = [e for e in pool if e["kind"] in ("tool_call", "compound")][:n]
-    texts = [e for e in pool if e["kind"] in TEXT_KINDS][:n_text] + toolless_set(split, n_text) if n_text else []
-    convs = multiturn_set(split, n_multi) if n_multi else []
-    return exs, texts, convs
 
 
 def reply_right(text: str | None, ex: dict) -> bool:
@@ -112,17 +86,11 @@ def stutters(text: str | None, ex: dict) -> bool:
     return bool(repeated_words(text) - repeated_words(answers(ex)[0].get("content")))
 
 
-def unit_arithmetic(ex: dict, message: str) -> str:
-    """A tool-call turn's length label in the first task: the message gives a length in ft or nm
-    (the call's metres are then a multiplication) or it does not."""
-    return "ft/nm to metres" if needs_unit_arithmetic(message) else "none"
-
-
 @dataclass(frozen=True)
 class Scoring:
     """What one airspace task's evaluation draws and how it scores: ``chats(split, n, n_text,
     n_multi, cases)`` → (tool-call turns, turns answered in words, conversations); ``calls``: calls
-    as compared (the second task reads lengths in metres); ``unit``: a tool-call turn's length
+    as compared (the task reads lengths in metres); ``unit``: a tool-call turn's length
     label; ``reply_right(text, ex)``: a reply in words or a conversation's last turn scored;
     ``plain(split, n)``: plain-text prompts a completion continues (None: none), each scored by
     ``plain_right(text, prompt)`` against its held-out continuation; ``names(ex)``:
@@ -131,7 +99,7 @@ class Scoring:
 
     chats: Callable[..., tuple[list[dict], list[dict], list[dict]]]
     calls: Callable[[list[dict]], list[dict]] = list
-    unit: Callable[[dict, str], str] = unit_arithmetic
+    unit: Callable[[dict, str], str] = lambda ex, message: "none"
     reply_right: Callable[[str | None, dict], bool] = reply_right
     plain: Callable[[str, int], list[dict]] | None = None
     plain_right: Callable[[str | None, dict], bool] | None = None
@@ -157,6 +125,8 @@ def evaluate_airspace(
     n_multi: int = 0,
     n_plain: int = 0,
     scoring: Scoring | None = None,
+    grounded_reply: bool = False,
+    reply_judge: Callable[[str, list[dict]], dict] | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
@@ -179,29 +149,62 @@ def evaluate_airspace(
 
     ``n_plain``: also that many plain-text prompts continued without the chat template (a
     ``/v1/completions`` request), right when ``scoring.plain_right`` finds the held-out
-    continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's (default: this first task's)."""
+    continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's by default.
+
+    ``grounded_reply`` (with ``grammar``): every chat's reply in words held to its conversation's
+    numbers, ids and names, as a request with ``grounded_reply`` (``clover.engine.reply_grounding``).
+    ``reply_judge(reply, messages)`` (``clover.bench.replies.reply_check`` with a vocabulary):
+    the conversations whose last turn follows tool results and is answered in words are judged
+    by it (``replies_after_tools``: ids grounded, words well formed, both)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + {False: "", True: "+grammar", "ungrounded": "+grammar-ungrounded"}[grammar]
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    scoring = scoring or SCORING
+    if scoring is None:
+        from clover.airspace.scoring import SCORING as scoring  # deferred: the scoring imports this module
     exs, texts, convs = scoring.chats(split, n, n_text, n_multi, cases)
     plains = scoring.plain(split, n_plain) if scoring.plain and n_plain and cases is None else []
     groups = load_groups(split, n_groups)
-    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains)
+    if grounded_reply and not grammar:
+        raise ValueError("grounded_reply holds the text around the tool-call grammar: it needs grammar")
+    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains, grounded_reply)
     t0 = time.perf_counter()
     outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
     wall = time.perf_counter() - t0
     head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
-    return {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
+    out = {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
+    if reply_judge is not None:
+        at = len(exs) + len(texts)
+        out["replies_after_tools"] = _replies_after_tools(outs[at : at + len(convs)], convs, reply_judge)
+    return out
 
 
-def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = ()) -> tuple[list, list]:
+def _replies_after_tools(outs, convs: list[dict], judge) -> dict:
+    """The conversations whose prompt holds tool results and whose answer is words, no call:
+    the share whose numbers and ids are grounded, whose words are well formed, and both."""
+    checks = []
+    for o, e in zip(outs, convs):
+        content, calls = parse_assistant(o.text or "")
+        msgs = prompt_of(e)
+        if not calls and any(m.get("role") == "tool" for m in msgs):
+            checks.append(judge(content, msgs))
+    n = max(1, len(checks))
+    return {
+        "n": len(checks),
+        "ids_grounded": sum(not c["ungrounded"] for c in checks) / n,
+        "well_formed": sum(not c["broken"] for c in checks) / n,
+        "faithful": sum(not c["ungrounded"] and not c["broken"] for c in checks) / n,
+    }
+
+
+def _requests(
+    tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = (), grounded_reply: bool = False
+) -> tuple[list, list]:
     """The prompts of the chats, the plain texts, then the decision groups, and each one's
     sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (``tools_grammar``
-    compiles each tool set once)."""
+    compiles each tool set once), with ``grounded_reply`` its words too (``ReplyGrammar``)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
     prompts += [tok.encode(p["prompt"]) for p in plains]
@@ -212,6 +215,8 @@ def _requests(tok, chats: list[dict], groups, params, grammar: bool, plains: lis
             g = tools_grammar(e["tools"])
             if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
                 g = g.with_sources(source_texts(prompt_of(e)))
+            if grounded_reply:  # as the server with grounded_reply: around the calls, or alone without tools
+                g = ReplyGrammar(reply_sources(prompt_of(e)), g, TOOL_OPEN if g is not None else "")
             plist[i] = dataclasses.replace(params, grammar=g)
     return prompts, plist
 
@@ -283,6 +288,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
         out["plain_n"], out["plain_acc"] = len(plains), sum(p_ok) / max(1, len(plains))
     if scoring.names is not None:  # names copied exactly, in the tool-call turns and the conversations
         out["names_copied"] = names_copied(part(0) + part(2), exs + convs, scoring)
+        out["name_edges"] = name_edges(part(0) + part(2), exs + convs, scoring)
     return out
 
 
@@ -309,6 +315,48 @@ def names_copied(outs, exs: list[dict], scoring: Scoring) -> dict[str, float]:
                 t = tally["held out" if scoring.held_out(family) else "trained"]
                 t[0], t[1] = t[0] + (name in said), t[1] + 1
     return {k: r / t for k, (r, t) in tally.items() if t}
+
+
+NAME_KEYS = ("zone_name", "target")
+EDGE_KINDS = ("right", "cut_short", "run_long", "overlap", "other_span", "missing")
+
+
+def name_edge(name: str, said: list[str]) -> str:
+    """How the names an answer gave for a gold name's argument compare with it: ``right``, ``cut_short``
+    (the answer's is the gold's beginning), ``run_long`` (the gold inside a longer one), ``overlap``
+    (they share a word at one's end and the other's start), ``other_span``, or ``missing`` (none)."""
+    if name in said:
+        return "right"
+    if not said:
+        return "missing"
+    if any(p and name.startswith(p) for p in said):
+        return "cut_short"
+    if any(name in p for p in said):
+        return "run_long"
+    words = name.split()
+    for p in said:
+        pw = p.split()
+        if any(pw[-k:] == words[:k] or words[-k:] == pw[:k] for k in range(1, min(len(pw), len(words)) + 1)):
+            return "overlap"
+    return "other_span"
+
+
+def name_edges(outs, exs: list[dict], scoring: Scoring) -> dict[str, dict[str, int]]:
+    """Per name family, how each gold name came out (``name_edge``): beside the share copied
+    exactly, where a wrong name ends (cut short, run long) or which other span it took."""
+    out: dict[str, dict[str, int]] = {}
+    for o, e in zip(outs, exs):
+        pred = [plain_call(c)["arguments"] for c in parse_assistant(o.text or "")[1]]
+        for c in gold_calls(e):
+            for key in NAME_KEYS:
+                name = c["arguments"].get(key)
+                family = next((f for f, n in scoring.names(e) if n == name), None)
+                if family is None:
+                    continue
+                said = [a[key] for a in pred if isinstance(a, dict) and isinstance(a.get(key), str)]
+                counts = out.setdefault(family, dict.fromkeys(EDGE_KINDS, 0))
+                counts[name_edge(name, said)] += 1
+    return out
 
 
 def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, scoring: Scoring) -> dict:
@@ -383,6 +431,3 @@ def _right_by(outs, exs: list[dict], key: str, right_fn) -> dict[str, list[bool]
     for o, e in zip(outs, exs):
         right.setdefault(e[key], []).append(right_fn(o.text, e))
     return right
-
-
-SCORING = Scoring(chats=eval_chats)  # the first task's

@@ -10,7 +10,9 @@ The model side is anything with ``chat(messages, tools) -> ModelReply``; two are
   or another server), given its ``base_url`` and ``api_key``.
 
 Both send the request the same way (the tools, ``temperature`` 0, ``max_tokens``), so the same
-loop gives the same transcript in process and over HTTP for a deterministic policy.
+loop gives the same transcript in process and over HTTP for a deterministic policy, once both ask
+for the same ``grounded_reply`` (``LocalModel`` asks for it by default, ``OpenAIModel`` only when
+given it: another server would not know the field).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from clover.data.task import model_task
 
 MAX_STEPS = 4
 MAX_TOKENS = 320  # a compound message's five calls fit (clover eval's budget)
+# each request asks for grounded replies (docs/grounding.md, Grounded replies): chosen on the
+# validation split with ``clover bench replies`` (docs/agent.md, Grounded replies)
+GROUNDED_REPLY = True
 
 
 @dataclass
@@ -171,19 +176,28 @@ class LocalModel(CompletionModel):
         threshold: float | None = None,
         max_tokens: int = MAX_TOKENS,
         threads: int | None = None,
+        grounded_reply: bool = GROUNDED_REPLY,
         **request,
     ):
         from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
         self.tools = model_task(self.llm.config, default=True).tools()  # the tools of the model's own task
-        super().__init__(self.llm.chat, policy=policy, threshold=threshold, max_tokens=max_tokens, **request)
+        super().__init__(
+            self.llm.chat,
+            policy=policy,
+            threshold=threshold,
+            max_tokens=max_tokens,
+            grounded_reply=grounded_reply,
+            **request,
+        )
 
 
 class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (``base_url`` such as ``http://127.0.0.1:8000/v1``).
-    ``model``: the id to send (default: the first the server lists). ``policy`` / ``threshold``
-    are Clover's own body fields, sent only when given (another server would not know them)."""
+    ``model``: the id to send (default: the first the server lists). ``policy`` / ``threshold`` /
+    ``grounded_reply`` are Clover's own body fields, sent only when given (another server would
+    not know them)."""
 
     def __init__(
         self,
@@ -196,6 +210,7 @@ class OpenAIModel:
         max_tokens: int = MAX_TOKENS,
         timeout: float = 300,
         client=None,
+        grounded_reply: bool | None = None,
     ):
         if client is None:
             try:
@@ -206,7 +221,8 @@ class OpenAIModel:
         self.client = client
         self.model = model or client.models.list().data[0].id
         self.max_tokens = max_tokens
-        self.extra = {k: v for k, v in (("policy", policy), ("threshold", threshold)) if v is not None}
+        given = (("policy", policy), ("threshold", threshold), ("grounded_reply", grounded_reply))
+        self.extra = {k: v for k, v in given if v is not None}
 
     def chat(self, messages: list[dict], tools: list[dict]) -> ModelReply:
         r = self.client.chat.completions.create(

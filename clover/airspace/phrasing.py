@@ -1,7 +1,8 @@
 """The phrasing side of the airspace corpus: entity pools split by train/validation/test,
 surface forms of radii, times, coordinates and drone ids (each a ``(form id, text, gold)``),
-message templates, and how a template is filled and styled. ``clover.airspace.corpus`` builds
-whole examples from these pieces.
+the first corpus's message templates, and how a template is filled and styled. The corpora
+(``clover.airspace.chats``, ``clover.airspace.tokenizer_corpus``) build whole examples from these
+pieces.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import re
 import string
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
+
+SPLITS = ("train", "validation", "test")
 
 
 # -- entity pools: a word belongs to exactly one split ------------------------------------------

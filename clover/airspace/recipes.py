@@ -1,23 +1,16 @@
-"""The airspace training recipes: ``airspace`` trains the bundled block-diffusion model from
-scratch on the CPU, ``airspace-ar`` its autoregressive base (a Hugging Face Qwen3.5-MoE causal LM,
-``clover.train.ar``), both on the same corpus mix (operator chats and decision groups)."""
+"""What the airspace recipes share: the small hybrid MoE shape, the schedule, the tokenizer and
+the mix fields (``AirspaceRecipe``, a base no command names). The recipes themselves:
+``diffusion_recipe`` (``airspace``, the bundled block-diffusion model) and ``ar_recipe``
+(``airspace-ar``, its autoregressive twin)."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
-import torch
-
-from clover.airspace.corpus import example, multi_turn
-from clover.airspace.decision_groups import decision_examples
 from clover.airspace.tokenizer import build_default_tokenizer, default_added_tokens
 from clover.data.tokenizer import CloverTokenizer
-from clover.train.ar import hf_config
 from clover.train.objective import MaskingConfig
-from clover.train.recipes import Recipe, collate, encode_example
+from clover.train.recipes import Recipe
 from clover.train.trainer import TrainConfig
 
 # the small hybrid MoE both airspace models share (the Clover model adds its own switches, the
@@ -78,90 +71,13 @@ class AirspaceRecipe(Recipe):
     batch_size: int = 16
     max_len: int = 512
     decision_frac: float = 0.2
-    # chats that offer no tools at all (kind "no_tools"), as a plain OpenAI request without
-    # ``tools`` is: without them the model never sees such a prompt
-    toolless_frac: float = 0.0
-    # conversations with earlier turns (kind "multi_turn": an agent loop's or a chat client's
-    # second request); without them every training chat has one user turn
-    multiturn_frac: float = 0.0
-    curriculum_steps: int = 600  # single-action messages only before this step
     tokenizer_vocab: int = 2048
     # train names coined from the tokenizer's own word pieces too (``phrasing.coined_word``): a
     # piece that never stands in a train name cannot be copied into one
     name_pieces: bool = True
-
-    name: ClassVar[str] = "airspace"
-
-    def source(self, tok: CloverTokenizer, split: str = "train", seed: int = 0) -> Callable[[int], dict]:
-        return airspace_source(tok, self, split, seed)
-
-    def validation_batches(self, tok: CloverTokenizer, n: int = 4) -> list[dict]:
-        source = self.source(tok, "validation", seed=99)
-        return [source(self.curriculum_steps + i) for i in range(n)]  # the full mix, past the curriculum
 
     def tokenizer(self) -> CloverTokenizer:
         return build_default_tokenizer(self.tokenizer_vocab)
 
     def added_tokens(self) -> list[str]:
         return default_added_tokens()
-
-
-def airspace_source(tok: CloverTokenizer, recipe: AirspaceRecipe, split: str = "train", seed: int = 0):
-    """step → batch, a pure function of (seed, step): resumable and identical on every rank."""
-    pieces = tok.word_pieces() if recipe.name_pieces else ()
-
-    def source(step: int) -> dict[str, torch.Tensor]:
-        rng = random.Random(f"airspace-{split}-{seed}-{step}")
-        max_actions = 1 if step < recipe.curriculum_steps else 5
-        rows = []
-        for _ in range(recipe.batch_size):
-            if rng.random() < recipe.decision_frac:
-                ex = decision_examples(split, 1, seed=rng.randrange(1 << 30))[0]
-            elif recipe.toolless_frac and rng.random() < recipe.toolless_frac:  # no draw when 0: older runs replay
-                ex = example(rng, split, max_actions, mix={"no_tools": 1.0}, pieces=pieces)
-            elif recipe.multiturn_frac and rng.random() < recipe.multiturn_frac:  # (no draw when 0)
-                ex = multi_turn(rng, split, max_actions, pieces=pieces)
-            else:
-                ex = example(rng, split, max_actions, pieces=pieces)
-            rows.append(encode_example(tok, ex, recipe.max_len, recipe.train.block_size, rng))
-        return collate(rows, tok.pad_token_id)
-
-    return source
-
-
-@dataclass
-class AirspaceArRecipe(AirspaceRecipe):
-    """The airspace corpus (the same mix the diffusion recipe draws) for a next-token model.
-    ``model`` holds ``Qwen3_5MoeTextConfig`` fields."""
-
-    model: dict = field(
-        default_factory=lambda: dict(
-            SMALL_SHAPE, num_hidden_layers=8, linear_conv_kernel_dim=4, router_aux_loss_coef=0.001
-        )
-    )
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            steps=3_000,
-            lr=2e-3,
-            warmup=100,
-            block_size=1,
-            eval_every=200,
-            ckpt_every=50,
-            log_every=10,
-            micro_batches=4,
-        )
-    )
-    batch_size: int = 32
-    max_len: int = 1024
-    decision_frac: float = 0.3
-    toolless_frac: float = 0.1
-    multiturn_frac: float = 0.25
-    curriculum_steps: int = 0
-    name: ClassVar[str] = "airspace-ar"
-    autoregressive: ClassVar[bool] = True
-
-    def hf_config(self, tok: CloverTokenizer):
-        return hf_config(tok, self.model)
-
-
-RECIPES: dict[str, type[Recipe]] = {r.name: r for r in (AirspaceRecipe, AirspaceArRecipe)}

@@ -14,7 +14,8 @@ import json
 import zlib
 from dataclasses import dataclass
 
-from clover.airspace.corpus import gold_calls, load_split
+from clover.airspace.calls import gold_calls
+from clover.airspace.chats import load_split
 from clover.airspace.loop import AgentResult
 from clover.airspace.world import READ_ONLY, World, execute
 from clover.data.chat import is_answer

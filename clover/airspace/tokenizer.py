@@ -1,11 +1,12 @@
 """The airspace model's tokenizer: Clover's byte-level BPE (``clover.data.tokenizer``) trained on
-train-split airspace chats, with the airspace tools' JSON fragments, names and signature lines as
-single added tokens."""
+train-split chats of the first airspace corpus (``tokenizer_corpus``) and decision groups, with
+the metres tools' JSON fragments, names and signature lines as single added tokens. The bundled
+model's tokenizer is this build; the same arguments give the same file, byte for byte."""
 
 from __future__ import annotations
 
-from clover.airspace.corpus import generate
 from clover.airspace.decision_groups import decision_examples
+from clover.airspace.tokenizer_corpus import generate
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import render, tool_signature
 from clover.data.tokenizer import CloverTokenizer, json_fragments, train_tokenizer

@@ -2,8 +2,8 @@
 
 ``execute(world, name, arguments)`` runs one tool call, its lengths in whole metres
 (``radius_m``, ``altitude_m``) or as the operator gave them (``radius`` + ``radius_unit``: the
-extraction tools of ``clover.airspace.v2.tools``, converted here) or as written ("2.5 km"; times
-"6pm", drone ids "drone 17": read by ``clover.airspace.v2.values`` before anything else). A call is checked against the
+extraction tools of ``clover.airspace.extraction_tools``, converted here) or as written ("2.5 km"; times
+"6pm", drone ids "drone 17": read by ``clover.airspace.values`` before anything else). A call is checked against the
 tool's JSON schema (required arguments, types, enums, no unknown arguments) and against the world (a drone
 that exists, a zone that exists or does not, a waypoint index in range, ...); a call that fails
 a check returns ``{"error": "..."}`` for the model to read and leaves the world as it was. The
@@ -35,10 +35,10 @@ import re
 import zlib
 from dataclasses import asdict, dataclass, field
 
+from clover.airspace.extraction_tools import drone_key, extraction_tool, in_metres, uses_units, with_unit_names
 from clover.airspace.phrasing import drone_number, zone_name
 from clover.airspace.tools import MISSION_TYPES, tool_by_name
-from clover.airspace.v2.tools import drone_key, extraction_tool, in_metres, uses_units, with_unit_names
-from clover.airspace.v2.values import as_written
+from clover.airspace.values import as_written
 from clover.data.task import StateTooLarge
 
 STATES = ("en route", "hovering", "on the ground", "returning to base", "charging", "holding")  # the corpus's states

@@ -32,6 +32,7 @@ from clover.data.chat import IM_END, TOOL_CLOSE, TOOL_OPEN, render_chat
 from clover.engine import SamplingParams
 from clover.engine.grammar import Grammar
 from clover.engine.grammar.grounding import source_texts
+from clover.engine.reply_grounding import ReplyGrammar, reply_sources
 
 
 @dataclass
@@ -122,6 +123,18 @@ def grounded(req: ChatRequest, grammar: Grammar | None, prefill: str) -> Grammar
     return grammar
 
 
+def reply_grammar(grammar: Grammar | None, messages: list[dict], prefill: str, structured: str | None):
+    """``grounded_reply``: the reply's id runs held to those of the user turns and tool results
+    (``clover.engine.reply_grounding``), around the calls of ``tool_choice: auto``'s grammar. A
+    turn that must call (``tool_choice`` required or named) has no reply in words to hold: as it
+    was. Structured output is JSON, not a reply in words: a 400."""
+    if structured is not None:
+        raise bad_request(f"grounded_reply holds a reply in words; it cannot be combined with {structured}", structured)
+    if prefill:
+        return grammar
+    return ReplyGrammar(reply_sources(messages), grammar, TOOL_OPEN if grammar is not None else "")
+
+
 def encode_prompt(text: str, tokenizer, limits: Limits, param: str) -> list[int]:
     """The prompt's token ids; a text whose bytes need more tokens than the server accepts even
     at the longest token each (``Limits.max_token_bytes``) is refused (413) before it is read."""
@@ -180,7 +193,10 @@ def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: li
     ids = encode_prompt(text, tokenizer, limits, "messages")
     prep = prepare(req, ids, limits, stop_token_ids, req.max_completion_tokens or req.max_tokens)
     prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
-    with_grammar(prep, grounded(req, grammar, prefill))
+    grammar = grounded(req, grammar, prefill)
+    if req.grounded_reply:
+        grammar = reply_grammar(grammar, chat_messages(req), prefill, request_grammar(req)[1])
+    with_grammar(prep, grammar)
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
         prep.params.stop = [*prep.params.stop, TOOL_CLOSE]

@@ -105,6 +105,9 @@ class Sampling(Decoding):
     ebnf: str | None = None
     # Clover's: false decodes x-grounded properties as plain ones (docs/grounding.md)
     grounded: bool | None = None
+    # Clover's: true holds a reply's numbers and ids to those of the user turns and tool results
+    # (docs/grounding.md, Grounded replies)
+    grounded_reply: bool | None = None
 
 
 class ChatRequest(Sampling):

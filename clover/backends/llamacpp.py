@@ -72,7 +72,6 @@ def library_path() -> Path:
 
 def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
     P, I64, F = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_float)
-    I32 = ctypes.POINTER(ctypes.c_int32)
     sigs = {
         "clover_last_error": (ctypes.c_char_p, []),
         "clover_model_load": (P, [ctypes.c_char_p, ctypes.c_int]),
@@ -86,7 +85,9 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clover_cache_copy": (P, [P]),
         "clover_cache_length": (I64, [P]),
         "clover_cache_nbytes": (I64, [P]),
-        "clover_step": (ctypes.c_int, [P, P, I32, I64, I32, I64, I64, F]),
+        # the token and logits buffers as addresses (c_void_p): a pass hands over ints, with no
+        # ctypes pointer object made per buffer and per row
+        "clover_step": (ctypes.c_int, [P, P, P, I64, P, I64, I64, P]),
         "clover_quantize": (ctypes.c_size_t, [ctypes.c_char_p, F, P, I64, I64]),
         "clover_quantized_size": (ctypes.c_size_t, [ctypes.c_char_p, I64, I64]),
     }
@@ -135,6 +136,25 @@ def _tokens(x) -> np.ndarray:
     if a.ndim != 1:
         raise ValueError(f"tokens must be [n] or [1, n], got shape {a.shape}")
     return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _rows(x, n: int) -> torch.Tensor:
+    """Token ids of a batch (a torch tensor or array ``[n, k]``) as one C-contiguous int32 tensor."""
+    t = torch.as_tensor(x).detach().to("cpu", torch.int32).contiguous()
+    if t.ndim != 2 or t.shape[0] != n:
+        raise ValueError(f"tokens must be [{n}, k] for {n} cache rows, got shape {tuple(t.shape)}")
+    return t
+
+
+def _contiguous(a) -> bool:
+    return a.is_contiguous() if isinstance(a, torch.Tensor) else a.flags["C_CONTIGUOUS"]
+
+
+def _address(a) -> int | None:
+    """The first byte of a numpy array or torch tensor (None for None or an empty one)."""
+    if a is None or not len(a):
+        return None
+    return a.data_ptr() if isinstance(a, torch.Tensor) else a.ctypes.data
 
 
 class LlamaCppCache:
@@ -220,24 +240,29 @@ class LlamaCppModel:
         A request the model cannot take (a block size past its maximum, a commit that is not whole
         blocks before a denoise, a token outside the vocabulary) is a ValueError."""
         bs = self.block_size if block_size is None else block_size
-        if not isinstance(bs, int) or isinstance(bs, bool):
-            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
         c, d = _tokens(commit), _tokens(denoise)
         out = np.empty((len(d), self.vocab_size), dtype=np.float32) if len(d) else None
-        i32 = ctypes.POINTER(ctypes.c_int32)
+        self.step_into(cache, c, d, bs, out)
+        return out
+
+    def step_into(self, cache: LlamaCppCache, commit, denoise, block_size: int, out) -> None:
+        """``step`` on int32 tokens ``[n]`` (C-contiguous numpy arrays or torch tensors), the logits
+        written into ``out``: a C-contiguous float32 array or tensor of ``[n_denoise, vocab]`` (None
+        when nothing is denoised), so a batch's rows land in one tensor with no copy between."""
+        bs = block_size
+        if not isinstance(bs, int) or isinstance(bs, bool):
+            raise ValueError(f"block_size must be a positive integer, got {bs!r}")
+        n_d = len(denoise)
+        if n_d and (out is None or tuple(out.shape) != (n_d, self.vocab_size)):
+            raise ValueError(f"internal: a logits buffer of shape {None if out is None else tuple(out.shape)}")
+        for a, dtype in ((commit, "int32"), (denoise, "int32"), (out, "float32")):
+            if a is not None and (str(a.dtype).rpartition(".")[2] != dtype or not _contiguous(a)):
+                raise ValueError(f"internal: a {a.dtype} buffer where the library reads C-contiguous {dtype}")
         rc = self._lib.clover_step(
-            self._h,
-            cache._h,
-            c.ctypes.data_as(i32),
-            len(c),
-            d.ctypes.data_as(i32),
-            len(d),
-            bs,
-            out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if out is not None else None,
+            self._h, cache._h, _address(commit), len(commit), _address(denoise), n_d, bs, _address(out)
         )
         if rc != 0:
             raise ValueError(_error(self._lib))
-        return out
 
     def close(self) -> None:
         if getattr(self, "_h", None):
@@ -269,10 +294,10 @@ def quantize(array: np.ndarray, type: str) -> np.ndarray:
 
 class LlamaCppRows:
     """The caches of a batch of sequences, one native cache per row, with the row interface the
-    engine drives (as ``ModelCache``'s): ``lengths``, ``batch_size``, ``select`` (copies), ``cat``
-    (takes the rows as they are), ``commit_rows`` (some rows commit a block alone), ``nbytes``.
-    Each row's clean logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and
-    ignores writes."""
+    engine drives (as ``ModelCache``'s): ``lengths``, ``batch_size``, ``select`` (copies),
+    ``keep`` (the rows themselves, for a holder that drops this object), ``cat`` (takes the rows
+    as they are), ``commit_rows`` (some rows commit a block alone), ``nbytes``. Each row's clean
+    logit of Rule 4 lives in its native cache, so ``last_logits`` reads None and ignores writes."""
 
     def __init__(self, rows: list[LlamaCppCache]):
         self.rows = list(rows)
@@ -296,6 +321,12 @@ class LlamaCppRows:
 
     def select(self, rows) -> LlamaCppRows:
         return LlamaCppRows([self.rows[int(i)].copy() for i in torch.as_tensor(rows).reshape(-1).tolist()])
+
+    def keep(self, rows) -> LlamaCppRows:
+        """The rows ``rows`` as they are, not copied: for a holder that drops this object at once
+        (the engine's batch when requests leave), so the rows that stay are not copied each time
+        one leaves; ``select`` gives copies."""
+        return LlamaCppRows([self.rows[int(i)] for i in torch.as_tensor(rows).reshape(-1).tolist()])
 
     @staticmethod
     def cat(caches: list[LlamaCppRows]) -> LlamaCppRows:
@@ -352,12 +383,15 @@ class LlamaCppClover:
         bad = [n for n in cache.lengths.tolist() if n % bs]
         if bad:  # checked for every row before any row runs
             raise ValueError(f"cache lengths {cache.lengths.tolist()} are not block boundaries of {bs}")
-        outs = []
-        for i, row in enumerate(cache.rows):
-            c = None if commit is None else commit[i]
-            d = None if denoise is None else denoise[i]
-            outs.append(self.native.step(row, commit=c, denoise=d, block_size=bs))
-        return None if denoise is None else torch.from_numpy(np.stack(outs))
+        c = None if commit is None else _rows(commit, len(cache.rows))
+        d = None if denoise is None else _rows(denoise, len(cache.rows))
+        none = torch.zeros(0, dtype=torch.int32)
+        out = None if d is None else torch.empty(d.shape[0], d.shape[1], self.config.vocab_size)
+        for i, row in enumerate(cache.rows):  # each row's logits written in place into out[i]
+            ci = none if c is None else c[i]
+            di = none if d is None else d[i]
+            self.native.step_into(row, ci, di, bs, None if out is None or not len(di) else out[i])
+        return out
 
     def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
         """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""

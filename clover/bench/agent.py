@@ -9,18 +9,24 @@ the run the playground's demo button makes); with ``measure_http``, the same tas
 from __future__ import annotations
 
 from clover.airspace.demo import decoder_request
-from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
+from clover.airspace.loop import GROUNDED_REPLY, LocalModel, OpenAIModel, run_agent
 from clover.airspace.tasks import operator_tasks, task_success
+from clover.bench.replies import reply_check, reply_figures
 from clover.data.task import model_task
 
 DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLICY at the given threshold
 
 
-def run_policy(model, tasks, max_steps: int) -> dict:
-    """Every task through the loop with one model side; success, time and passes per task."""
-    rows = []
+def run_policy(model, tasks, max_steps: int, vocabulary: frozenset[str] | None = None) -> dict:
+    """Every task through the loop with one model side; success, time and passes per task; with
+    the task's ``vocabulary`` (``replies.corpus_vocabulary``), the final replies' faithfulness too."""
+    rows, checks = [], []
     for task in tasks:
         r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)
+        if vocabulary is not None:
+            checks.append(None if r.reply is None else reply_check(r.reply, r.messages[:-1], vocabulary))
+            if checks[-1] is not None:
+                checks[-1]["reply"] = r.reply
         rows.append(
             {
                 "kind": task.kind,
@@ -36,6 +42,7 @@ def run_policy(model, tasks, max_steps: int) -> dict:
     for row in rows:
         kinds.setdefault(row["kind"], []).append(row["ok"])
     return {
+        **({"replies": reply_figures(checks)} if vocabulary is not None else {}),
         "success": sum(r["ok"] for r in rows) / n,
         "s_per_task": sum(r["wall_s"] for r in rows) / n,
         "passes_per_task": sum(r["forward_passes"] for r in rows) / n,
@@ -46,9 +53,10 @@ def run_policy(model, tasks, max_steps: int) -> dict:
     }
 
 
-def local_model(llm, name: str, threshold: float | None):
-    """The agent's model side for one of ``DECODERS``, in this process."""
-    return LocalModel(llm, **decoder_request(name, threshold))
+def local_model(llm, name: str, threshold: float | None, **request):
+    """The agent's model side for one of ``DECODERS``, in this process (``request``: more fields
+    of each request, ``grounded_reply``; unset: the loop's defaults)."""
+    return LocalModel(llm, **decoder_request(name, threshold), **request)
 
 
 def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load) -> dict:
@@ -58,7 +66,8 @@ def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load
     tasks = operator_tasks(n, load=load)
     out = {}
     for name in DECODERS:
-        model = OpenAIModel(url + "/v1", **decoder_request(name, threshold))
+        # the same request as the in-process side, grounded replies and all
+        model = OpenAIModel(url + "/v1", **decoder_request(name, threshold), grounded_reply=GROUNDED_REPLY)
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
         r = run_policy(model, tasks, max_steps)
         out[name] = {k: r[k] for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task")}
@@ -73,14 +82,17 @@ def zone_demo(llm, n: int, threshold: float | None, max_steps: int) -> dict:
     return model_task(llm.config, default=True).agent_demo(llm.chat, n, threshold=threshold, max_steps=max_steps)
 
 
-def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple[dict, dict, object]:
-    """The first ``n`` operator tasks of the test split of ``llm``'s own task through the loop under
+def measure_agent(
+    llm, n: int, threshold: float | None, max_steps: int, split: str = "test", vocabulary=None
+) -> tuple[dict, dict, object]:
+    """The first ``n`` operator tasks of ``split`` of ``llm``'s own task through the loop under
     each of ``DECODERS`` (after one untimed warm-up chat each) → (the figures as the JSON holds
-    them, each decoder's ``run_policy`` result, the task's ``eval_split``)."""
+    them, each decoder's ``run_policy`` result, the task's ``eval_split``); with ``vocabulary``,
+    the final replies' faithfulness too (``clover.bench.replies``)."""
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
     load = model_task(llm.config, default=True).eval_split  # the model's own task's test split and tools
-    tasks = operator_tasks(n, load=load)
+    tasks = operator_tasks(n, split, load=load)
     w = llm.engine.model.lm_head.weight
     figures: dict = {"tasks": len(tasks), "kinds": {}, "threshold": threshold or DEFAULT_THRESHOLD}
     figures.update(max_steps=max_steps, device=str(w.device), dtype=str(w.dtype)[6:])
@@ -90,9 +102,19 @@ def measure_agent(llm, n: int, threshold: float | None, max_steps: int) -> tuple
     for name in DECODERS:
         model = local_model(llm, name, threshold)
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
-        per[name] = run_policy(model, tasks, max_steps)
+        per[name] = run_policy(model, tasks, max_steps, vocabulary)
     for policy, r in per.items():
-        for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task", "step_limit", "by_kind"):
+        for k in (
+            "success",
+            "s_per_task",
+            "passes_per_task",
+            "model_calls_per_task",
+            "step_limit",
+            "by_kind",
+            "replies",
+        ):
+            if k not in r:
+                continue
             figures[f"{policy}_{k}"] = r[k]
     figures["default_policy"] = DEFAULT_POLICY
     figures["speedup"] = per["ar"]["s_per_task"] / max(1e-9, per["default"]["s_per_task"])

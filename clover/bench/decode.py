@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.calls import gold_calls, score_tool_calls
 from clover.api.loading import place_model
 from clover.data.chat import parse_assistant, render_chat
 from clover.data.task import model_task

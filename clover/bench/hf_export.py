@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from clover.airspace.evaluate import eval_chats, prompt_of
+from clover.airspace.evaluate import prompt_of
+from clover.airspace.scoring import eval_chats2
 from clover.api.loading import load_model_dir
 from clover.bench.exactness import perturbed_tiny, rel_err
 from clover.data import default_model_dir
@@ -64,7 +65,7 @@ def engine_tokens(model, tokenizer, prompts: list[list[int]], policy: str, max_t
 
 def chat_prompts(tokenizer, n: int) -> tuple[list[tuple[list, list]], list[list[int]]]:
     """The first ``n`` test-split tool-call chats: (messages, tools) and their prompt ids."""
-    exs = eval_chats("test", n)[0]
+    exs = eval_chats2("test", n)[0]
     chats = [(prompt_of(e), e["tools"]) for e in exs]
     template = getattr(tokenizer, "chat_template", None)
     return chats, [tokenizer.encode(render_chat(m, t, True, template)) for m, t in chats]

@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 
-from clover.airspace.corpus import load_split
+from clover.airspace.chats import load_split
 from clover.bench.served import served
 
 # the flat figures each level also gets, as ``c{clients}_{name}``
@@ -32,6 +32,8 @@ def airspace_chats(n: int) -> list[dict]:
     """``n`` chats of the airspace test split, each up to its first assistant turn, with its tools."""
     out = []
     for ex in load_split("test", 4 * n):
+        if ex["kind"] == "plain":  # plain text, no chat: the completions route's
+            continue
         msgs = []
         for m in ex["messages"]:
             if m["role"] == "assistant":

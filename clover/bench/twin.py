@@ -3,7 +3,7 @@
 The twin is the AR base Clover was converted from, kept as a Hugging Face checkpoint and run
 the way its users run it: ``apply_chat_template`` with the tools, greedy ``generate()``. Clover
 runs the same chats through its engine with ``ar``, ``threshold`` and ``prefix``. Quality is
-scored by one rule for both (``evaluate.reply_right``); speed is tokens/s at batch 1 (one request
+scored by one rule for both, the task's (``scoring.reply_right2``); speed is tokens/s at batch 1 (one request
 at a time) and at batch 16 (Clover: continuous batching through 16 slots; the twin: static
 batches of 16, left-padded, as ``generate()`` runs them).
 """
@@ -14,7 +14,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from clover.airspace.evaluate import prompt_of, reply_right
+from clover.airspace.evaluate import prompt_of
+from clover.airspace.scoring import reply_right2
 from clover.data.chat import render_chat
 
 TWIN_DIR = Path(__file__).resolve().parents[1] / "assets" / "twin"
@@ -92,7 +93,7 @@ def clover_decode(model, tok, prompts: list[list[int]], params, batch: int) -> d
 
 
 def scores(texts: list[str], exs, words, convs) -> dict:
-    ok = [reply_right(t, e) for t, e in zip(texts, exs + words + convs)]
+    ok = [reply_right2(t, e) for t, e in zip(texts, exs + words + convs)]
     a, b = len(exs), len(exs) + len(words)
 
     def mean(xs):

@@ -12,7 +12,7 @@ import sys
 from rich.markup import escape
 from rich.table import Table
 
-from clover.airspace.loop import LocalModel, OpenAIModel, run_agent
+from clover.airspace.loop import GROUNDED_REPLY, LocalModel, OpenAIModel, run_agent
 from clover.airspace.world import World
 from clover.api.settings import BLOCK_SETTINGS, add_decoding_flags
 from clover.bench import table_console
@@ -137,6 +137,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                 policy=args.policy,
                 threshold=args.threshold,
                 max_tokens=args.max_tokens,
+                grounded_reply=args.grounded_reply,
             )
         except openai.OpenAIError as e:
             raise SystemExit(f"clover agent: {args.base_url}: {e}") from None
@@ -151,7 +152,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
         try:
             llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
             apply_threads(llm.engine.model, args.threads)
-            model = LocalModel(llm, policy=policy, threshold=args.threshold, max_tokens=args.max_tokens)
+            model = LocalModel(
+                llm,
+                policy=policy,
+                threshold=args.threshold,
+                max_tokens=args.max_tokens,
+                grounded_reply=GROUNDED_REPLY if args.grounded_reply is None else args.grounded_reply,
+            )
         except (FileNotFoundError, ValueError) as e:
             print(f"clover agent: {e}", file=sys.stderr)
             return 2
@@ -190,6 +197,12 @@ def register(sub) -> None:
     p.add_argument("--max-steps", type=_at_least_one, default=4, help="model calls per message at most (default 4)")
     p.add_argument("--max-tokens", type=_at_least_one, default=320, help="new tokens per model call at most")
     p.add_argument("--system", help="system prompt")
+    p.add_argument(
+        "--grounded-reply",
+        action=argparse.BooleanOptionalAction,
+        help="hold each reply's numbers, ids and repeated names to the conversation's (docs/grounding.md, "
+        "Grounded replies; default: on in this process, the server's default with --base-url)",
+    )
     add_threads_arg(p, THREADS_HELP + " (in process)")
     add_device_args(p)  # in process only
     p.set_defaults(func=cmd_agent)

@@ -15,6 +15,7 @@ MODULES = (
     "clover.commands.bench_serve",  # decisions, serve
     "clover.commands.bench_twin",  # twin
     "clover.commands.bench_agent",  # agent
+    "clover.commands.bench_replies",  # replies
     "clover.commands.bench_quant",  # quant
     "clover.commands.bench_train",  # train-memory
     "clover.commands.bench_llamacpp",  # llama.cpp

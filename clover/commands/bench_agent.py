@@ -39,6 +39,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
+    from clover.bench.replies import corpus_vocabulary  # deferred: the task and the engine
+    from clover.data.task import model_task
     from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
 
     rec = recorder(args)
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
     args.threads = apply_threads(llm.engine.model, args.threads)
-    figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps)
+    vocabulary = corpus_vocabulary(model_task(llm.config, default=True))  # replies' words are judged against it
+    figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps, vocabulary=vocabulary)
     figures.update(threads=args.threads, model=args.model or "bundled")
     if args.demo:
         figures["demo"] = zone_demo(llm, args.demo, args.threshold, args.max_steps)
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r['passes_per_task']:.1f}",
             f"{r['model_calls_per_task']:.2f}",
             f"{per['ar']['s_per_task'] / max(1e-9, r['s_per_task']):.2f}x",
+            f"{100 * r['replies']['faithful']:.0f} % of {r['replies']['replies']}",
         ]
         for p, r in per.items()
     ]
@@ -82,12 +86,15 @@ def run(args: argparse.Namespace) -> int:
             "passes / task",
             "model calls / task",
             "speed-up",
+            "replies faithful",
         ],
         rows,
         [
             "success: the world after the task equals the world the gold calls make from the same start "
             "(and every drone the gold calls query was queried)",
             "s / task: operator message in to final reply out, tools included; passes: model forward passes",
+            "replies faithful: final replies whose numbers and ids are the user's or the tools' as written, and "
+            "whose words are all well formed (docs/benchmarks.md, Replies)",
         ],
     )
     if args.http:

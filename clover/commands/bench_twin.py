@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from clover.airspace.evaluate import eval_chats
+from clover.airspace.scoring import eval_chats2
 from clover.api.settings import engine_default
 from clover.bench import BENCHMARKS, print_table, set_threads, write_json
 from clover.bench.results import Recorder
@@ -25,7 +25,7 @@ def run_twin(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise SystemExit(f"clover bench twin: {e}") from None
     twin = twin.to(model.lm_head.weight.device, model.lm_head.weight.dtype)
-    chats = eval_chats(args.split, args.n, args.text, args.multiturn)
+    chats = eval_chats2(args.split, args.n, args.text, args.multiturn)
     by_batch = measure_twin(
         model, tok, twin, twin_tok, chats, threshold, args.batch, args.speed_prompts, args.max_tokens
     )

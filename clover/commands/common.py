@@ -17,7 +17,7 @@ from clover.api.settings import add_decoding_flags, decoding_values
 from clover.backends import BACKENDS
 from clover.bench.results import Recorder
 from clover.commands.threads import apply_threads
-from clover.data.task import get_task, model_task, task_names
+from clover.data.task import ALIASES, deprecated, get_task, model_task, task_names
 from clover.ops.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 
 
@@ -191,7 +191,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256, help="new tokens at most")
     p.add_argument(
         "--tools",
-        choices=["auto", *task_names(), "none"],
+        choices=["auto", *task_names(), *ALIASES, "none"],
         default="auto",
         help="a task's tools offered in chat (auto: those of the task the model was trained for, if any)",
     )
@@ -211,7 +211,10 @@ def offered_tools(args, model=None) -> list[dict] | None:
     model was trained for (the bundled default's airspace set), so its first run calls tools."""
     if args.tools == "none":
         return None
-    task = model_task(model.config if model is not None else None) if args.tools == "auto" else get_task(args.tools)
+    if args.tools == "auto":
+        task = model_task(model.config if model is not None else None)
+    else:
+        task = get_task(deprecated(args.tools, "clover"))
     return task.tools() if task is not None else None
 
 

@@ -1,6 +1,6 @@
-"""``clover eval airspace|airspace2``: the model's accuracy on the held-out splits or your own
-messages, per policy (the figures come from ``clover.airspace.evaluate`` and, for the second
-task, ``clover.airspace.v2.evaluate``)."""
+"""``clover eval airspace``: the model's accuracy on the held-out splits or your own messages, per
+policy (the figures come from ``clover.airspace.evaluate`` with the task's ``clover.airspace.scoring``;
+``airspace2``, the task's former name, is read as ``airspace``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from clover.airspace.evaluate import evaluate_airspace, load_cases
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
 from clover.bench import print_table, write_json
 from clover.bench.aup import aup
 from clover.commands.common import (
@@ -21,7 +20,7 @@ from clover.commands.common import (
     load_model_and_tokenizer,
     recorder,
 )
-from clover.data.task import model_task
+from clover.data.task import ALIASES, DEFAULT_TASK, TASKS, deprecated, model_task
 
 # the per-group breakdowns of a result, printed as their own table (the rest are the headline figures)
 BREAKDOWNS = {
@@ -37,20 +36,14 @@ BREAKDOWNS = {
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    args.task = deprecated(args.task, "clover eval")
     rec = recorder(args)
     runs = _checked_settings(args)
-    second = args.task == "airspace2"
-    cases = (_cases2(args.cases) if second else load_cases(args.cases)) if args.cases else None
-    if args.tool_lists == "varied" and (not second or not (args.n or cases)):
-        raise SystemExit("clover eval: --tool-lists varied needs airspace2 and tool-call turns (--n or --cases)")
-    if cases is None and not any((args.n, args.groups, args.text, args.multiturn, args.plain * second)):
-        raise SystemExit(
-            "clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0"
-            + (", --plain 0)" if second else ")")
-        )
-    evaluate = evaluate_airspace
-    if second:
-        from clover.airspace.v2.evaluate import evaluate_airspace2 as evaluate  # deferred: the second world's corpus
+    cases = load_cases(args.cases) if args.cases else None
+    if args.tool_lists == "varied" and not (args.n or cases):
+        raise SystemExit("clover eval: --tool-lists varied needs tool-call turns (--n or --cases)")
+    if cases is None and not any((args.n, args.groups, args.text, args.multiturn, args.plain)):
+        raise SystemExit("clover eval: nothing to evaluate (--n 0, --groups 0, --text 0, --multiturn 0, --plain 0)")
     for flag, path in (("--errors", args.errors), ("--results", args.results)):
         try:  # fail now, not after the whole run, when the file cannot be written
             if path:
@@ -71,10 +64,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_task(args.task, model.config)
     errors: list | None = [] if args.errors else None
     grammars = {"both": [False, True], "on": [True], "off": [False], "ungrounded": ["ungrounded"]}[args.grammar]
+    judge = _reply_judge(args, cases)
     settings = [(g, p, t) for g in grammars for p, t in runs]
-    more = {"n_plain": args.plain} if second else {}
     results = [
-        evaluate(
+        evaluate_airspace(
             model,
             tok,
             args.split,
@@ -89,7 +82,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             grammar=g,
             n_text=args.text,
             n_multi=args.multiturn,
-            **more,
+            n_plain=args.plain,
+            grounded_reply=args.grounded_reply,
+            reply_judge=judge,
         )
         for g, p, t in settings
     ]
@@ -103,6 +98,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tables = result_tables(results, f"{args.task} {args.cases or args.split} ({args.model or 'bundled model'})")
     if args.json:
         print(json.dumps(figures))
+    if judge is not None:
+        tables.append(_reply_table(results, args.grounded_reply))
     for title, columns, rows in tables:  # printed (and recorded) as tables, or with --json only recorded
         if args.json:
             rec.record(title, columns, rows)
@@ -114,9 +111,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _tool_lists(model, tok, args: argparse.Namespace, cases, results: list[dict], settings: list) -> None:
     """Each run's tool-call turns asked again with their tool lists varied
-    (``clover.airspace.v2.tool_lists``): its figures added to the run's result."""
-    from clover.airspace.v2.evaluate import eval_chats2  # deferred: the second world's corpus
-    from clover.airspace.v2.tool_lists import evaluate_tool_lists
+    (``clover.airspace.tool_lists``): its figures added to the run's result."""
+    from clover.airspace.scoring import eval_chats2  # deferred: the corpus is large to import
+    from clover.airspace.tool_lists import evaluate_tool_lists
 
     exs = eval_chats2(args.split, args.n, cases=cases)[0]
     for r, (g, p, t) in zip(results, settings):
@@ -130,10 +127,32 @@ def _tool_lists(model, tok, args: argparse.Namespace, cases, results: list[dict]
         r.update(evaluate_tool_lists(model, tok, exs, run, args.tool_seed, progress=not args.json))
 
 
-def _cases2(path: str) -> list[dict]:
-    """Hand-written messages for the second task: the cases file read as the first task reads it,
-    offered the extraction tools (gold calls in either length form)."""
-    return [{**c, "tools": EXTRACTION_TOOLS} for c in load_cases(path)]
+def _reply_table(results: list[dict], grounded_reply: bool) -> tuple[str, list[str], list[list[str]]]:
+    """(title, columns, rows) of the replies after tool results, one row per run."""
+    rows = [
+        [r["policy"], r["replies_after_tools"]["n"]]
+        + [f"{100 * r['replies_after_tools'][k]:.1f} %" for k in ("ids_grounded", "well_formed", "faithful")]
+        for r in results
+    ]
+    head = "conversations answered in words after tool results" + (", grounded_reply" if grounded_reply else "")
+    return head, ["decoding", "replies", "ids grounded", "words well formed", "faithful"], rows
+
+
+def _reply_judge(args: argparse.Namespace, cases):
+    """The judge of the conversations' replies after tool results (``clover.bench.replies``), its
+    vocabulary the evaluated task's corpus's; None without conversations or a corpus."""
+    from clover.bench.replies import corpus_vocabulary, reply_check  # deferred: the task's corpus
+    from clover.data.task import get_task
+
+    if args.grounded_reply and args.grammar != "on":
+        raise SystemExit(
+            "clover eval: --grounded-reply holds the text around the tool-call grammar: needs --grammar on"
+        )
+    t = get_task(args.task)
+    if not args.multiturn or cases is not None or t.corpus is None:
+        return None
+    vocabulary = corpus_vocabulary(t)
+    return lambda reply, messages: reply_check(reply, messages, vocabulary)
 
 
 def _check_task(task: str, config) -> None:
@@ -253,9 +272,11 @@ def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a model on a task")
     p.add_argument(
         "task",
-        choices=["airspace", "airspace2"],
-        help="airspace: the first corpus and its metres tools; airspace2: the second corpus "
-        "(extraction tools, held-out name families, follow-ups, plain text)",
+        nargs="?",
+        default=DEFAULT_TASK,
+        choices=[*TASKS, *ALIASES],
+        help="airspace (default): the bundled model's task (extraction tools, held-out name families, "
+        "follow-ups, plain text); airspace2: its former name",
     )
     p.add_argument("--model", help="checkpoint directory (default: the bundled model)")
     p.add_argument(
@@ -279,9 +300,7 @@ def register(sub) -> None:
     p.add_argument(
         "--multiturn", type=_count, default=100, help="conversations with earlier turns (the last turn is scored)"
     )
-    p.add_argument(
-        "--plain", type=_count, default=20, help="airspace2: plain-text prompts continued without the chat template"
-    )
+    p.add_argument("--plain", type=_count, default=20, help="plain-text prompts continued without the chat template")
     add_threads_arg(p)
     add_device_args(p)
     p.add_argument(
@@ -296,11 +315,17 @@ def register(sub) -> None:
         "--tool-lists",
         choices=["standard", "varied"],
         default="standard",
-        help="airspace2: varied: also ask each tool-call turn with its tool list as agent frameworks send it "
+        help="varied: also ask each tool-call turn with its tool list as agent frameworks send it "
         "(a subset, another order, held-out descriptions, schema details, all at once, the needed tool missing), "
         "exact match per kind beside the standard list's",
     )
     p.add_argument("--tool-seed", type=int, default=0, help="the seed the varied tool lists are drawn from")
+    p.add_argument(
+        "--grounded-reply",
+        action="store_true",
+        help="hold every reply in words to its conversation's numbers, ids and names, as a request with "
+        "grounded_reply (docs/grounding.md, Grounded replies; needs --grammar on)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument(
         "--results",

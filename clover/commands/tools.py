@@ -1,4 +1,4 @@
-"""``clover tools TASK [--json]``: a task's tool set (the bundled model's is ``airspace2``)."""
+"""``clover tools [TASK] [--json]``: a task's tool set (default: the bundled model's task, ``airspace``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import argparse
 import json
 
 from clover.data.chat import tool_signature
-from clover.data.task import get_task, task_names
+from clover.data.task import ALIASES, DEFAULT_TASK, deprecated, get_task, task_names
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    tools = get_task(args.name).tools()
+    tools = get_task(deprecated(args.name, "clover tools")).tools()
     if args.json:
         print(json.dumps(tools, indent=1))
     else:
@@ -21,6 +21,8 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("tools", help="print a task's tool set (OpenAI format with --json)")
-    p.add_argument("name", choices=task_names())
+    p.add_argument(
+        "name", nargs="?", default=DEFAULT_TASK, choices=[*task_names(), *ALIASES], help=f"default: {DEFAULT_TASK}"
+    )
     p.add_argument("--json", action="store_true", help="the OpenAI-format tools list, not one signature a line")
     p.set_defaults(func=cmd_tools)

@@ -7,11 +7,14 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
+from clover.data.task import deprecated
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from clover.train.run import train  # deferred: torch and the model, not for --help
     from clover.train.setup import RunSpec, SetupError
 
+    args.recipe = deprecated(args.recipe, "clover train")  # airspace2: the task's former name
     spec = RunSpec(
         **{f.name: getattr(args, f.name) for f in fields(RunSpec) if f.name != "progress"},
         progress=not args.no_progress,
@@ -27,9 +30,9 @@ def register(sub) -> None:
     p.add_argument(
         "--recipe",
         default="airspace",
-        help="airspace: the block-diffusion model; airspace-ar: its autoregressive base (a Hugging Face "
-        "Qwen3.5-MoE causal LM, next-token loss; checkpoints in Hugging Face format); airspace2: the second "
-        "corpus, the bundled model's",
+        help="airspace (default): the bundled block-diffusion model's recipe; airspace-ar: its autoregressive "
+        "twin (a Hugging Face Qwen3.5-MoE causal LM, next-token loss; checkpoints in Hugging Face format); "
+        "airspace2: the former name of airspace",
     )
     p.add_argument(
         "--device",

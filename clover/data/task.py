@@ -11,6 +11,7 @@ never asks for a task never loads one. ``register`` adds a task from outside the
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -65,11 +66,13 @@ class Task:
 
 
 # name -> the module that defines ``TASK``
-# airspace2: the extraction tools and the second corpus (a model trained on it records the name)
-TASKS: dict[str, str] = {"airspace": "clover.airspace", "airspace2": "clover.airspace.v2"}
+TASKS: dict[str, str] = {"airspace": "clover.airspace.task"}
+# former names -> the task's name: what a checkpoint's config records (the bundled model says
+# ``airspace2``) and, for one release, what a user may still type (``deprecated`` says so)
+ALIASES: dict[str, str] = {"airspace2": "airspace"}
 # the task the bundled model was trained for: the playground's agent mode and ``clover chat
 # --tools auto`` fall back to it for a model that names none
-DEFAULT_TASK = "airspace2"
+DEFAULT_TASK = "airspace"
 _loaded: dict[str, Task] = {}
 
 
@@ -83,8 +86,25 @@ def task_names() -> list[str]:
     return sorted(TASKS)
 
 
+def canonical(name: str) -> str:
+    """``name`` with a former task name (:data:`ALIASES`) replaced by the task's own, also as the
+    head of a recipe's name (``airspace2-<variant>`` is ``airspace-<variant>``)."""
+    head, dash, variant = name.partition("-")
+    return ALIASES[head] + dash + variant if head in ALIASES else name
+
+
+def deprecated(name: str, where: str) -> str:
+    """``name`` (a task's or a recipe's) as it is called now; a former name is accepted with a note on
+    stderr (``where``: the command that read it)."""
+    new = canonical(name)
+    if new != name:
+        print(f"{where}: note: {name!r} is now called {new!r}; the old name goes in a later release", file=sys.stderr)
+    return new
+
+
 def get_task(name: str) -> Task:
-    """The task called ``name``; a KeyError that lists the known ones otherwise."""
+    """The task called ``name`` (or a former name of it); a KeyError that lists the known ones otherwise."""
+    name = canonical(name)
     if name not in _loaded:
         if not TASKS.get(name):
             raise KeyError(f"unknown task {name!r}; known: {task_names()}")
@@ -98,10 +118,9 @@ def model_task(config, default: bool = False) -> Task | None:
     model's task for a model that names none."""
     extra = (getattr(config, "extra", None) or {}) if config is not None else {}
     recipe = str(extra.get("recipe") or "")
-    named = extra.get("task") or next(
-        (t for t in sorted(TASKS, key=len, reverse=True) if recipe == t or recipe.startswith(t + "-")), None
-    )
-    if named in TASKS:
+    names = sorted([*TASKS, *ALIASES], key=len, reverse=True)
+    named = extra.get("task") or next((t for t in names if recipe == t or recipe.startswith(t + "-")), None)
+    if named is not None and canonical(named) in TASKS:
         return get_task(named)
     return get_task(DEFAULT_TASK) if default else None
 

@@ -108,7 +108,10 @@ class Batch:
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.requests = [self.requests[i] for i in keep]
         self.allowed = [self.allowed[i] for i in keep]
-        self.cache = self.cache.select(idx) if keep else None
+        # a cache that can hand over its rows without copying them (a native back end's) does:
+        # the batch drops the old object at once; a ModelCache's rows are gathered by select
+        take = getattr(self.cache, "keep", None) or self.cache.select
+        self.cache = take(idx) if keep else None
         for name in ROW_TENSORS + ROW_SETTINGS:
             setattr(self, name, getattr(self, name)[idx])
         self._members_changed()

@@ -25,8 +25,20 @@ from clover.engine.policies import PassView
 from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.runner import Runner
-from clover.engine.sampler import adjust_logits, choose, logit_bias_vector
+from clover.engine.sampler import adjust_logits, choose_selected, logit_bias_vector
 from clover.engine.scheduler import Scheduler
+from clover.engine.stages import (
+    APPLY,
+    FINISH,
+    FORWARD,
+    GRAMMAR_COMMIT,
+    GRAMMAR_SLOT,
+    PENALTIES,
+    POLICY,
+    SAMPLER,
+    SCHEDULE,
+    StageClock,
+)
 from clover.engine.text import tokenizer_eos_ids
 from clover.model import CloverForBlockDiffusion
 
@@ -58,6 +70,7 @@ class Engine:
         self._lock = threading.RLock()  # add_request / abort may come from another thread than step
         self.totals = {"requests": 0, "tokens": 0, "forward_passes": 0, "busy_s": 0.0}
         self._token_table = None  # the tokenizer's token bytes, built for the first grammar request
+        self.clock: StageClock | None = None  # set one to see where a step's time goes (clover.engine.stages)
 
     # -- the API -----------------------------------------------------------------------------
     def add_request(
@@ -82,17 +95,23 @@ class Engine:
         """One scheduler iteration: every running request gets one denoise pass."""
         with self._lock:
             t0 = time.perf_counter()
+            if clk := self.clock:
+                clk.start()
             events, self._events = self._events, []
             for req in self._scoring:  # nothing to generate: the prompt's log-probabilities only
                 self.runner.score(req)
                 events.append(req.finish("length"))
             self._scoring = []
             self.scheduler.admit(self.runner)  # prompts prefilled (a chunk of a long one); done ones join
+            clk and clk.lap(SCHEDULE)
             for batch in self.scheduler.running():
                 logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
+                clk and clk.lap(FORWARD)
                 events += self._denoise(batch, logits)  # each request's policy commits some positions
                 events += self._finish_blocks(batch)  # final blocks: EOS, stop strings, text deltas
+                clk and clk.lap(FINISH)
             self.scheduler.release_finished()  # finished requests free their cache rows now
+            clk and clk.lap(SCHEDULE)
             self._account(events, t0)
             return events
 
@@ -188,6 +207,8 @@ class Engine:
                 adjust_logits(logits[r], req.params, now, req.bias, req.in_prompt)
             if req.grammar is None and (req.banned or req.params.min_tokens):  # a grammar decides where it ends
                 self._ban_stops(logits[r], req, batch.allowed[r])
+        clk = self.clock
+        clk and clk.lap(PENALTIES)
         constrained = [(r, req) for r, req in enumerate(batch.requests) if req.grammar is not None]
         allowed = list(batch.allowed)  # + this pass's grammar slot: the leftmost open position of a constrained row
         for r, req in constrained:
@@ -199,7 +220,9 @@ class Engine:
                 ids = [i for i in near if i in ok] or ids
                 ids = torch.tensor(ids, device=logits.device)
                 allowed[r] = {**allowed[r], int(open_[0]): ids}
-        ch = choose(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
+        clk and clk.lap(GRAMMAR_SLOT)
+        ch = choose_selected(logits, cand | settled, batch.x, batch.requests, allowed, batch.mask_id, batch.top)
+        clk and clk.lap(SAMPLER)
         view = PassView(
             ch.tok,
             ch.conf,
@@ -221,10 +244,14 @@ class Engine:
             if constrained:
                 sure |= rows & policy.extends(view)
                 grows |= rows & policy.extends(replace(view, conf=torch.ones_like(view.conf)))
+        clk and clk.lap(POLICY)
         for r, req in constrained:
             commit[r] = self._grammar_commit(req, cand[r], ch.tok[r], sure[r], bool(grows[r].any()))
             edit[r] = False
-        return self._step_events(batch, batch.apply(ch, commit, edit))
+        clk and clk.lap(GRAMMAR_COMMIT)
+        events = self._step_events(batch, batch.apply(ch, commit, edit))
+        clk and clk.lap(APPLY)
+        return events
 
     @staticmethod
     def _ban_stops(logits: torch.Tensor, req: Request, slots: dict) -> None:

@@ -5,6 +5,8 @@ the mask token is never produced unless a slot allows it. Greedy rows are done t
 sampled rows use their own ``torch.Generator`` (temperature, top-k, top-p, min-p) and draw once per
 position of the block each pass, so a seeded request is reproducible in any batch.
 The confidence is the probability of the chosen token under the distribution it came from.
+``choose`` computes every position of the block (the reference); ``choose_selected``, what the
+engine calls, computes only the positions a pass selects and gives the same figures there.
 Log-probabilities (for ``logprobs``) are the model's, after constraints and before temperature,
 top-k and top-p (what OpenAI-style clients expect), over every position each pass.
 """
@@ -89,6 +91,78 @@ def choose(
         top_lp, top_ids = lg.topk(min(top, lg.shape[-1]), -1)
         top_lp = top_lp - lse
     return Choice(tok, conf.masked_fill(~sel, -1.0), cur_p, logp, top_ids, top_lp)
+
+
+def choose_selected(
+    logits: torch.Tensor,
+    sel: torch.Tensor,
+    x: torch.Tensor,
+    requests: list[Request],
+    allowed,
+    mask_id: int,
+    top: int = 0,
+) -> Choice:
+    """``choose`` computed at the selected positions only (``sel``: the open positions, and the
+    committed ones of rows that edit): the softmax, argmax and gathers run over those rows of the
+    logits alone, and a sampled request's row is drawn whole, as ``choose`` draws it, so its
+    random stream is the same. At every selected position ``tok``, ``conf``, ``cur_p``, ``logp``
+    and the alternatives equal ``choose``'s; elsewhere ``tok`` is ``x``, ``conf`` -1 and the rest
+    0, which nothing reads (a pass changes selected positions only)."""
+    R, bs, V = logits.shape
+    lg = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(R * bs, V)
+    flat = sel.reshape(-1)
+    where = flat.nonzero()[:, 0]
+    at = where.tolist()  # the selected positions, flat (row * bs + position)
+    rows = lg if len(at) == R * bs else lg.index_select(0, where)  # [n, V]
+    rows[:, mask_id] = -float("inf")
+    index = {p: j for j, p in enumerate(at)}
+    for r, slots in enumerate(allowed):
+        for i, ids in slots.items():  # constrained slot: only its allowed tokens survive
+            j = index.get(r * bs + i)
+            if j is not None:
+                keep = rows[j, ids]
+                rows[j] = -float("inf")
+                rows[j, ids] = keep
+    lse = rows.logsumexp(-1)
+    best, tok_s = rows.max(-1)
+    conf_s = (best - lse).exp()
+    xs = x.reshape(-1).index_select(0, where)
+    cur_s = (rows.gather(-1, xs[:, None])[:, 0] - lse).exp()
+    sampled = [r for r, req in enumerate(requests) if req.generator is not None]
+    if sampled:
+        full = lg.view(R, bs, V)
+        for r in sampled:  # the whole row, as ``choose`` prepares and draws it
+            row = full[r]
+            row[:, mask_id] = -float("inf")
+            for i, ids in allowed[r].items():
+                keep = row[i, ids]
+                row[i] = -float("inf")
+                row[i, ids] = keep
+            t, c, p = _sample(row, x[r], requests[r])
+            js = [j for j, q in enumerate(at) if q // bs == r]
+            if js:
+                pos = torch.tensor([at[j] - r * bs for j in js], device=x.device)
+                js_t = torch.tensor(js, device=x.device)
+                tok_s[js_t], conf_s[js_t], cur_s[js_t] = t[pos], c[pos], p[pos]
+    logp_s = rows.gather(-1, tok_s[:, None])[:, 0] - lse
+    tok = x.clone().view(-1)
+    tok[where] = tok_s
+    conf = torch.full((R * bs,), -1.0, dtype=conf_s.dtype, device=x.device)
+    conf[where] = conf_s
+    cur_p = torch.zeros_like(conf)
+    cur_p[where] = cur_s
+    logp = torch.zeros_like(conf)
+    logp[where] = logp_s
+    top_ids = top_lp = None
+    if top:
+        k = min(top, V)
+        tl, ti = rows.topk(k, -1)
+        top_lp = torch.zeros(R * bs, k, dtype=tl.dtype, device=x.device)
+        top_ids = torch.zeros(R * bs, k, dtype=ti.dtype, device=x.device)
+        top_lp[where] = tl - lse[:, None]
+        top_ids[where] = ti
+        top_lp, top_ids = top_lp.view(R, bs, k), top_ids.view(R, bs, k)
+    return Choice(tok.view(R, bs), conf.view(R, bs), cur_p.view(R, bs), logp.view(R, bs), top_ids, top_lp)
 
 
 def _sample(logits: torch.Tensor, cur: torch.Tensor, req: Request):

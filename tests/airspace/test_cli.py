@@ -104,6 +104,21 @@ def test_bench_agent_writes_its_figures(tmp_path):
     demo = figures["demo"]
     assert demo["messages"] == 2 and demo["speedup"] == demo["ar"]["seconds"] / demo["default"]["seconds"]
     assert all(0 <= demo[p]["zones_right"] <= 2 for p in ("ar", "default"))
+    assert figures["default_replies"]["replies"] <= 2 and 0 <= figures["default_replies"]["faithful"] <= 1
+
+
+def test_bench_replies_writes_its_figures(tmp_path):
+    path = tmp_path / "replies.json"
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "replies", "--n", "2", "--demo", "1", "--threads", "1", "--json", str(path)])
+    assert e.value.code == 0
+    figures = json.loads(path.read_text())["figures"]
+    assert figures["split"] == "validation" and figures["tasks"]["n"] == 2 and figures["demo"]["n"] == 1
+    for what in ("tasks", "demo"):
+        for setting in ("off", "on"):
+            r = figures[what][setting]
+            assert r["replies"] <= figures[what]["n"] and 0 <= r["faithful"] <= min(r["ids_grounded"], r["well_formed"])
+    assert figures["tasks"]["on"]["ids_grounded"] == 1.0  # every reply under grounded_reply holds only the chat's ids
 
 
 def test_bench_agent_over_http_runs_the_same_tasks_the_same_way(tmp_path):

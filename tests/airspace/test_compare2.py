@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clover.airspace.v2.compare import case_chats, in_metres_calls, score, validation_chats
+from clover.airspace.compare import case_chats, in_metres_calls, score, validation_chats
 
 
 def test_either_length_form_is_the_same_call():
@@ -55,7 +55,7 @@ class _Echo:
 def test_score_offers_each_model_its_own_tools_and_reads_calls_in_metres():
     chats = validation_chats(30)
     gold = {c["messages"][-2]["content"]: c["messages"][-1].get("tool_calls") or [] for c in chats}
-    perfect = _Echo("airspace2", gold)
+    perfect = _Echo("airspace2", gold)  # the task's former name, as the bundled model records it
     res = score(perfect, chats)
     assert res["exact"] == 1.0 and res["tpf"] == 2.0 and res["tokens_per_s"] > 0
     assert all(
@@ -63,9 +63,17 @@ def test_score_offers_each_model_its_own_tools_and_reads_calls_in_metres():
         for t in perfect.tools_seen
         if t and t[0]["function"]["name"] == "create_no_fly_zone"
     )
-    old = _Echo("airspace", {})
-    score(old, chats)
-    assert all(
+    from clover.airspace.tools import AIRSPACE_TOOLS
+    from clover.data import task as seam
+
+    seam.register(seam.Task(name="metres-test", summary="the tools in whole metres", tools=lambda: AIRSPACE_TOOLS))
+    try:  # a model of another task is offered that task's tools
+        old = _Echo("metres-test", {})
+        score(old, chats)
+    finally:
+        seam.TASKS.pop("metres-test")
+        seam._loaded.pop("metres-test")
+    assert old.tools_seen and all(
         "radius_m" in t[0]["function"]["parameters"]["properties"]
         for t in old.tools_seen
         if t and t[0]["function"]["name"] == "create_no_fly_zone"

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from clover.airspace import decision_groups as D
-from clover.airspace.corpus import heldout_words
+from clover.airspace.phrasing import heldout_words
 from clover.data import decision_chat as layout
 
 

@@ -51,8 +51,9 @@ def test_the_demo_runs_each_message_under_the_default_then_ar_and_tells_each_zon
     assert POLICIES == ("default", "ar")
     # each message: its calls (one model call), then the reply (another): the default's fields, then ar's
     assert len(requests) == 12
-    default = {"policy": DEFAULT_POLICY, "threshold": DEFAULT_THRESHOLD, "max_tokens": 320, "temperature": 0}
-    assert requests[:6] == [default] * 6 and requests[6:] == [{"policy": "ar", "max_tokens": 320, "temperature": 0}] * 6
+    common = {"max_tokens": 320, "temperature": 0, "grounded_reply": True}  # the loop's grounded replies
+    default = {"policy": DEFAULT_POLICY, "threshold": DEFAULT_THRESHOLD, **common}
+    assert requests[:6] == [default] * 6 and requests[6:] == [{"policy": "ar", **common}] * 6
     kinds = [e["type"] for e in events]
     per_message = ["step", "step", "message"]
     assert kinds == ["start", "run", *per_message * 3, "end", "run", *per_message * 3, "end", "done"]

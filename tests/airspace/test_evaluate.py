@@ -23,6 +23,8 @@ def _eval(*args):
         "0",
         "--multiturn",
         "0",
+        "--plain",
+        "0",
         "--json",
         *map(str, args),
     ]
@@ -48,7 +50,7 @@ def test_eval_writes_a_result_file_with_the_tables_it_would_print(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(path.read_text())
     assert res["figures"] == json.loads(r.stdout)
-    typed = "clover eval airspace --n 3 --groups 1 --text 0 --multiturn 0 --json --policy ar --results"
+    typed = "clover eval airspace --n 3 --groups 1 --text 0 --multiturn 0 --plain 0 --json --policy ar --results"
     assert res["command"] == scrub(f"{typed} {path}")  # the temporary folder written as $TMPDIR
     head, misses, runs = res["tables"]
     assert head["columns"] == ["metric", "ar+grammar"] and ["n", "3"] in head["rows"]
@@ -111,7 +113,8 @@ def test_eval_says_where_misses_come_from_and_writes_them(tmp_path):
     assert {"tool", "call_count"} <= set(res["fields"]) and all(0 <= v <= 1 for v in res["fields"].values())
     assert sum(res["by_kind"].values()) >= 0 and set(res["by_kind"]) <= {"tool_call", "compound"}
     assert set(res["by_system_prompt"]) <= {"with", "without"}
-    assert set(res["by_unit_arithmetic"]) <= {"ft/nm to metres", "none"}
+    units = {"m", "km", "ft", "nm"}  # the units a turn's lengths were given in, or none
+    assert all(k == "none" or set(k.split("+")) <= units for k in res["by_unit_arithmetic"])
     lines = [json.loads(x) for x in errors.read_text().splitlines()]
     assert len(lines) == round(4 * (1 - res["exact_match"]))
     assert all({"message", "gold", "predicted", "text"} <= set(x) for x in lines)
@@ -121,10 +124,11 @@ def test_eval_scores_replies_in_words_and_conversations_with_earlier_turns():
     r = _eval("--policy", "ar", "--n", "0", "--groups", "0", "--text", "3", "--multiturn", "5")
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(r.stdout)
-    assert res["n"] == 0 and res["text_turns"] == 6 and res["multiturn_n"] == 5  # 3 turns + 3 chats without tools
+    assert res["n"] == 0 and res["text_turns"] == 3 and res["multiturn_n"] == 5
     assert 0 <= res["text_acc"] <= 1 and 0 <= res["multiturn_acc"] <= 1
-    assert set(res["text_by_kind"]) <= {"no_tool", "missing_tool", "clarify", "no_tools"}
-    assert set(res["multiturn_by_kind"]) <= {"tool_call", "compound", "no_tool", "missing_tool", "clarify", "no_tools"}
+    words = {"no_tool", "unserved", "missing_tool", "clarify", "no_tools"}  # kinds answered in words
+    assert set(res["text_by_kind"]) <= words
+    assert set(res["multiturn_by_kind"]) <= {"tool_call", "compound", "follow_up", *words}
 
 
 def test_eval_default_policy_and_a_threshold_sweep_with_its_aup():
@@ -174,9 +178,9 @@ def test_eval_scores_hand_written_cases(tmp_path):
 
 
 def test_eval_under_the_tool_call_grammar_reports_both_and_only_valid_calls(tmp_path):
-    from clover.airspace.tools import AIRSPACE_TOOLS
+    from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 
-    props = {t["function"]["name"]: t["function"]["parameters"] for t in AIRSPACE_TOOLS}
+    props = {t["function"]["name"]: t["function"]["parameters"] for t in EXTRACTION_TOOLS}
     errors = tmp_path / "errors.jsonl"
     r = _eval("--policy", "threshold", "--n", "6", "--groups", "0", "--grammar", "both", "--errors", errors)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -187,3 +191,24 @@ def test_eval_under_the_tool_call_grammar_reports_both_and_only_valid_calls(tmp_
             for c in x["predicted"]:
                 schema = props[c["name"]]
                 assert set(schema["required"]) <= set(c["arguments"]) <= set(schema["properties"])
+
+
+def test_replies_after_tool_results_are_judged_and_the_others_left_out():
+    """``replies_after_tools``: only answers in words after a tool result count, judged by the
+    judge given (here ``clover.bench.replies.reply_check`` with a small vocabulary)."""
+    from types import SimpleNamespace
+
+    from clover.airspace.evaluate import _replies_after_tools
+    from clover.bench.replies import reply_check
+
+    tool = [{"role": "user", "content": "recall drone 26"}, {"role": "tool", "content": '{"eta_min": 2}'}]
+    convs = [
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [*tool, {"role": "assistant", "content": "ETA 2 minutes."}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}]},
+    ]
+    outs = [SimpleNamespace(text=t) for t in ("ETA 2 minutes.", "ETA 29 minutes.", "ETA 2 minutesa.", "Hi 7")]
+    vocab = frozenset({"eta", "minutes"})
+    r = _replies_after_tools(outs, convs, lambda reply, msgs: reply_check(reply, msgs, vocab))
+    assert r == {"n": 3, "ids_grounded": 2 / 3, "well_formed": 2 / 3, "faithful": 1 / 3}

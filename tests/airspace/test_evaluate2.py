@@ -5,9 +5,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from clover.airspace.corpus import answers
+from clover.airspace.calls import answers
 from clover.airspace.evaluate import _figures
-from clover.airspace.v2.evaluate import SCORING, eval_chats2, length_units, plain_prompts, reply_right2
+from clover.airspace.scoring import SCORING, eval_chats2, length_units, plain_prompts, reply_right2
 from clover.data.chat import assistant_text
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, UNITS, extraction_tool, length_m, unit_of
 from clover.airspace.tools import AIRSPACE_TOOLS
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, UNITS, extraction_tool, length_m, unit_of
 from clover.airspace.world import World, execute
 
 
@@ -126,12 +126,13 @@ def test_an_altitude_without_its_unit_is_refused():
     assert "altitude and altitude_unit go together" in res["error"]
 
 
-def test_the_task_seam_knows_both_versions_and_a_model_names_its_own():
-    from clover.data.task import all_recipes, get_task, model_task
+def test_the_task_seam_knows_the_task_by_its_former_name_too_and_a_model_names_its_own():
+    from clover.data.task import all_recipes, canonical, get_task, model_task, task_names
 
-    assert get_task("airspace2").tools() == EXTRACTION_TOOLS
-    assert {"airspace", "airspace-ar", "airspace2"} <= set(all_recipes())
-    cfg = type("C", (), {"extra": {"recipe": "airspace2", "task": "airspace2"}})()
-    assert model_task(cfg).name == "airspace2"
+    assert get_task("airspace2") is get_task("airspace") and get_task("airspace").tools() == EXTRACTION_TOOLS
+    assert task_names() == ["airspace"] and {"airspace", "airspace-ar"} <= set(all_recipes())
+    assert canonical("airspace2") == "airspace" and canonical("airspace2-x") == "airspace-x"
+    cfg = type("C", (), {"extra": {"recipe": "airspace2", "task": "airspace2"}})()  # as the bundled model records
+    assert model_task(cfg).name == "airspace"
     old = type("C", (), {"extra": {"recipe": "airspace"}})()
-    assert model_task(old).name == "airspace" and model_task(None, default=True).name == "airspace2"  # the bundled
+    assert model_task(old).name == "airspace" and model_task(None, default=True).name == "airspace"  # the bundled

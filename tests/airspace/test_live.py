@@ -84,7 +84,7 @@ def test_served_and_in_process_agents_make_the_same_world(served):
     tasks = operator_tasks(12)
     picked = [next(t for t in tasks if t.kind == "compound"), next(t for t in tasks if t.kind == "tool_result")]
     local = LocalModel(policy="ar", threads=1)
-    remote = OpenAIModel(served, API_KEY, policy="ar")
+    remote = OpenAIModel(served, API_KEY, policy="ar", grounded_reply=True)  # as LocalModel asks by default
     assert remote.model == "clover"  # the first model the server lists
     for t in picked:
         a = run_agent(local, t.messages, t.world, t.tools)

@@ -84,8 +84,8 @@ def test_zone_tasks_each_ask_for_one_no_fly_zone():
 
 def test_the_second_task_s_tasks_run_in_the_same_world_and_the_loop_offers_a_model_its_own_tools():
     from clover.airspace.loop import default_tools
+    from clover.airspace.task import TASK
     from clover.airspace.tasks import zone_tasks
-    from clover.airspace.v2 import TASK
 
     tasks = operator_tasks(60, load=TASK.eval_split) + zone_tasks(10, load=TASK.eval_split)
     assert not any(t.gold_errors for t in tasks)

@@ -1,4 +1,4 @@
-"""Answers in words judged by what they say (``clover.airspace.v2.textscore``): for each measure,
+"""Answers in words judged by what they say (``clover.airspace.textscore``): for each measure,
 the right answer passes and a garbled word, a repeated word and wrong content each fail."""
 
 import json
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from clover.airspace.corpus import answers, gold_calls
-from clover.airspace.v2.corpus import _FINE, _THANKS, greeting_set, load_split, multiturn_set
-from clover.airspace.v2.evaluate import reply_right2
-from clover.airspace.v2.textscore import CHRF_THRESHOLD, chrf, fixed_replies, plain_right, words_match
+from clover.airspace.calls import answers, gold_calls
+from clover.airspace.chats import _FINE, _THANKS, greeting_set, load_split, multiturn_set
+from clover.airspace.scoring import reply_right2
+from clover.airspace.textscore import CHRF_THRESHOLD, chrf, fixed_replies, plain_right, words_match
 from tests.helpers import benchmark_script
 
 ROOT = Path(__file__).parents[2]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from clover.airspace import corpus
+from clover.airspace import chats, tokenizer_corpus
+from clover.airspace.calls import plain_call, score_tool_calls
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data import chat
 
@@ -41,7 +42,7 @@ def test_render_exact_format():
 
 
 def test_segments_targets_are_assistant_bodies_and_im_end():
-    e = corpus.generate("train", 40, seed=3)
+    e = tokenizer_corpus.generate("train", 40, seed=3)
     for ex in e:
         segs = chat.render_segments(ex["messages"], ex["tools"])
         assert "".join(t for t, _ in segs) == chat.render(ex["messages"], ex["tools"])
@@ -63,16 +64,17 @@ def test_parallel_tool_responses_share_one_user_turn():
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_render_parse_round_trip_for_every_kind(split):
     kinds = set()
-    for ex in corpus.generate(split, 400, seed=2) + corpus.toolless_set(split, 20) + corpus.multiturn_set(split, 20):
+    exs = tokenizer_corpus.generate(split, 400, seed=2) + chats.generate(split, 400, seed=2)
+    for ex in [e for e in exs if e["kind"] != "plain"] + chats.multiturn_set(split, 20):  # plain text: no chat
         kinds.add(ex["kind"])
         turns = [m for m in ex["messages"] if m["role"] == "assistant"]  # history (weight 0) too
         for i, (_, body) in enumerate(chat.assistant_turns(ex["messages"], ex["tools"])):
             content, calls = chat.parse_assistant(body + "<|im_end|>")
-            gold = [corpus.plain_call(c) for c in turns[i].get("tool_calls") or []]
-            assert corpus.score_tool_calls(calls, gold)
+            gold = [plain_call(c) for c in turns[i].get("tool_calls") or []]
+            assert score_tool_calls(calls, gold)
             assert [c["arguments"] for c in calls] == [c["arguments"] for c in gold]
             assert content == (turns[i].get("content") or "")
-    assert kinds == set(corpus.KINDS)
+    assert kinds == {*tokenizer_corpus.KINDS, *chats.MIX, "multi_turn"} - {"plain"}
 
 
 def test_parse_is_robust():

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from clover.airspace import corpus
+from clover.airspace import chats, tokenizer_corpus
 from clover.airspace.decision_groups import decision_examples
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data.chat import render
@@ -28,9 +28,10 @@ def apply(messages, tools=None, add_generation_prompt=False) -> str:
 
 def examples():
     rng = random.Random(3)
-    out = [corpus.example(rng, "train", 5) for _ in range(40)]
-    out += [corpus.multi_turn(rng, "train", 5) for _ in range(30)]
-    out += [corpus.example(rng, "train", 5, mix={"no_tools": 1.0}) for _ in range(10)]
+    out = [tokenizer_corpus.example(rng, "train", 5) for _ in range(40)]
+    out += [e for e in (chats.example(rng, "train") for _ in range(40)) if e["kind"] != "plain"]
+    out += [chats.multi_turn(rng, "train") for _ in range(30)]
+    out += [chats.example(rng, "train", mix={"no_tools": 1.0}) for _ in range(10)]
     out += decision_examples("train", 5, seed=1)
     return out
 

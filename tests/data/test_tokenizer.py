@@ -6,7 +6,9 @@ import random
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from clover.airspace import corpus, decision_groups
+from clover.airspace import decision_groups
+from clover.airspace import tokenizer_corpus as corpus
+from clover.airspace.calls import gold_calls
 from clover.airspace.tokenizer import build_default_tokenizer
 from clover.airspace.tools import TOOL_NAMES
 from clover.data import chat
@@ -64,7 +66,7 @@ def test_a_name_is_the_same_tokens_in_the_message_and_in_the_json(tok):
         msgs = [m for m in e["messages"] if m["role"] != "system"]
         user = tok.encode(msgs[0]["content"])
         body = tok.encode(chat.assistant_text(msgs[1]))
-        for c in corpus.gold_calls(e):
+        for c in gold_calls(e):
             for k in ("zone_name", "target"):
                 if k in c["arguments"]:
                     v = tok.encode(c["arguments"][k])

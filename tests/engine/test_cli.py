@@ -177,7 +177,7 @@ def test_bench_context_writes_its_figures(tmp_path, capsys):
 
 
 def test_chat_offers_the_airspace_tools_only_to_a_model_trained_for_them():
-    from clover.airspace.tools import AIRSPACE_TOOLS
+    from clover.airspace.extraction_tools import EXTRACTION_TOOLS as AIRSPACE_TOOLS
 
     m = CloverForBlockDiffusion(preset("tiny"))
     args = argparse.Namespace(tools="auto")

@@ -234,7 +234,7 @@ def test_grounded_answers_are_the_same_one_per_pass_or_in_runs(bundled_engine, b
     answers on the bundled model's validation chats, in fewer passes."""
     from dataclasses import replace
 
-    from clover.airspace.v2.corpus import load_split
+    from clover.airspace.chats import load_split
     from clover.api.structured import tools_grammar
     from clover.data.chat import render_chat
     from clover.engine import SamplingParams

@@ -50,6 +50,8 @@ def test_batch_with_rows_of_their_own_lengths(pair):
     sub = lc.select([1])
     lm.step(sub, commit=commit[1:], block_size=bs)
     assert sub.lengths.tolist() == [96] and lc.lengths.tolist() == [48, 80]  # select copies
+    kept = lc.keep([1])  # keep hands the row itself over (a batch's requests leaving)
+    assert kept.rows == [lc.rows[1]] and kept.rows[0] is lc.rows[1]
     with pytest.raises(ValueError, match="not block boundaries of 32"):
         lm.step(lc, denoise=den, block_size=32)
 

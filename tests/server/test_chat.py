@@ -235,3 +235,21 @@ def test_an_agent_loop_reuses_the_previous_turns_prefix(live, tiny_model, tokeni
             ]
         metrics = httpx.get(srv.url + "/metrics").text
     assert engine.prefix_cache.hits >= 2 and "clover_prefix_cache_hit_tokens" in metrics
+
+
+def test_grounded_reply_holds_numbers_and_ids_to_the_conversation(client):
+    """``grounded_reply``: a random model's sampled replies, streamed or not, hold only the
+    conversation's numbers and ids; the same requests without it make some up."""
+    from clover.engine.reply_grounding import id_runs
+
+    msgs = [{"role": "user", "content": "status of drone 26 and Golf-3 please"}]
+    held, made_up = {"26", "Golf-3"}, 0
+    for seed in range(8):
+        kw = dict(model="clover", messages=msgs, max_tokens=24, temperature=1.0, seed=seed)
+        on = client.chat.completions.create(**kw, extra_body={"grounded_reply": True})
+        assert set(id_runs(on.choices[0].message.content or "")) <= held
+        chunks = client.chat.completions.create(**kw, extra_body={"grounded_reply": True}, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == on.choices[0].message.content
+        off = client.chat.completions.create(**kw)
+        made_up += not set(id_runs(off.choices[0].message.content or "")) <= held
+    assert made_up >= 2

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover.airspace.recipes import AirspaceArRecipe, airspace_source
+from clover.airspace.ar_recipe import AirspaceArRecipe
+from clover.airspace.diffusion_recipe import airspace2_source
 from clover.data.chat import parse_assistant
 from clover.data.tokenizer import CloverTokenizer
 from clover.train.ar import ArTrainer, build_model, next_token_loss
@@ -92,7 +93,7 @@ def test_loss_falls_on_a_micro_run_and_resume_is_bit_exact(tmp_path):
         torch.manual_seed(0)
         r = _recipe(steps=steps, lr=1e-2, warmup=2, ckpt_every=5, log_every=1, eval_every=1000)
         model = build_model(r.hf_config(tok))
-        t = ArTrainer(model, airspace_source(tok, r, "train", seed=0), r.train, tmp_path / "run", tokenizer=tok)
+        t = ArTrainer(model, airspace2_source(tok, r, "train", seed=0), r.train, tmp_path / "run", tokenizer=tok)
         if resume:
             assert t.resume()
         return [h["loss"] for h in t.fit(progress=False, until=until)]

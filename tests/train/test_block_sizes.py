@@ -97,7 +97,7 @@ def test_a_run_with_drawn_block_sizes_trains_at_each_and_resumes_bit_exactly(tmp
 
 
 def test_the_recipe_option_is_set_and_turned_off_by_config():
-    from clover.airspace.v2.recipes import Airspace2Recipe
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
     from clover.train.setup import SetupError, apply_overrides
 
     r = Airspace2Recipe()

@@ -74,7 +74,7 @@ def test_init_from_a_model_of_another_shape_is_refused(tmp_path):
 
 def _chats(path, n=25):
     """Chat JSONL in OpenAI's fine-tuning format: airspace turns plus a tool the model never saw."""
-    from clover.airspace.corpus import generate
+    from clover.airspace.tokenizer_corpus import generate
 
     weather = {
         "type": "function",
@@ -136,8 +136,8 @@ def test_bad_chat_data_is_refused_with_its_line(tmp_path):
 def test_chat_source_is_a_pure_function_of_the_step():
     import torch
 
-    from clover.airspace.corpus import generate
     from clover.airspace.recipes import AirspaceRecipe
+    from clover.airspace.tokenizer_corpus import generate
     from clover.data.tokenizer import CloverTokenizer
     from clover.train.recipes import chat_source
 
@@ -147,44 +147,19 @@ def test_chat_source_is_a_pure_function_of_the_step():
     assert all(torch.equal(a[k], b[k]) for k in a) and a["target"].any()
 
 
-def test_toolless_frac_mixes_in_chats_without_tools_and_zero_keeps_the_old_batches():
-    import dataclasses
-    import random
-
-    import torch
-
-    from clover.airspace.corpus import example
-    from clover.airspace.recipes import AirspaceRecipe, airspace_source
-    from clover.data.tokenizer import CloverTokenizer
-    from clover.train.recipes import collate, encode_example
-
-    tok = CloverTokenizer.load(BUNDLED)
-    base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0)
-    off, on = airspace_source(tok, base)(5), airspace_source(tok, dataclasses.replace(base, toolless_frac=0.5))(5)
-    tools_in = [tok.decode(row.tolist()).count("<tools>") for row in on["x0"]]
-    assert all(tok.decode(row.tolist()).count("<tools>") == 1 for row in off["x0"])  # every corpus chat offers tools
-    assert 4 < tools_in.count(0) < 20  # about half drop them
-    # 0 draws nothing: the batches of every run before the field existed replay bit for bit
-    rng, rows = random.Random("airspace-train-0-5"), []
-    for _ in range(base.batch_size):
-        rng.random()  # the decision-group draw, as before
-        ex = example(rng, "train", 5, pieces=tok.word_pieces())
-        rows.append(encode_example(tok, ex, base.max_len, base.train.block_size, rng))
-    assert all(torch.equal(off[k], v) for k, v in collate(rows, tok.pad_token_id).items())
-
-
-def test_multiturn_frac_mixes_in_conversations_with_earlier_turns():
+def test_conversation_frac_mixes_in_conversations_with_earlier_turns():
     import dataclasses
 
-    from clover.airspace.recipes import AirspaceRecipe, airspace_source
+    from clover.airspace.diffusion_recipe import Airspace2Recipe, airspace2_source
     from clover.data.tokenizer import CloverTokenizer
 
     tok = CloverTokenizer.load(BUNDLED)
-    base = dataclasses.replace(AirspaceRecipe(), batch_size=24, decision_frac=0.0, curriculum_steps=0, max_len=2048)
+    base = dataclasses.replace(Airspace2Recipe(), batch_size=24, decision_frac=0.0, greeting_frac=0.0, max_len=2048)
     users = lambda batch: [tok.decode(r.tolist()).count("<|im_start|>user") for r in batch["x0"]]
-    assert set(users(airspace_source(tok, base)(5))) == {1}  # (the toolless test: 0 replays the old batches)
-    on = airspace_source(tok, dataclasses.replace(base, multiturn_frac=0.5))(5)
-    assert 4 < sum(n >= 2 for n in users(on)) < 20  # about half hold earlier turns
+    off = airspace2_source(tok, dataclasses.replace(base, conversation_frac=0.0))(5)
+    on = airspace2_source(tok, dataclasses.replace(base, conversation_frac=0.5))(5)
+    assert sum(n >= 2 for n in users(off)) < 6  # the corpus's own follow-ups only
+    assert 8 < sum(n >= 2 for n in users(on)) < 22  # about half hold earlier turns
     assert all(on["target"][i].any() for i in range(len(on["x0"])))  # each row has an answer to learn
 
 

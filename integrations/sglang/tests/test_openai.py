@@ -15,7 +15,7 @@ MAX_TOKENS = 160
 
 def conversations(n: int):
     """The first ``n`` tool-call turns of the bundled model's airspace test split: (messages, tools, gold)."""
-    from clover.airspace.corpus import gold_calls
+    from clover.airspace.calls import gold_calls
     from clover.data.task import model_task
 
     out = []
@@ -71,7 +71,7 @@ def clover_answers(clover_model, tokenizer):
 def test_tool_calls_right_where_clover_is(server, clover_answers):
     from openai import OpenAI
 
-    from clover.airspace.corpus import score_tool_calls
+    from clover.airspace.calls import score_tool_calls
 
     s = server("prefix")
     client = OpenAI(base_url=s.url + "/v1", api_key="none")

@@ -12,10 +12,11 @@ from typing import ClassVar
 
 import torch
 
+from clover.airspace.chats import example, greeting, multi_turn, written_chat
 from clover.airspace.decision_groups import decision_examples
 from clover.airspace.recipes import AirspaceRecipe
-from clover.airspace.v2 import NAME
-from clover.airspace.v2.corpus import example, greeting, multi_turn
+from clover.airspace.task import NAME
+from clover.airspace.tool_lists import drawn_tools
 from clover.data.chat import IM_END
 from clover.data.tokenizer import CloverTokenizer
 from clover.model import CloverConfig
@@ -48,9 +49,19 @@ class Airspace2Recipe(AirspaceRecipe):
     greeting_no_tools_frac: float = 0.0  # of those greetings: drawn in a chat that offers no tools
     greeting_composed_frac: float = 0.0  # of their remarks (train only): composed from parts (``composed_remark``)
     curriculum_steps: int = 0
+    # "units": lengths as a number and a unit enum, times HH:MM, ids D-<n> (``tools.EXTRACTION_TOOLS``);
+    # "written": lengths, times and drone ids copied as the operator wrote them (``extraction_tools.WRITTEN_TOOLS``)
+    values: str = "units"
+    tool_list_frac: float = 0.0  # of the chats that offer tools: the list drawn as users pass theirs
+    tool_missing_frac: float = 0.0  # of those that are one call: asked without its tool, declined in words
     name: ClassVar[str] = NAME
 
+    def check(self) -> None:
+        if self.values not in ("units", "written"):
+            raise ValueError(f"data field 'values' must be 'units' or 'written', got {self.values!r}")
+
     def source(self, tok: CloverTokenizer, split: str = "train", seed: int = 0):
+        self.check()
         return airspace2_source(tok, self, split, seed)
 
     def validation_batches(self, tok: CloverTokenizer, n: int = 4) -> list[dict]:
@@ -59,7 +70,8 @@ class Airspace2Recipe(AirspaceRecipe):
 
     def model_config(self, tok: CloverTokenizer) -> CloverConfig:
         cfg = super().model_config(tok)
-        cfg.extra = {**cfg.extra, "task": NAME}
+        self.check()
+        cfg.extra = {**cfg.extra, "task": NAME, "values": self.values}
         return cfg
 
 
@@ -69,6 +81,19 @@ def encode_plain(tok: CloverTokenizer, ex: dict, max_len: int, block_size: int) 
     ids, tgt = tok.encode_segments([(ex["prompt"], False), (ex["text"][len(ex["prompt"]) :] + IM_END, True)])
     fill = -len(ids) % block_size
     return (ids + [tok.pad_token_id] * fill)[:max_len], (tgt + [True] * fill)[:max_len]
+
+
+def shaped(ex: dict, recipe: Airspace2Recipe, rng: random.Random, split: str) -> dict:
+    """A corpus chat in the recipe's form: its values as written (``chats.written_chat``) when
+    ``recipe.values`` says so, and (train only) its tool list drawn as users pass theirs
+    (``tool_lists.drawn_tools``). Decision groups and plain text pass as they are."""
+    if "surfaces" not in ex:
+        return ex
+    if recipe.values == "written":
+        ex = written_chat(ex)
+    if split == "train" and ex.get("tools") and recipe.tool_list_frac and rng.random() < recipe.tool_list_frac:
+        ex = drawn_tools(ex, rng, recipe.tool_missing_frac)
+    return ex
 
 
 def airspace2_source(tok: CloverTokenizer, recipe: Airspace2Recipe, split: str = "train", seed: int = 0):
@@ -89,6 +114,7 @@ def airspace2_source(tok: CloverTokenizer, recipe: Airspace2Recipe, split: str =
                 ex = greeting(rng, split, recipe.greeting_no_tools_frac, recipe.greeting_composed_frac)
             else:
                 ex = example(rng, split, pieces=pieces)
+            ex = shaped(ex, recipe, rng, split)
             if ex["kind"] == "plain":
                 rows.append(encode_plain(tok, ex, recipe.max_len, bs))
             else:

@@ -17,9 +17,17 @@ from decimal import InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover.airspace.corpus import plain_call, score_tool_calls
-from clover.airspace.v2.corpus import load_split
-from clover.airspace.v2.tools import EXTRACTION_TOOLS, drone_key, in_metres, uses_units, with_unit_names
+from clover.airspace.calls import plain_call, score_tool_calls
+from clover.airspace.chats import load_split
+from clover.airspace.extraction_tools import (
+    EXTRACTION_TOOLS,
+    drone_key,
+    in_metres,
+    uses_units,
+    with_unit_names,
+    written_form,
+)
+from clover.airspace.values import as_written
 from clover.data.task import model_task
 
 if TYPE_CHECKING:
@@ -29,14 +37,17 @@ SCORED_KINDS = ("tool_call", "compound", "follow_up", "unserved", "clarify", "no
 
 
 def in_metres_calls(calls: list[dict]) -> list[dict]:
-    """Calls (either form) as ``{"name", "arguments"}`` as the world reads them: lengths in metres,
-    drone ids ``D-<n>`` ("drone 17" and "D-17" are the same drone); a length that cannot be read
-    is left as it is (and so matches nothing)."""
+    """Calls (any form) as ``{"name", "arguments"}`` as the world reads them: lengths in metres,
+    times ``HH:MM``, drone ids ``D-<n>`` ("2.5 km" and ``{"radius": 2.5, "radius_unit": "km"}``,
+    "6pm" and "18:00", "drone 17" and "D-17" are the same; ``values.as_written``); a value that
+    cannot be read is left as it is (and so matches nothing)."""
     out = []
     for c in map(plain_call, calls):
         args = c["arguments"]
         if isinstance(args, dict) and "drone_id" in args:
             args = {**args, "drone_id": drone_key(args["drone_id"])}
+        read, problem = as_written(c["name"], args)
+        args = read if problem is None else args
         if uses_units(c["name"], args):
             try:
                 metres, _ = in_metres(c["name"], with_unit_names(c["name"], args))
@@ -80,6 +91,8 @@ def score(
     offered all six in the model's own form (a chat's subset always holds the tools it needs), so
     the chats run as one batch; a chat without tools runs without."""
     own = model_task(llm.config, default=True).tools()
+    if (getattr(llm.config, "extra", None) or {}).get("values") == "written":
+        own = written_form(own)
     groups: dict[bool, list[int]] = defaultdict(list)
     for i, ex in enumerate(chats):
         groups[ex["tools"] is not None].append(i)

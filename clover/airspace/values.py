@@ -10,7 +10,7 @@ so a call written either way has the same effect:
   library reads the unit, except the schema's four and their aliases ("nm", "NM", "nmi",
   "nautical miles", "kms"; pint reads "nm" as nanometres), which the tools' own table reads, and
   "mtrs" and "n mi", which pint does not know. The result is whole metres, rounded
-  half up as ``clover.airspace.v2.tools.length_m`` rounds;
+  half up as ``clover.airspace.extraction_tools.length_m`` rounds;
 * a time (``start_time``/``end_time``) → 24-hour ``HH:MM``: ``python-dateutil`` reads the clock
   forms ("6pm", "6:30 p.m.", "18:00"); the rules below read what it refuses or misreads: 4-digit
   times ("2130", "0045 hrs", which dateutil takes for a year), "9.30am" (dateutil: 09:00), "18h30",
@@ -29,7 +29,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
-from clover.airspace.v2.tools import LENGTHS, UNITS, drone_key, unit_of
+from clover.airspace.extraction_tools import LENGTHS, UNITS, drone_key, unit_of
 
 
 class Unreadable(ValueError):

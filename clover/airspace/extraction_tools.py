@@ -120,6 +120,48 @@ def _with_units(tool: dict) -> dict:
 EXTRACTION_TOOLS: list[dict] = [_grounded(_with_units(t)) for t in AIRSPACE_TOOLS]
 
 
+# the values-as-written form (``values.as_written`` reads them): lengths, times and drone ids are
+# spans of the operator's words, copied as written; code reads them
+_WRITTEN = {
+    "radius": "Radius as the operator wrote it, number and unit: '2.5 km', '1,500 ft', '2 nm'.",
+    "altitude": "New altitude as the operator wrote it, number and unit: '120 m', '400 ft'.",
+    "start_time": "Activation start as the operator wrote it: '6pm', '0045 hrs', '18:30'.",
+    "end_time": "Activation end as the operator wrote it: '9pm', '2130', 'noon'.",
+    "drone_id": "The drone as the operator wrote it: 'drone 17', '#901', 'UAV-23', 'D-17'.",
+}
+GROUNDED_WRITTEN = {**GROUNDED, "start_time": "user", "end_time": "user", "drone_id": "conversation"}
+
+
+def _written(tool: dict) -> dict:
+    t = copy.deepcopy(tool)
+    fn = t["function"]
+    params = fn["parameters"]
+    units = LENGTHS[fn["name"]][1] if fn["name"] in LENGTHS else None
+    params["properties"] = {
+        k: ({"type": "string", "description": _WRITTEN[k], "x-grounded": GROUNDED_WRITTEN[k]} if k in _WRITTEN else v)
+        for k, v in params["properties"].items()
+        if k != units
+    }
+    params["required"] = [k for k in params["required"] if k != units]
+    if fn["name"] == "create_no_fly_zone":
+        fn["description"] = (
+            "Create a circular no-fly zone around a point. Radius and activation window as the operator wrote them."
+        )
+    return t
+
+
+WRITTEN_TOOLS: list[dict] = [_written(t) for t in EXTRACTION_TOOLS]
+
+
+def written_form(tools: list[dict] | None) -> list[dict] | None:
+    """``tools`` (the extraction tools, any subset and order) in the values-as-written form;
+    a tool that is not an airspace tool is kept as it is."""
+    if tools is None:
+        return None
+    by_name = {t["function"]["name"]: t for t in WRITTEN_TOOLS}
+    return [by_name.get(t["function"]["name"], t) for t in tools]
+
+
 def extraction_tool(name: str) -> dict:
     """The extraction form of tool ``name`` (KeyError if it is not an airspace tool)."""
     for t in EXTRACTION_TOOLS:

@@ -7,7 +7,7 @@ second corpus, with what that corpus adds.
   breakdown by length is by the unit the operator used (``ft``, ``nm``, ``km``, ``m`` or none).
 * Replies in words (small talk, requests no tool serves, a tool not offered, a missing argument,
   chats offering no tools) are right when they call no tool and say the corpus's reply
-  (``clover.airspace.v2.textscore``: a fixed answer word for word, any other by chrF);
+  (``clover.airspace.textscore``: a fixed answer word for word, any other by chrF);
   ``text_exact`` counts those word for word, ``text_no_call`` (not a score) those that have words
   and no call, whatever the words.
 * Conversations: half follow-ups, whose last turn refers back to an earlier one, half
@@ -22,15 +22,16 @@ second corpus, with what that corpus adds.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import re
 
-from clover.airspace.corpus import gold_calls, score_tool_calls
+from clover.airspace.calls import gold_calls, score_tool_calls
+from clover.airspace.chats import TEXT_KINDS, load_split, multiturn_set, written_chat
+from clover.airspace.compare import in_metres_calls
 from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
-from clover.airspace.v2.compare import in_metres_calls
-from clover.airspace.v2.corpus import TEXT_KINDS, load_split, multiturn_set
-from clover.airspace.v2.names import HELDOUT_FAMILIES
-from clover.airspace.v2.textscore import plain_right, reply_words_right
-from clover.airspace.v2.tools import LENGTHS, unit_of
+from clover.airspace.extraction_tools import LENGTHS, unit_of
+from clover.airspace.names import HELDOUT_FAMILIES
+from clover.airspace.textscore import plain_right, reply_words_right
 
 
 def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None):
@@ -52,11 +53,15 @@ def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: li
 
 def length_units(ex: dict, message: str) -> str:
     """The units a turn's gold lengths were given in (``ft``, ``nm+m``, …), or ``none``."""
-    given = [
-        c["arguments"][LENGTHS[c["name"]][1]]
-        for c in gold_calls(ex)
-        if c["name"] in LENGTHS and LENGTHS[c["name"]][1] in c["arguments"]
-    ]
+    given = []
+    for c in gold_calls(ex):
+        if c["name"] not in LENGTHS:
+            continue
+        value, unit, _ = LENGTHS[c["name"]]
+        if unit in c["arguments"]:
+            given.append(c["arguments"][unit])
+        elif isinstance(c["arguments"].get(value), str):  # as written: "2.5 km" -> km
+            given.append(re.sub(r"^[\d.,]+[ -]?", "", c["arguments"][value]).rstrip("."))
     units = sorted({unit_of(u) or "?" for u in given})
     return "+".join(units) or "none"
 
@@ -85,4 +90,18 @@ SCORING = Scoring(
     held_out=lambda family: family in HELDOUT_FAMILIES,
 )
 
-evaluate_airspace2 = functools.partial(evaluate_airspace, scoring=SCORING)
+
+def written_chats(*args, **kwargs):
+    """``eval_chats2``'s chats with tools and gold calls in the values-as-written form."""
+    return tuple([written_chat(e) for e in chats] for chats in eval_chats2(*args, **kwargs))
+
+
+# a model trained on values as written (``values: written`` in its config) is offered those tools
+WRITTEN_SCORING = dataclasses.replace(SCORING, chats=written_chats)
+
+
+def evaluate_airspace2(model, tok, *args, **kwargs) -> dict:
+    """``evaluate_airspace`` with this corpus's scoring, in the form of values the model was
+    trained on (its config's ``extra["values"]``)."""
+    written = (getattr(model.config, "extra", None) or {}).get("values") == "written"
+    return evaluate_airspace(model, tok, *args, scoring=WRITTEN_SCORING if written else SCORING, **kwargs)

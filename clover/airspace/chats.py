@@ -27,7 +27,9 @@ import random
 import re
 from collections.abc import Iterator
 
-from clover.airspace.corpus import _GREET, _WELCOME, SMALLTALK, _call, declined, no_tool_message, tool_result
+from clover.airspace import names
+from clover.airspace.calls import _call
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, LENGTHS, drone_key, written_form
 from clover.airspace.phrasing import (
     _MISSION_WORDS,
     CITIES,
@@ -45,9 +47,8 @@ from clover.airspace.phrasing import (
     drone_surface,
     system_prompt,
 )
-from clover.airspace.tools import MISSION_TYPES
-from clover.airspace.v2 import names
-from clover.airspace.v2.phrasing import (
+from clover.airspace.replies import _GREET, _WELCOME, SMALLTALK, declined, no_tool_message, tool_result
+from clover.airspace.templates import (
     ALT_T,
     CREATE_T,
     LIFT_T,
@@ -63,7 +64,7 @@ from clover.airspace.v2.phrasing import (
     style,
     time_surface2,
 )
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.tools import MISSION_TYPES
 
 SPLITS = ("train", "validation", "test")
 MIX = {
@@ -87,6 +88,9 @@ UNSERVED = (
 Action = tuple[Pieces, list[tuple[str, dict]]]
 
 
+_DRONE_FORMS = {fid for fid, _ in drone_forms(0)}
+
+
 class Gen(Ctx):
     """One example's generation state: the first corpus's (rng, split, word pieces, novel) and
     the names used, with their families."""
@@ -94,6 +98,18 @@ class Gen(Ctx):
     def __init__(self, rng: random.Random, split: str, pieces: tuple[str, ...] = ()):
         super().__init__(rng, split, pieces)
         self.names: list[tuple[str, str]] = []
+        self.surfaces: list[list] = []  # [text as written, gold] of every length, time and drone drawn
+
+    def form(self, tid: str, forms: list[tuple]) -> tuple:
+        f = super().form(tid, forms)
+        if len(f) > 2 or f[0] in _DRONE_FORMS:  # a length, a time or a drone (not coordinates)
+            self.surfaces.append([f[1], f[2] if len(f) > 2 else None])
+        return f
+
+    def drone_said(self, text: str) -> str:
+        """Record a drone written outside ``form`` ("drones 3, #5 and d7", "same for UAV 9")."""
+        self.surfaces.append([text, None])
+        return text
 
     def name(self, target: bool = False) -> str:
         n, fam = names.name(self.rng, self.split, target, self.pieces)
@@ -183,7 +199,7 @@ def act_many(g: Gen, n: int) -> Action:
     while len(nums) < n:
         x = drone_number(g.rng, g.split)
         nums += [x] if x not in nums else []
-    items = [g.rng.choice(["D-{}", "d{}", "{}", "#{}"]).format(x) for x in nums]
+    items = [g.drone_said(g.rng.choice(["D-{}", "d{}", "{}", "#{}"]).format(x)) for x in nums]
     ds = ", ".join(items[:-1]) + g.rng.choice([" and ", " & ", ", ", "/"]) + items[-1]
     ds = ("drones " if not items[0].startswith(("D", "d")) else "") + ds
     t = {
@@ -341,7 +357,7 @@ def follow_up(g: Gen) -> tuple[list[dict], list[tuple[str, dict]], Pieces]:
         return history, [(tool, {"drone_id": d})], [(rng.choice(_DRONE_BACK[tool]), True)]
     if k < 0.65:  # the same again, for another drone
         n2 = drone_number(rng, g.split)
-        d2 = rng.choice(drone_forms(n2))[1]
+        d2 = g.drone_said(rng.choice(drone_forms(n2))[1])
         text = _fill(rng.choice(["same for {d}", "now do {d} too", "and {d} as well"]), d=d2)
         return history, [(name, {**args, "drone_id": f"D-{n2}"})], text
     if k < 0.85:
@@ -531,8 +547,10 @@ def greeting(rng: random.Random, split: str, no_tools: float = 0.0, composed: fl
     text, answer = _greeting_text(rng, split, composed)
     text = text + rng.choice(["", "", "!", "."]) if text[-1].isalnum() else text
     msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    surfaces = []
     if answer == _THANKS and rng.random() < 0.5:
         earlier = example(rng, split, mix={"tool_result": 1.0})
+        surfaces = earlier["surfaces"]
         msgs = [
             dict(m, weight=0) if m["role"] == "assistant" else m for m in earlier["messages"] if m["role"] != "system"
         ] + msgs
@@ -544,6 +562,7 @@ def greeting(rng: random.Random, split: str, no_tools: float = 0.0, composed: fl
         "split": split,
         "novel": False,
         "names": [],
+        "surfaces": surfaces,
     }
 
 
@@ -619,7 +638,88 @@ def example(rng: random.Random, split: str, mix: dict[str, float] | None = None,
     first = next(m["content"] for m in msgs if m["role"] == "user")
     system = system_prompt(first, split)
     msgs = ([{"role": "system", "content": system}] if system is not None else []) + msgs
-    return {"kind": kind, "tools": tools, "messages": msgs, "split": split, "novel": g.novel, "names": g.names}
+    return {
+        "kind": kind,
+        "tools": tools,
+        "messages": msgs,
+        "split": split,
+        "novel": g.novel,
+        "names": g.names,
+        "surfaces": g.surfaces,
+    }
+
+
+# -- values as written ----------------------------------------------------------------------------
+def _written_value(surfaces: list[list], key: str, gold, found) -> str | None:
+    """The text a value was drawn from, as the chat's source writes it (``found(key, text)``):
+    a drone ``D-<n>``, a time ``HH:MM`` or a length ``(number, unit)``; the first one drawn that
+    the source holds wins (None if the chat never wrote it)."""
+    for text, g in surfaces:
+        if key == "drone_id" and (g is not None or drone_key(text) != gold):
+            continue
+        if key != "drone_id" and (g is None or (tuple(g) if isinstance(g, (list, tuple)) else g) != gold):
+            continue
+        if (out := found(key, text)) is not None:
+            return out
+    return None
+
+
+def written_arguments(name: str, args: dict, surfaces: list[list], found) -> dict:
+    """A gold call's arguments with lengths, times and drone ids as the message wrote them
+    (``{"radius": 2.5, "radius_unit": "km"}`` → ``{"radius": "2.5 km"}``, ``"18:00"`` → ``"6pm"``,
+    ``"D-17"`` → ``"drone 17"``), read back by ``values.as_written``; ``found(key, text)`` gives
+    ``text`` as the source of ``key`` writes it, or None. A value the source does not hold as
+    drawn stays as it was."""
+    out = dict(args)
+    for key in ("drone_id", "start_time", "end_time"):
+        if key in out and (text := _written_value(surfaces, key, out[key], found)) is not None:
+            out[key] = text
+    if name in LENGTHS:
+        value, unit, _ = LENGTHS[name]
+        if value in out and unit in out:
+            text = _written_value(surfaces, value, (out[value], out[unit]), found)
+            if text is not None:
+                out = {k: (text if k == value else v) for k, v in out.items() if k != unit}
+    return out
+
+
+_WRITTEN_KEYS = {"drone_id", "start_time", "end_time", "radius", "altitude"}
+
+
+def _as_in(text: str, source: str) -> str | None:
+    """``text`` as ``source`` writes it: itself, or the same letters in the source's casing (a
+    window moved to the front of a message is lowercased with it: "12 AM" → "12 am")."""
+    if text in source:
+        return text
+    at = source.lower().find(text.lower())
+    return source[at : at + len(text)] if at >= 0 else None
+
+
+def written_chat(ex: dict) -> dict:
+    """``ex`` with its tools and its gold calls in the values-as-written form
+    (``extraction_tools.WRITTEN_TOOLS``): what a model of that form is trained on and scored against.
+    ``written_spans`` says whether every value written so is a span of the chat's user turns
+    (drone ids: of the conversation before the call); a value whose words a typo changed is not,
+    and stays in its earlier form."""
+    surfaces = ex.get("surfaces") or []
+    msgs, spans = [], True
+    for m in ex["messages"]:
+        if m.get("tool_calls"):
+            user = "\n".join(x["content"] or "" for x in msgs if x["role"] == "user")
+            said = "\n".join(str(x.get("content") or "") for x in msgs)
+            calls = []
+            for c in m["tool_calls"]:
+                fn = c["function"]
+                args = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+                found = lambda k, text: _as_in(text, said if k == "drone_id" else user)
+                new = written_arguments(fn["name"], args, surfaces, found)
+                if any(not isinstance(new[k], str) or found(k, new[k]) is None for k in _WRITTEN_KEYS & new.keys()):
+                    new, spans = args, False
+                new = json.dumps(new, ensure_ascii=False) if isinstance(fn["arguments"], str) else new
+                calls.append({**c, "function": {**fn, "arguments": new}})
+            m = {**m, "tool_calls": calls}
+        msgs.append(m)
+    return {**ex, "messages": msgs, "tools": written_form(ex.get("tools")), "written_spans": spans}
 
 
 # the earlier exchanges of a ``multi_turn`` conversation (a request with its calls, results and
@@ -638,16 +738,19 @@ def multi_turn(rng: random.Random, split: str, pieces: tuple[str, ...] = ()) -> 
     final = example(rng, split, mix=_FINAL_MIX, pieces=pieces)
     offered = {t["function"]["name"] for t in final["tools"] or []}
     history: list[dict] = []
+    surfaces = list(final.get("surfaces", []))
     for _ in range(rng.choice((1, 1, 2, 3))):
         h = example(rng, split, mix=_HISTORY_MIX if offered else {"no_tools": 1.0}, pieces=pieces)
         if any(c["function"]["name"] not in offered for m in h["messages"] for c in m.get("tool_calls") or []):
             h = example(rng, split, mix={"no_tool": 1.0}, pieces=pieces)  # small talk instead
+        surfaces += h.get("surfaces", [])
         history += [
             dict(m, weight=0) if m["role"] == "assistant" else m for m in h["messages"] if m["role"] != "system"
         ]
     msgs = final["messages"]
     head = msgs[:1] if msgs[0]["role"] == "system" else []
-    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=head + history + msgs[len(head) :])
+    messages = head + history + msgs[len(head) :]
+    return dict(final, kind="multi_turn", final_kind=final["kind"], messages=messages, surfaces=surfaces)
 
 
 def multiturn_set(split: str, n: int = 100) -> list[dict]:

@@ -1,26 +1,27 @@
-"""The airspace task, second version (``airspace2``): the extraction tools (``tools``: lengths as
-the operator gave them, a number and a unit, converted to metres by the world in code), and a
-corpus (``corpus``) of open-ended names held out by family, requests no tool serves, questions
-for a missing argument, follow-ups that refer back, plain text, and wider phrasing.
+"""The airspace task (``clover.data.task``'s ``TASK``): the extraction tools (``extraction_tools``:
+lengths as the operator gave them, a number and a unit, converted to metres by the world in code),
+the corpus (``chats``) of open-ended names held out by family, requests no tool serves, questions
+for a missing argument, follow-ups that refer back, plain text, and wider phrasing; its world,
+evaluation (``scoring``), recipes and tokenizer.
 
-This is the bundled model's task, and the one a model that names none falls back to; a model
-trained with a recipe of this package records ``airspace2`` in its config (``clover.data.task.
-model_task`` reads it), and one trained on the first version (``clover.airspace``, the metres
-tools) records ``airspace``. World, agent loop and tasks are shared: the world runs both argument
-forms.
+This is the bundled model's task, and the one a model that names none falls back to. A model
+trained with one of its recipes records ``airspace`` in its config (``clover.data.task.model_task``
+reads it); the bundled model, trained before the task took that name, records ``airspace2``, a
+former name of it (``clover.data.task.ALIASES``). The world also runs the metres form of the tools
+(``clover.airspace.tools``) that models of the first corpus (``tokenizer_corpus``) call.
 """
 
 from __future__ import annotations
 
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.airspace.world import World, execute
 from clover.data.task import Task
 
-NAME = "airspace2"
+NAME = "airspace"
 
 
 def _corpus(split: str, n: int, seed: int = 0) -> list[dict]:
-    from clover.airspace.v2.corpus import generate  # deferred: the corpus is large to import
+    from clover.airspace.chats import generate  # deferred: the corpus is large to import
 
     return generate(split, n, seed=seed)
 
@@ -40,19 +41,19 @@ def _execute(world, name: str, arguments) -> dict:
 
 
 def _eval_split(split: str, n: int) -> list[dict]:
-    from clover.airspace.v2.corpus import load_split  # deferred: the corpus is large to import
+    from clover.airspace.chats import load_split  # deferred: the corpus is large to import
 
     return load_split(split, n)
 
 
 def _recipes() -> dict[str, type]:
-    from clover.airspace.v2.recipes import RECIPES  # deferred: the recipes import torch
+    from clover.airspace import ar_recipe, diffusion_recipe  # deferred: the recipes import torch
 
-    return RECIPES
+    return {**diffusion_recipe.RECIPES, **ar_recipe.RECIPES}
 
 
 def _evaluate(*args, **kwargs) -> dict:
-    from clover.airspace.v2.evaluate import evaluate_airspace2  # deferred: the engine and torch
+    from clover.airspace.scoring import evaluate_airspace2  # deferred: the engine and torch
 
     return evaluate_airspace2(*args, **kwargs)
 
@@ -78,7 +79,7 @@ TASK = Task(
     world=_world,
     world_from_dict=_world_from_dict,
     execute=_execute,
-    evaluate=_evaluate,  # ``clover eval airspace2``
+    evaluate=_evaluate,  # ``clover eval airspace``
     eval_split=_eval_split,
     recipes=_recipes,
     tokenizer=_tokenizer,

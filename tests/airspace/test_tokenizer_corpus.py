@@ -1,4 +1,5 @@
-"""The corpus: deterministic, split-disjoint, and its gold answers follow the conventions."""
+"""The first corpus (what the tokenizer is trained on): deterministic, split-disjoint, and its gold
+answers follow the conventions."""
 
 import json
 import random
@@ -8,7 +9,9 @@ import sys
 
 import pytest
 
-from clover.airspace import corpus, decision_groups
+from clover.airspace import decision_groups
+from clover.airspace import tokenizer_corpus as corpus
+from clover.airspace.calls import gold_calls
 from clover.airspace.tools import tool_by_name
 from clover.data.chat import render
 
@@ -25,8 +28,10 @@ def _user_texts(exs):
 def test_deterministic_per_seed_and_across_processes():
     a = corpus.generate("train", 60, seed=3)
     assert a == corpus.generate("train", 60, seed=3) and a != corpus.generate("train", 60, seed=4)
-    assert corpus.load_split("test", 50) == corpus.load_split("test", 50) == corpus.test_set(50)
-    code = "import json; from clover.airspace import corpus; print(json.dumps(corpus.generate('test', 30, seed=5)))"
+    code = (
+        "import json; from clover.airspace import tokenizer_corpus as c; "
+        "print(json.dumps(c.generate('test', 30, seed=5)))"
+    )
     other = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -58,7 +63,7 @@ def test_heldout_entities_never_reach_train(by_split):
             c["arguments"]["drone_id"]
             for e in exs
             for t in range(2)
-            for c in corpus.gold_calls(e, t)
+            for c in gold_calls(e, t)
             if "drone_id" in c["arguments"]
         }
         for s, exs in by_split.items()
@@ -140,7 +145,7 @@ def test_gold_arguments_are_copied_from_the_message(by_split):
     for exs in by_split.values():
         for e in exs:
             user = _dialogue(e)[0]["content"]
-            for c in corpus.gold_calls(e):
+            for c in gold_calls(e):
                 a = c["arguments"]
                 for k in ("zone_name", "target"):
                     if k in a:
@@ -164,121 +169,27 @@ def test_gold_arguments_are_copied_from_the_message(by_split):
                 assert list(a) == [k for k in tool_by_name(c["name"])["function"]["parameters"]["properties"] if k in a]
 
 
-def test_kinds_tools_and_curriculum(by_split):
+def test_kinds_tools_and_calls_per_message(by_split):
     exs = by_split["train"]
     kinds = {k: [e for e in exs if e["kind"] == k] for k in corpus.KINDS}
-    assert all(kinds[k] for k in corpus.MIX) and not kinds["no_tools"]  # drawn only on request
-    assert all(len(corpus.gold_calls(e)) == 1 for e in kinds["tool_call"])
-    assert {len(corpus.gold_calls(e)) for e in kinds["compound"]} == {2, 3, 4, 5}
+    assert all(kinds[k] for k in corpus.MIX)
+    assert all(len(gold_calls(e)) == 1 for e in kinds["tool_call"])
+    assert {len(gold_calls(e)) for e in kinds["compound"]} == {2, 3, 4, 5}
     for e in kinds["missing_tool"]:
         offered = {t["function"]["name"] for t in e["tools"] or []}
         assert not any(n.replace("_", " ") in offered for n in offered) and "can't" in _dialogue(e)[1]["content"]
     for e in kinds["tool_call"] + kinds["compound"]:
         offered = {t["function"]["name"] for t in e["tools"]}
-        assert {c["name"] for c in corpus.gold_calls(e)} <= offered
+        assert {c["name"] for c in gold_calls(e)} <= offered
     assert any(len(e["tools"]) < 6 for e in kinds["tool_call"])
     for e in kinds["tool_result"]:
         ids = [c["id"] for c in _dialogue(e)[1]["tool_calls"]]
         assert [m["tool_call_id"] for m in e["messages"] if m["role"] == "tool"] == ids
         assert e["messages"][-1]["role"] == "assistant" and e["messages"][-1]["content"]
-    assert all(e["kind"] == "tool_call" for e in corpus.generate("train", 200, stage=1))
-    assert max(len(corpus.gold_calls(e)) for e in corpus.generate("train", 300, max_actions=2)) == 2
-    assert max(len(corpus.gold_calls(e)) for e in corpus.generate("train", 300, max_actions=1)) == 1
+    assert max(len(gold_calls(e)) for e in corpus.generate("train", 300, max_actions=2)) == 2
+    assert max(len(gold_calls(e)) for e in corpus.generate("train", 300, max_actions=1)) == 1
     with pytest.raises(ValueError):
         corpus.generate("dev", 1)
-
-
-def test_toolless_chats_offer_no_tools_and_decline_actions():
-    """A chat with no ``tools`` (a plain OpenAI request): small talk answered as usual, an action
-    declined in words. The fixed sets are deterministic and the splits' own draws never hold one."""
-    exs = corpus.toolless_set("validation", 60)
-    assert exs == corpus.toolless_set("validation", 60) and exs != corpus.toolless_set("test", 60)
-    declined = 0
-    for e in exs:
-        assert e["kind"] == "no_tools" and e["tools"] is None
-        answer = e["messages"][-1]
-        assert answer["role"] == "assistant" and answer["content"] and not answer.get("tool_calls")
-        assert "<tools>" not in render(e["messages"][:-1], e["tools"], add_generation_prompt=True)
-        declined += answer["content"].endswith("no tool for that is available.")
-    assert 15 < declined < 45  # about half are actions, declined; the rest small talk or out of scope
-    assert {e["kind"] for e in corpus.load_split("test", 300)} <= set(corpus.MIX)
-    with pytest.raises(ValueError):
-        corpus.toolless_set("dev")
-
-
-def test_multi_turn_conversations_answer_the_last_turn_with_history_as_context():
-    """Earlier exchanges carry ``weight: 0`` and only call tools the conversation offers; the
-    answer (what eval scores and training learns) is the last turn's; the sets are fixed."""
-    from clover.data import default_model_dir
-    from clover.data.tokenizer import CloverTokenizer
-    from clover.train.recipes import encode_example
-
-    exs = corpus.multiturn_set("validation", 80)
-    assert exs == corpus.multiturn_set("validation", 80) and exs != corpus.multiturn_set("test", 80)
-    assert {e["final_kind"] for e in exs} == set(corpus.MULTITURN_MIX)
-    tok = CloverTokenizer.load(default_model_dir())
-    for e in exs:
-        msgs = _dialogue(e)
-        assert e["kind"] == "multi_turn" and msgs[0]["role"] == "user"
-        answers = [m for m in msgs if m["role"] == "assistant" and m.get("weight", 1) != 0]
-        assert answers == corpus.answers(e) and len(answers) == 1 and msgs[-1] is answers[0]
-        offered = {t["function"]["name"] for t in e["tools"] or []}
-        assert {c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []} <= offered
-        if e["final_kind"] in ("tool_call", "compound"):
-            assert corpus.gold_calls(e) == [corpus.plain_call(c) for c in answers[0]["tool_calls"]]
-        # training learns the last turn only: its text (and the block's EOS fill), not the history's
-        ids, target = encode_example(tok, e, 4096, 32, random.Random(0))
-        learnt = tok.decode([t for t, y in zip(ids, target) if y and t != tok.pad_token_id])
-        answer = answers[0]["content"] or answers[0]["tool_calls"][0]["function"]["name"]
-        assert answer in learnt
-        for m in msgs[: msgs.index(answers[0])]:
-            if m["role"] == "assistant" and m["content"] and m["content"] not in answer:
-                assert m["content"] not in learnt
-    assert sum(sum(m["role"] == "user" for m in e["messages"]) >= 2 for e in exs) > 70  # nearly all have history
-    assert {e["kind"] for e in corpus.load_split("test", 300)} <= set(corpus.MIX)  # the split draws none
-
-
-def test_score_tool_calls():
-    a = [{"name": "f", "arguments": {"x": 1, "y": "a"}}, {"name": "g", "arguments": {}}]
-    b = [{"name": "g", "arguments": {}}, {"name": "f", "arguments": {"y": "a", "x": 1.0}}]
-    assert corpus.score_tool_calls(a, b) and corpus.score_tool_calls([], [])
-    assert not corpus.score_tool_calls(a, b[:1])
-    assert not corpus.score_tool_calls(a, a + a[:1])  # multisets: duplicates count
-    assert not corpus.score_tool_calls(a, [b[0], {"name": "f", "arguments": {"x": 2, "y": "a"}}])
-    assert not corpus.score_tool_calls(
-        [{"name": "f", "arguments": {"x": True}}], [{"name": "f", "arguments": {"x": 1}}]
-    )
-    assert not corpus.score_tool_calls([{"name": "f", "arguments": {"x": "1"}}], [{"name": "f", "arguments": {"x": 1}}])
-    openai = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1.0, "y": "a"}'}}]
-    assert corpus.score_tool_calls(openai, a[:1])
-
-
-def test_field_scores_say_where_a_miss_comes_from():
-    zone = {"zone_name": "Alpha", "lat": 1.5, "lon": 2, "radius_m": 300}
-    gold = [
-        {"name": "recall_drone", "arguments": {"drone_id": "D-7"}},
-        {"name": "create_no_fly_zone", "arguments": zone},
-    ]
-    assert corpus.field_scores(gold[::-1], gold) == {
-        "tool": [2, 2],
-        "drone_id": [1, 1],
-        "zone_name": [1, 1],
-        "lat": [1, 1],
-        "lon": [1, 1],
-        "radius_m": [1, 1],
-        "no_extra_args": [2, 2],
-        "call_count": [1, 1],
-    }
-    wrong = [
-        {
-            "name": "create_no_fly_zone",
-            "arguments": {"zone_name": "Alpha", "lat": 1.5, "lon": 2.0, "radius_m": 30, "end_time": "10:00"},
-        }
-    ]
-    s = corpus.field_scores(wrong, gold)
-    assert s["tool"] == [1, 2] and s["drone_id"] == [0, 1] and s["radius_m"] == [0, 1] and s["lon"] == [1, 1]
-    assert s["no_extra_args"] == [0, 1] and s["call_count"] == [0, 1]
-    assert corpus.field_scores([], []) == {"call_count": [1, 1]}
 
 
 def test_train_coins_entity_words_that_no_pool_holds():
@@ -356,21 +267,12 @@ def test_a_share_of_examples_carries_a_system_prompt_from_its_own_split():
     assert not seen["train"] & (seen["validation"] | seen["test"])  # held-out prompts are never trained on
 
 
-def test_needs_unit_arithmetic_finds_lengths_in_feet_and_nautical_miles():
-    from clover.airspace.corpus import needs_unit_arithmetic
-
-    for msg in ("radius 2.5 nm", "500ft around it", "3 NAUTICAL MILES", "9427 feet", "within 4 nmi of 1.2, 3.4"):
-        assert needs_unit_arithmetic(msg), msg
-    for msg in ("radius 2 km", "800 m", "drone 17 at 120 m", "the left foot", "NFZ Sierra 96, 3,800 m"):
-        assert not needs_unit_arithmetic(msg), msg
-
-
 def test_tool_result_summaries_read_as_sentences():
     """A summary ends with one period and counts in words that agree ("ETA 1 minute", "ETA 5
     minutes"), never an abbreviation's period before the sentence's ("ETA 2 min..")."""
     import random
 
-    from clover.airspace.corpus import tool_result
+    from clover.airspace.replies import tool_result
 
     for seed in range(300):
         result, text = tool_result(random.Random(seed), "recall_drone", {"drone_id": "D-17"})

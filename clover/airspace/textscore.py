@@ -41,8 +41,8 @@ def chrf(said: str, gold: str) -> float:
 def fixed_replies() -> frozenset[str]:
     """The corpus's fixed answers in words: small talk's, the greetings', the decline of each
     tool not offered, the answer to a request no tool serves."""
-    from clover.airspace.corpus import _CAPABILITY, SMALLTALK, declined
-    from clover.airspace.v2.corpus import _FINE, _HELLO, _THANKS, UNSERVED
+    from clover.airspace.chats import _FINE, _HELLO, _THANKS, UNSERVED
+    from clover.airspace.replies import _CAPABILITY, SMALLTALK, declined
 
     return frozenset({a for _, a in SMALLTALK} | {_FINE, _HELLO, _THANKS, UNSERVED} | set(map(declined, _CAPABILITY)))
 
@@ -62,7 +62,7 @@ def words_match(said: str | None, gold: str, fixed: bool | None = None) -> bool:
 def reply_words_right(text: str | None, ex: dict) -> bool:
     """A reply in words (``text``, the model's whole answer) scored against ``ex``'s gold reply: no
     call, and its words match (:func:`words_match`)."""
-    from clover.airspace.corpus import answers
+    from clover.airspace.calls import answers
     from clover.data.chat import parse_assistant
 
     content, calls = parse_assistant(text or "")

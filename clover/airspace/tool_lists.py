@@ -35,11 +35,12 @@ from __future__ import annotations
 import copy
 import random
 
-from clover.airspace.corpus import declined, gold_calls
+from clover.airspace.calls import gold_calls
 from clover.airspace.evaluate import _generate, _requests, _words_no_call
-from clover.airspace.v2.evaluate import reply_right2
-from clover.airspace.v2.textscore import reply_words_right
-from clover.airspace.v2.tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.replies import declined
+from clover.airspace.scoring import reply_right2
+from clover.airspace.textscore import reply_words_right
 from clover.data.chat import is_answer
 
 KINDS = ("six", "subset", "order", "reworded", "schema", "varied", "missing")
@@ -165,6 +166,27 @@ def varied_tools(ex: dict, kind: str, rng: random.Random) -> list[dict]:
     if kind == "missing":
         return shuffled([t for t in EXTRACTION_TOOLS if t["function"]["name"] not in keep], rng)
     raise ValueError(f"unknown tool-list variation {kind!r}; choose from {KINDS}")
+
+
+def called(ex: dict) -> set[str]:
+    """Every tool a chat's calls use, in any turn (history too)."""
+    return {c["function"]["name"] for m in ex["messages"] for c in m.get("tool_calls") or []}
+
+
+def drawn_tools(ex: dict, rng: random.Random, missing: float = 0.0) -> dict:
+    """A training chat with its tool list drawn as users pass theirs: a random subset of the
+    chat's list that holds every tool its calls use, in random order, a third of the time with
+    schema details. With probability ``missing``, a one-call turn is asked without the tool it
+    needs, and its gold answer is the corpus's decline in words."""
+    own = ex["tools"]
+    if missing and ex["kind"] == "tool_call" and rng.random() < missing:
+        first = gold_calls(ex)[0]["name"]
+        tools = shuffled([t for t in own if t["function"]["name"] != first and rng.random() < 0.7], rng)
+        at = next(j for j, m in enumerate(ex["messages"]) if is_answer(m))
+        msgs = ex["messages"][:at] + [{"role": "assistant", "content": declined(first)}]
+        return {**ex, "tools": tools or None, "messages": msgs, "kind": "missing_tool"}
+    tools = shuffled(subset(own, called(ex), rng), rng)
+    return {**ex, "tools": with_schema_details(tools) if rng.random() < 1 / 3 else tools}
 
 
 def varied_chat(ex: dict, i: int, kind: str, seed: int = 0) -> dict:
