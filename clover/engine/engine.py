@@ -392,7 +392,7 @@ class Engine:
             req.grammar = TokenGrammar(params.grammar, self._token_table, sorted(stop_ids))
             req.gstate = req.grammar.start
             if (why := closing.check(req.grammar, params.max_tokens)) is not None:
-                raise ParamError(why, "max_tokens")  # no complete text fits (clover.engine.closing)
+                raise ParamError(why, "max_tokens")  # no complete text fits (clover.engine.grammar.closing)
         if params.adjusts_logits:
             req.counts = torch.zeros(V, dtype=torch.long, device=self.runner.device)
             if params.logit_bias:
