@@ -208,12 +208,45 @@ def test_forced_bytes_and_the_token_that_spells_them(bundled_tokenizer):
     assert g.forced(g.advance(g.start_state, b'"Old Harbour')) == b""  # may end here
     assert g.forced(g.start_state) == b""  # not inside a copy
     tg = TokenGrammar(g, TokenTable(tok), tok.eos_token_ids)
+    # the token the tokenizer writes next in "Harbour" (H ar b o ur): after "Har", "b"
     state = g.advance(g.start_state, b'"Old Har')
-    spelled = [i for i in range(tok.vocab_size) if tok.token_bytes(i) and b"bour".startswith(tok.token_bytes(i))]
+    word = tok.encode("Harbour")
+    assert tok.decode(word[:2]) == "Har"
+    assert tg.forced_token(state) == word[2] and tg.allowed(state) == [word[2]]
+    # where the tokens written so far do not line up with the tokenizer's ("Ha" then ...): the
+    # longest token that spells a beginning of the forced bytes
+    state = g.advance(g.start_state, b'"Old Ha')
+    spelled = [i for i in range(tok.vocab_size) if tok.token_bytes(i) and b"rbour".startswith(tok.token_bytes(i))]
     longest = max(spelled, key=lambda i: len(tok.token_bytes(i)))
     assert tg.forced_token(state) == longest and tg.allowed(state) == [longest]
     choice = g.advance(g.start_state, b'"Old H')
     assert tg.forced_token(choice) is None and len(tg.allowed(choice)) > 1
+
+
+def test_a_corpus_name_copied_under_grounding_comes_out_in_its_training_tokens(bundled_tokenizer):
+    """The model writes a name's tokens where the copy leaves it a choice, as training showed
+    them; where the copy forces the next bytes, the forced token is the training data's too, so
+    the whole value is spelled as in training (a call's JSON string holds the name's own tokens:
+    the pre-tokenizer splits at the quotes)."""
+    from clover.airspace.chats import load_split
+
+    tok = bundled_tokenizer
+    names = [n for ex in load_split("validation", 300) for _, n in ex["names"]][:120]
+    forced_somewhere = 0
+    for name in names:
+        want = tok.encode(name)
+        assert tok.encode(f'"{name}"')[1:-1] == want
+        g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": f"lift {name} now please"})
+        tg = TokenGrammar(g, TokenTable(tok), tok.eos_token_ids)
+        state, got = g.advance(g.start_state, b'"'), []
+        for i in want:
+            f = tg.forced_token(state)
+            forced_somewhere += f is not None
+            got.append(f if f is not None else i)
+            state = tg.step(state, got[-1])
+            assert state is not None, (name, got)
+        assert got == want, (name, [tok.decode([i]) for i in got], [tok.decode([i]) for i in want])
+    assert forced_somewhere > 50
 
 
 @pytest.fixture(scope="module")

@@ -183,6 +183,15 @@ class Grammar:
                 return common[:n]
         return common
 
+    def copied(self, state) -> bytes:
+        """Inside a copy from the source (a grounded string): the source's bytes copied so far;
+        empty elsewhere."""
+        stack = state.stack
+        if not stack or stack[-1].kind != "gstr":
+            return b""
+        f = stack[-1]
+        return self.by_key[f.key].copied(f.lo, f.depth)
+
     def can_call(self) -> bool:
         """Some offered tool can be called with what the sources hold (always, without grounding)."""
         return not self.tables or self._callable(0)

@@ -138,6 +138,12 @@ class SpanIndex:
         b = bisect_right(self.starts, byte, a, hi, key=key)
         return (a, b) if a < b else None
 
+    def copied(self, lo: int, depth: int) -> bytes:
+        """The first ``depth`` bytes every start in ``starts[lo:...]`` of a narrowed range shares:
+        what a copy has written so far."""
+        s = self.starts[lo]
+        return self.data[s : s + depth]
+
     def can_end(self, lo: int, hi: int, depth: int) -> bool:
         """Some start in the range has a span exactly ``depth`` bytes long."""
         return depth > 0 and any(self.ends[s + depth] for s in itertools.islice(self.starts, lo, hi))

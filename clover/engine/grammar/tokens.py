@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import regex
+
 from clover.engine.grammar.automaton import MARKUP_KINDS, Grammar
 from clover.engine.grammar.budget import work_time
 from clover.engine.grammar.lru import LRU
@@ -22,6 +24,8 @@ from clover.engine.grammar.lru import LRU
 # machine busy with other programs nor a full collection cuts a set short
 ALLOWED_BUDGET_S = 1.0
 _UNKNOWN = object()
+_WORD_END = regex.compile(r"\p{L}+$")  # the tokenizer's pre-tokens: a run of letters is one word
+_WORD_START = regex.compile(r"^\p{L}+")
 
 
 class TokenTable:
@@ -29,6 +33,7 @@ class TokenTable:
     (EOS, pad, mask, ...) have no bytes: they never spell text."""
 
     def __init__(self, tokenizer):
+        self.encode = getattr(tokenizer, "encode", None)  # text -> ids: how a forced copy is spelled
         added = tokenizer.tok.get_added_tokens_decoder()
         control = set(getattr(tokenizer, "_control", ())) | set(getattr(tokenizer, "eos_token_ids", ()))
         self.bytes: list[bytes | None] = []
@@ -67,20 +72,56 @@ class TokenGrammar:
 
     def forced_token(self, state) -> int | None:
         """Where the grammar forces the next bytes (a copy under way: ``Grammar.forced``), the one
-        token that may come next: the longest that spells a beginning of them, so a copy has one
-        spelling in tokens too, whichever policy commits it and however many positions per pass.
-        None elsewhere."""
+        token that may come next: the token the tokenizer itself writes there (``spelled``), so a
+        copy comes out in the tokens the model saw in training; where the tokenizer's spelling
+        does not line up with the tokens already written, the longest token that spells a
+        beginning of the forced bytes. Either way a copy has one spelling in tokens, whichever
+        policy commits it and however many positions per pass. None elsewhere."""
         if not self.g.grounded:
             return None
         best = self._forced.get(state, _UNKNOWN)
         if best is _UNKNOWN:
-            fb, best = self.g.forced(state), None
-            for i in self.t.by_first.get(fb[:1][0], ()) if fb else ():
-                bs = self.t.bytes[i]
-                if fb.startswith(bs) and i not in self.t.atomic and (best is None or len(bs) > len(self.t.bytes[best])):
-                    best = i
+            fb = self.g.forced(state)
+            best = self.spelled(self.g.copied(state), fb) if fb else None
+            if fb and best is None:
+                best = self.longest(fb)
             self._forced[state] = best
         return best
+
+    def longest(self, fb: bytes) -> int | None:
+        """The longest token that spells a beginning of ``fb`` (no markup token)."""
+        best = None
+        for i in self.t.by_first.get(fb[0], ()):
+            bs = self.t.bytes[i]
+            if fb.startswith(bs) and i not in self.t.atomic and (best is None or len(bs) > len(self.t.bytes[best])):
+                best = i
+        return best
+
+    def spelled(self, copied: bytes, fb: bytes) -> int | None:
+        """The next token of the tokenizer's own encoding of the word the copy is in (its letters
+        copied so far, then the forced ones), past the tokens that spell the letters copied so far;
+        None where the forced bytes begin no letters, or the encoding has no token boundary where
+        the copy stands."""
+        if self.t.encode is None:
+            return None
+        head = _WORD_END.search(copied.decode("utf-8", "ignore"))
+        tail = _WORD_START.match(fb.decode("utf-8", "ignore"))
+        if tail is None:
+            return None
+        w0 = head.group().encode() if head else b""
+        if not copied.endswith(w0):  # a letter cut in the middle of its bytes
+            return None
+        at = 0
+        for i in self.t.encode((w0 + tail.group().encode()).decode()):
+            bs = self.t.bytes[i] if 0 <= i < len(self.t.bytes) else None
+            if bs is None:
+                return None
+            if at == len(w0):
+                return i if fb.startswith(bs) and i not in self.t.atomic else None
+            at += len(bs)
+            if at > len(w0):
+                return None
+        return None
 
     @property
     def start(self):
