@@ -250,6 +250,11 @@ def test_cli_checks_the_data_before_writing_to_out(tmp_path, capsys):
     too_long = _file(
         tmp_path, {"messages": [{"role": "user", "content": "x " * 2000}, {"role": "assistant", "content": "ok"}]}
     )
-    assert train(too_long).startswith(f"clover train: {too_long}: no example has an answer within its first 512 tokens")
+    from clover.data.task import all_recipes
+
+    limit = all_recipes()["airspace"]().max_len  # the default recipe's (clover train's --recipe)
+    assert train(too_long).startswith(
+        f"clover train: {too_long}: no example has an answer within its first {limit} tokens"
+    )
     assert train(tmp_path / "nope.jsonl") == f"clover train: {tmp_path / 'nope.jsonl'}: no such file"
     assert not out.exists()
