@@ -162,8 +162,10 @@ def evaluate_airspace(
     policy, threshold = policy or DEFAULT_POLICY, DEFAULT_THRESHOLD if threshold is None else threshold
     label = policy + {False: "", True: "+grammar", "ungrounded": "+grammar-ungrounded"}[grammar]
     params = SamplingParams(max_tokens=320, policy=policy, threshold=threshold, block_size=block_size)
-    if scoring is None:
-        from clover.airspace.scoring import SCORING as scoring  # deferred: the scoring imports this module
+    if scoring is None:  # the task's, in the form of values the model was trained on
+        from clover.airspace.scoring import scoring_for  # deferred: the scoring imports this module
+
+        scoring = scoring_for(model)
     exs, texts, convs = scoring.chats(split, n, n_text, n_multi, cases)
     plains = scoring.plain(split, n_plain) if scoring.plain and n_plain and cases is None else []
     groups = load_groups(split, n_groups)

@@ -100,8 +100,14 @@ def written_chats(*args, **kwargs):
 WRITTEN_SCORING = dataclasses.replace(SCORING, chats=written_chats)
 
 
+def scoring_for(model) -> Scoring:
+    """The scoring in the form of values ``model`` was trained on (its config's
+    ``extra["values"]``): a model of values as written is offered those tools and scored on them."""
+    written = (getattr(getattr(model, "config", None), "extra", None) or {}).get("values") == "written"
+    return WRITTEN_SCORING if written else SCORING
+
+
 def evaluate_airspace2(model, tok, *args, **kwargs) -> dict:
     """``evaluate_airspace`` with this corpus's scoring, in the form of values the model was
-    trained on (its config's ``extra["values"]``)."""
-    written = (getattr(model.config, "extra", None) or {}).get("values") == "written"
-    return evaluate_airspace(model, tok, *args, scoring=WRITTEN_SCORING if written else SCORING, **kwargs)
+    trained on (``scoring_for``)."""
+    return evaluate_airspace(model, tok, *args, scoring=scoring_for(model), **kwargs)

@@ -143,3 +143,15 @@ def test_a_wrong_name_is_told_by_where_it_ends(said, kind):
     from clover.airspace.evaluate import name_edge
 
     assert name_edge("Old Harbour Quay", said) == kind
+
+
+def test_a_model_of_values_as_written_is_evaluated_on_them():
+    from types import SimpleNamespace
+
+    from clover.airspace.scoring import SCORING, WRITTEN_SCORING, scoring_for
+
+    model = lambda extra: SimpleNamespace(config=SimpleNamespace(extra=extra))
+    assert scoring_for(model({"task": "airspace", "values": "written"})) is WRITTEN_SCORING
+    assert scoring_for(model({"task": "airspace2"})) is SCORING  # the bundled model's
+    exs = WRITTEN_SCORING.chats("validation", 20)[0]
+    assert all(t in WRITTEN_TOOLS for e in exs for t in e["tools"] or [])
