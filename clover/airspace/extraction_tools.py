@@ -129,7 +129,7 @@ _WRITTEN = {
     "end_time": "Activation end as the operator wrote it: '9pm', '2130', 'noon'.",
     "drone_id": "The drone as the operator wrote it: 'drone 17', '#901', 'UAV-23', 'D-17'.",
 }
-GROUNDED_WRITTEN = {**GROUNDED, "start_time": "user", "end_time": "user", "drone_id": "conversation"}
+GROUNDED_WRITTEN = {**GROUNDED, "start_time": "user", "end_time": "user", "drone_id": "user"}
 
 
 def _written(tool: dict) -> dict:

@@ -71,7 +71,7 @@ def test_the_written_tools_take_lengths_times_and_ids_as_grounded_strings():
         assert zone["properties"][k]["type"] == "string" and zone["properties"][k]["x-grounded"] == "user"
     assert "altitude_unit" not in by["update_waypoint"]["properties"]
     for name in ("recall_drone", "get_drone_status", "assign_mission", "update_waypoint"):
-        assert by[name]["properties"]["drone_id"]["x-grounded"] == "conversation"
+        assert by[name]["properties"]["drone_id"]["x-grounded"] == "user"
 
 
 # validation and test chats (and their multi-turn and greeting sets) as they were before the
