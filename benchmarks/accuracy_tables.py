@@ -42,7 +42,7 @@ RUNS = [
 
 def measure(model, tok, args) -> dict[str, dict]:
     """The five evaluations' figures, by run name."""
-    from clover.airspace.scoring import evaluate_airspace2  # deferred: torch
+    from clover.airspace.evaluate import evaluate_airspace  # deferred: torch
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: torch
 
     out = {}
@@ -53,7 +53,7 @@ def measure(model, tok, args) -> dict[str, dict]:
             else dict(n=0, n_groups=args.groups, n_text=args.text, n_multi=args.multiturn, n_plain=args.plain)
         )
         policy = DEFAULT_POLICY if policy == "default" else policy
-        out[name] = evaluate_airspace2(
+        out[name] = evaluate_airspace(
             model, tok, args.split, policy, DEFAULT_THRESHOLD, grammar=grammar, progress=True, **counts
         )
     return out

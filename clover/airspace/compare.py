@@ -24,6 +24,7 @@ from clover.airspace.extraction_tools import (
     drone_key,
     in_metres,
     uses_units,
+    values_form,
     with_unit_names,
     written_form,
 )
@@ -91,7 +92,7 @@ def score(
     offered all six in the model's own form (a chat's subset always holds the tools it needs), so
     the chats run as one batch; a chat without tools runs without."""
     own = model_task(llm.config, default=True).tools()
-    if (getattr(llm.config, "extra", None) or {}).get("values") == "written":
+    if values_form(llm.config) == "written":
         own = written_form(own)
     groups: dict[bool, list[int]] = defaultdict(list)
     for i, ex in enumerate(chats):

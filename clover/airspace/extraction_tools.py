@@ -153,6 +153,12 @@ def _written(tool: dict) -> dict:
 WRITTEN_TOOLS: list[dict] = [_written(t) for t in EXTRACTION_TOOLS]
 
 
+def values_form(config) -> str:
+    """The form of values a model was trained on (its config's ``extra["values"]``): "written"
+    (``WRITTEN_TOOLS``) or "units" (``EXTRACTION_TOOLS``, also a model that names none)."""
+    return (getattr(config, "extra", None) or {}).get("values") or "units"
+
+
 def written_form(tools: list[dict] | None) -> list[dict] | None:
     """``tools`` (the extraction tools, any subset and order) in the values-as-written form;
     a tool that is not an airspace tool is kept as it is."""

@@ -23,15 +23,15 @@ second corpus, with what that corpus adds.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from clover.airspace.calls import gold_calls, score_tool_calls
 from clover.airspace.chats import TEXT_KINDS, load_split, multiturn_set, written_chat
 from clover.airspace.compare import in_metres_calls
-from clover.airspace.evaluate import Scoring, evaluate_airspace, parse_assistant
-from clover.airspace.extraction_tools import LENGTHS, unit_of
+from clover.airspace.evaluate import Scoring, parse_assistant
+from clover.airspace.extraction_tools import LENGTHS, unit_of, values_form
 from clover.airspace.names import HELDOUT_FAMILIES
 from clover.airspace.textscore import plain_right, reply_words_right
+from clover.airspace.values import length_parts
 
 
 def eval_chats2(split: str, n: int, n_text: int = 0, n_multi: int = 0, cases: list[dict] | None = None):
@@ -61,7 +61,8 @@ def length_units(ex: dict, message: str) -> str:
         if unit in c["arguments"]:
             given.append(c["arguments"][unit])
         elif isinstance(c["arguments"].get(value), str):  # as written: "2.5 km" -> km
-            given.append(re.sub(r"^[\d.,]+[ -]?", "", c["arguments"][value]).rstrip("."))
+            parts = length_parts(c["arguments"][value])
+            given.append(parts[1] if parts else None)
     units = sorted({unit_of(u) or "?" for u in given})
     return "+".join(units) or "none"
 
@@ -103,11 +104,4 @@ WRITTEN_SCORING = dataclasses.replace(SCORING, chats=written_chats)
 def scoring_for(model) -> Scoring:
     """The scoring in the form of values ``model`` was trained on (its config's
     ``extra["values"]``): a model of values as written is offered those tools and scored on them."""
-    written = (getattr(getattr(model, "config", None), "extra", None) or {}).get("values") == "written"
-    return WRITTEN_SCORING if written else SCORING
-
-
-def evaluate_airspace2(model, tok, *args, **kwargs) -> dict:
-    """``evaluate_airspace`` with this corpus's scoring, in the form of values the model was
-    trained on (``scoring_for``)."""
-    return evaluate_airspace(model, tok, *args, scoring=scoring_for(model), **kwargs)
+    return WRITTEN_SCORING if values_form(getattr(model, "config", None)) == "written" else SCORING

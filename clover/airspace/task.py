@@ -53,9 +53,9 @@ def _recipes() -> dict[str, type]:
 
 
 def _evaluate(*args, **kwargs) -> dict:
-    from clover.airspace.scoring import evaluate_airspace2  # deferred: the engine and torch
+    from clover.airspace.evaluate import evaluate_airspace  # deferred: the engine and torch
 
-    return evaluate_airspace2(*args, **kwargs)
+    return evaluate_airspace(*args, **kwargs)  # the task's scoring, in the form of the model's values
 
 
 def _agent_demo(complete, n: int = 20, **kwargs) -> dict:

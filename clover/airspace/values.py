@@ -70,14 +70,20 @@ def _metres_per(unit: str) -> Decimal:
         raise Unreadable(f"{unit!r} is not a unit of length") from e
 
 
+def length_parts(text: str) -> tuple[str, str] | None:
+    """A length as written split into its number and its unit as written, lowercased
+    ("1,500 ft." → ("1,500", "ft")), or None if it is not a number followed by a unit."""
+    m = _LENGTH.fullmatch(" ".join(text.lower().split()))
+    return (m["num"], " ".join(m["unit"].split())) if m else None
+
+
 def read_length(text: str) -> int:
     """A length as written → whole metres, rounded half up: "2.5 km" → 2500, "1,500 ft" → 457,
     "1.5 nautical miles" → 2778. Unreadable if it is not a number and a unit of length."""
-    s = " ".join(text.lower().split())
-    m = _LENGTH.fullmatch(s)
-    if m is None:
+    parts = length_parts(text)
+    if parts is None:
         raise Unreadable("not a number with a unit")
-    x = Decimal(m["num"].replace(",", "")) * _metres_per(" ".join(m["unit"].split()))
+    x = Decimal(parts[0].replace(",", "")) * _metres_per(parts[1])
     return int(x.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
