@@ -132,6 +132,34 @@ _WRITTEN = {
     "drone_id": "The drone as the operator wrote it: 'drone 17', '#901', 'UAV-23', 'D-17'.",
 }
 GROUNDED_WRITTEN = {**GROUNDED, "start_time": "user", "end_time": "user", "drone_id": "user"}
+# what each value as written looks like (a ``pattern``, which grounding also holds a copy to: a span
+# ends where its value ends, "0030" and not "0030 PLEASE"); every form ``values.as_written`` reads
+# that operators write with digits, and the worded times. Tool signatures show no pattern: the
+# prompt is the same with or without them
+_NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+_LENGTH_UNIT = (
+    r"(?:m|km|kms|ft|nm|nmi|mi|yd|n mi|naut mi|feet|foot|miles?|yards?|mtrs?|metres?|meters?|"
+    r"kilometres?|kilometers?|nautical miles?|statute miles?)"
+)
+_HOUR = r"(?:[0-9]{1,2}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_TIME = (
+    r"(?:[0-9]{1,2}(?:[:.][0-9]{2})?(?: ?hrs?)?(?: ?[ap]\.? ?m\.?)?|[0-9]{4}(?: ?hrs?| ?h)?|[0-9]{1,2}h(?:[0-9]{2})?"
+    r"|noon|midday|midnight"
+    rf"|(?:(?:half|quarter|five|ten|twenty|twenty-five|twenty five) (?:past|to) )?{_HOUR}(?: o['’]clock)?"
+    r"(?: ?[ap]\.? ?m\.?| in the (?:morning|afternoon|evening)| at night| tonight)?)"
+)
+_DRONE = r"(?:(?:drone|uav|unit|d)[ -]?(?:no\. ?)?)?(?:#|d-?|uav-?)?[0-9]+"
+PATTERNS = {
+    "radius": rf"^(?i:{_NUMBER}[ -]?{_LENGTH_UNIT}\.?)$",
+    "altitude": rf"^(?i:{_NUMBER}[ -]?{_LENGTH_UNIT}\.?)$",
+    "start_time": rf"^(?i:{_TIME})$",
+    "end_time": rf"^(?i:{_TIME})$",
+    "drone_id": rf"^(?i:{_DRONE})$",
+}
+
+
+def _written_property(k: str) -> dict:
+    return {"type": "string", "description": _WRITTEN[k], "pattern": PATTERNS[k], "x-grounded": GROUNDED_WRITTEN[k]}
 
 
 def _written(tool: dict) -> dict:
@@ -140,9 +168,7 @@ def _written(tool: dict) -> dict:
     params = fn["parameters"]
     units = LENGTHS[fn["name"]][1] if fn["name"] in LENGTHS else None
     params["properties"] = {
-        k: ({"type": "string", "description": _WRITTEN[k], "x-grounded": GROUNDED_WRITTEN[k]} if k in _WRITTEN else v)
-        for k, v in params["properties"].items()
-        if k != units
+        k: (_written_property(k) if k in _WRITTEN else v) for k, v in params["properties"].items() if k != units
     }
     params["required"] = [k for k in params["required"] if k != units]
     if fn["name"] == "create_no_fly_zone":
