@@ -7,7 +7,8 @@ kernels on fixed memory, so everything a pass reads or writes lives here at fixe
 * **buckets**: a batch of R rows runs in the graph of the smallest power of two >= R; the rows
   past R are padding, which no real row reads (each row attends over its own cache row only);
 * **the static cache** (``StaticCache``), one per block size: every tensor of the batch's
-  ``ModelCache`` with room for the largest bucket and ``width`` attention slots. The batch's cache
+  ``ModelCache`` with room for the largest bucket met so far and ``width`` attention slots (a
+  larger bucket makes a new static cache, and the graphs are captured again). The batch's cache
   moves into it (``hold``): its tensors are copied there and then *are* views of it, so the next
   passes copy nothing but their tokens. A cache made anew (rows joining or leaving, an attention
   cache grown past its room, a commit run eagerly) is copied in again, only the tensors that
@@ -76,7 +77,8 @@ class CudaGraph:
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        # thread_local: CUDA calls of other threads (a server's) do not invalidate the capture
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
             self.out = fn()
 
     def replay(self) -> torch.Tensor:
@@ -97,7 +99,7 @@ class EagerGraph:
 
 
 class StaticCache:
-    """A batch's ``ModelCache`` at fixed addresses: ``rows`` rows (the largest bucket), ``width``
+    """A batch's ``ModelCache`` at fixed addresses: ``rows`` rows (a bucket), ``width``
     attention slots per row, the tensors shaped and typed as ``like``'s; the token inputs of each
     pass kind; ``real``, which rows hold the batch (the rest are padding)."""
 
@@ -240,12 +242,14 @@ class DecodeGraphs:
         top = max(lengths)
         need = top + n_c + bs
         static = self.caches.get(bs)
-        if static is None or need > static.width:
+        if static is None or need > static.width or rows > static.rows:
             limit = self.max_width or self.model.config.max_position_embeddings + 2 * bs
-            width = width_for(need, limit, self.min_width)
+            width = width_for(max(need, static.width if static else 0), limit, self.min_width)
             if width is None:
                 return None, 0, f"a history past the graphs' widest pass ({limit} slots)"
-            static = self.caches[bs] = StaticCache(cache, self.largest, width, bs)  # earlier graphs dropped
+            if static is not None:
+                static.graphs.clear()  # they read the old tensors: captured again on the new ones
+            static = self.caches[bs] = StaticCache(cache, max(rows, static.rows if static else 0), width, bs)
         static.hold(cache, top)
         return static, rows, None
 
