@@ -121,7 +121,7 @@ class StaticCache:
         # tokens per pass kind (committed tokens first): 0 → the denoise block, bs → commit + block
         self.tokens = {n: torch.zeros(rows, n + block_size, dtype=torch.long, device=dev) for n in (0, block_size)}
         self.real = torch.zeros(rows, dtype=torch.bool, device=dev)
-        self.graphs: dict[tuple[int, int], CudaGraph | EagerGraph | None] = {}  # (commit, bucket) → graph
+        self.graphs: dict[tuple[int, int], CudaGraph | EagerGraph] = {}  # (commit, bucket) → graph
         self.held: ModelCache | None = None  # the batch's cache, whose tensors are views of these
         self._views: dict[int, torch.Tensor] = {}
 
@@ -201,6 +201,7 @@ class DecodeGraphs:
         self.mem = torch.cuda.graph_pool_handle() if capture is CudaGraph else None
         self.counts: Counter = Counter()  # graph passes, eager passes, captures
         self.eager_why: Counter = Counter()  # why a pass ran eagerly → passes
+        self.failed: set[tuple[int, int, int]] = set()  # (block size, commit, bucket) whose capture failed
 
     def run(self, cache, x: torch.Tensor, commit: torch.Tensor | None, block_size: int) -> torch.Tensor | None:
         """``model.step(cache, commit, denoise=x)`` through a graph: the logits ``[R, bs, V]``
@@ -208,9 +209,10 @@ class DecodeGraphs:
         n_c = 0 if commit is None else commit.shape[1]
         static, rows, why = self._place(cache, n_c, block_size)
         graph = None
-        if why is None:
-            graph = static.graphs.get((n_c, rows)) if (n_c, rows) in static.graphs else self._capture(static, n_c, rows)
-            why = None if graph is not None else "its graph could not be captured (logged)"
+        if why is None and (block_size, n_c, rows) not in self.failed:
+            graph = static.graphs.get((n_c, rows)) or self._capture(static, n_c, rows)
+        if why is None and graph is None:
+            why = "its graph could not be captured (logged)"
         if why is not None:
             self._eager(why)
             return None
@@ -255,7 +257,8 @@ class DecodeGraphs:
 
     def _capture(self, static: StaticCache, n_c: int, rows: int):
         """The graph of one (pass kind, bucket), captured with every row marked padding (the warm-up
-        runs commit nothing), or None when capturing fails (said once; that key runs eagerly)."""
+        runs commit nothing), or None when capturing fails (said once; that pass kind and bucket run
+        eagerly from then on, whatever the width)."""
         model, bs = self.model, static.bs
         T = n_c + bs
         tokens = static.tokens[n_c][:rows]
@@ -276,7 +279,8 @@ class DecodeGraphs:
         except Exception as e:  # an operator that syncs with the host, or a kernel a graph cannot take
             what = "the commit + denoise pass" if n_c else "the denoise pass"
             log.warning("clover: CUDA graph of %s at batch %d (block %d) failed, eager instead: %s", what, rows, bs, e)
-            graph = None
+            self.failed.add((bs, n_c, rows))
+            return None
         finally:
             static.real.copy_(real)
         static.graphs[(n_c, rows)] = graph

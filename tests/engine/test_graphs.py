@@ -169,3 +169,24 @@ def test_cuda_graphs_need_a_cuda_model():
         Engine(m, cuda_graphs=True)
     with pytest.raises(ValueError, match="CUDA graphs run the PyTorch model"):
         DecodeGraphs(object(), capture=EagerGraph)
+
+
+def test_a_pass_whose_capture_fails_runs_eagerly_and_is_not_captured_again(caplog):
+    m = peaky_model()
+    tries = []
+
+    def failing(fn, pool=None):
+        tries.append(fn)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    p = prompts([6], seed=6)
+    params = SamplingParams(max_tokens=16, block_size=4, policy="ar", ignore_eos=True)
+    ref = Engine(m).generate_batch(p, params)
+    e = Engine(m)
+    e.runner.graphs = DecodeGraphs(m, 1, min_width=16, capture=failing)
+    with caplog.at_level(logging.WARNING, logger="clover.engine.graphs"):
+        assert tokens(e.generate_batch(p, params)) == tokens(ref)
+    s = e.stats()
+    assert s["graph_passes"] == 0 and s["graph_captures"] == 0 and len(tries) == 2  # one per pass kind, once
+    assert s["graph_eager_why"] == {"its graph could not be captured (logged)": s["graph_eager_passes"]}
+    assert sum("stream is capturing" in r.getMessage() for r in caplog.records) == 2
