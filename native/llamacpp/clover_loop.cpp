@@ -1,0 +1,141 @@
+// A block's denoising loop in the library (clover_denoise_block, clover.h): the passes of one block,
+// the greedy choice of a token per open position, the policy's choice of positions to commit and the
+// commit, run here with no return to Python between passes. It restates the engine's Python loop
+// for the requests it covers (clover/engine/engine.py Engine._denoise, sampler.choose_selected,
+// policies.py, batch.py Batch.apply and refresh_need), which stays the reference.
+#include "clover_impl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+// sampler.choose_selected, greedy: the most likely token other than the mask token (the first on
+// ties, as torch's max) and its probability under the softmax without the mask token
+void choose(const float * row, int64_t V, int64_t mask_id, int32_t * tok, float * conf) {
+    int64_t best = -1;
+    float top = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        if (v != mask_id && (best < 0 || row[v] > top)) best = v, top = row[v];
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        if (v != mask_id) sum += std::exp((double) row[v] - (double) top);
+    float lse = (float) ((double) top + std::log(sum));
+    *tok = (int32_t) best;
+    *conf = std::exp(top - lse);
+}
+
+// policies.py: which of the open positions `cand` to commit this pass
+void policy_commit(int policy, const std::vector<char> & cand, const std::vector<float> & conf, float tau,
+                   int64_t steps_left, std::vector<char> & commit) {
+    int64_t n = (int64_t) cand.size();
+    std::fill(commit.begin(), commit.end(), 0);
+    if (policy == CLOVER_POLICY_AR) {  // AR: the leftmost open position
+        for (int64_t i = 0; i < n; i++)
+            if (cand[i]) {
+                commit[i] = 1;
+                break;
+            }
+    } else if (policy == CLOVER_POLICY_PREFIX) {  // Prefix (run_from_first): the leftmost open one, then each next while sure
+        bool first = true;
+        for (int64_t i = 0; i < n; i++) {
+            if (!cand[i]) continue;  // positions already set (or not needed) do not break the run
+            if (!first && !(conf[i] >= tau)) break;
+            commit[i] = 1;
+            first = false;
+        }
+    } else if (policy == CLOVER_POLICY_THRESHOLD) {  // Threshold: every sure one, else the most confident (leftmost on ties)
+        int64_t best = -1;
+        bool any = false;
+        for (int64_t i = 0; i < n; i++) {
+            if (!cand[i]) continue;
+            if (conf[i] >= tau) commit[i] = 1, any = true;
+            if (best < 0 || conf[i] > conf[best]) best = i;
+        }
+        if (!any && best >= 0) commit[best] = 1;
+    } else {  // Fixed (most_confident): the ceil(open / passes left) most confident, leftmost on ties
+        std::vector<int64_t> at;
+        for (int64_t i = 0; i < n; i++)
+            if (cand[i]) at.push_back(i);
+        int64_t k = ((int64_t) at.size() + steps_left - 1) / steps_left;
+        std::stable_sort(at.begin(), at.end(), [&](int64_t a, int64_t b) { return conf[a] > conf[b]; });
+        for (int64_t j = 0; j < k && j < (int64_t) at.size(); j++) commit[at[j]] = 1;
+    }
+}
+
+// Batch.refresh_need: a wanted position is needed unless a stop token is committed before it
+void open_needed(const int32_t * x, const std::vector<char> & open, const uint8_t * wanted, const int32_t * stop,
+                 int64_t n_stop, std::vector<char> & cand) {
+    bool after_stop = false;
+    for (size_t i = 0; i < open.size(); i++) {
+        cand[i] = open[i] && wanted[i] && !after_stop;
+        if (!open[i] && wanted[i] && std::find(stop, stop + n_stop, x[i]) != stop + n_stop) after_stop = true;
+    }
+}
+
+int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, int64_t n_c, int32_t * x,
+                  const uint8_t * open_in, const uint8_t * wanted, int64_t n, int64_t bs, const int32_t * stop,
+                  int64_t n_stop, int policy, float tau, int64_t steps, int64_t step, int32_t * pass_of,
+                  double * compute_s) {
+    if (policy < CLOVER_POLICY_AR || policy > CLOVER_POLICY_FIXED) {
+        clover_set_error("clover_denoise_block: unknown policy " + std::to_string(policy));
+        return -1;
+    }
+    if (n <= 0 || steps <= 0 || step < 0 || n_stop < 0) {
+        clover_set_error("clover_denoise_block: a block of " + std::to_string(n) + " positions, " +
+                         std::to_string(steps) + " steps, step " + std::to_string(step));
+        return -1;
+    }
+    std::string problem = clover_check_pass(*m, *c, commit, n_c, x, n, bs);
+    if (!problem.empty()) {
+        clover_set_error(problem);
+        return -1;
+    }
+    const int64_t V = m->hp.n_vocab, mask_id = m->hp.mask_token_id;
+    std::vector<char> open(open_in, open_in + n), cand(n), commit_now(n);
+    std::vector<float> logits((size_t) (n * V)), conf(n);
+    std::vector<int32_t> tok(n);
+    std::fill(pass_of, pass_of + n, -1);
+    double computing = 0.0;
+    clover_built_pass pass;
+    int passes = 0;
+    for (;; passes++) {
+        open_needed(x, open, wanted, stop, n_stop, cand);
+        if (std::find(cand.begin(), cand.end(), 1) == cand.end()) break;  // the block is final
+        if (passes > n) throw std::runtime_error("the block loop did not finish");  // every pass commits one at least
+        bool commits = passes == 0 && n_c > 0;
+        if (passes == 0 || (passes == 1 && n_c > 0)) pass.build(*m, *c, commits ? n_c : 0, n, bs);  // then reused
+        auto t0 = std::chrono::steady_clock::now();
+        pass.run(*m, *c, commits ? commit : nullptr, x, logits.data());
+        computing += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (int64_t i = 0; i < n; i++) {
+            conf[i] = -1.0f;
+            if (cand[i]) choose(logits.data() + i * V, V, mask_id, &tok[i], &conf[i]);
+        }
+        policy_commit(policy, cand, conf, tau, std::max<int64_t>(steps - (step + passes), 1), commit_now);
+        for (int64_t i = 0; i < n; i++)
+            if (commit_now[i]) x[i] = tok[i], open[i] = 0, pass_of[i] = passes;  // Batch.apply
+    }
+    if (compute_s) *compute_s = computing;
+    return passes;
+}
+
+}  // namespace
+
+int clover_denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, int64_t n_commit, int32_t * x,
+                         const uint8_t * open, const uint8_t * wanted, int64_t n, int64_t block_size,
+                         const int32_t * stop, int64_t n_stop, int policy, float threshold, int64_t steps,
+                         int64_t step, int32_t * pass_of, double * compute_s) {
+    if (!m || !c || (n_commit > 0 && !commit) || !x || !open || !wanted || (n_stop > 0 && !stop) || !pass_of) {
+        clover_set_error("clover_denoise_block: a null model, cache or buffer");
+        return -1;
+    }
+    return guard<int>(-1, [&] {
+        return denoise_block(m, c, commit, n_commit, x, open, wanted, n, block_size, stop, n_stop, policy, threshold,
+                             steps, step, pass_of, compute_s);
+    });
+}
