@@ -6,16 +6,24 @@
 #include "clover_impl.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <numeric>
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 namespace {
 
+double thread_seconds() {  // this thread's CPU time (ggml computes on the calling thread, and on its workers)
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double) t.tv_sec + 1e-9 * (double) t.tv_nsec;
+}
+
 // sampler.choose_selected, greedy: the most likely token other than the mask token (the first on
-// ties, as torch's max) and its probability under the softmax without the mask token
+// ties, as torch's max) and its probability under the softmax without the mask token, in torch's
+// float32 steps (logsumexp: the max, plus the log of the sum of exp(x - max), the sum rounded to
+// float once; then exp(max - lse)), so that ties and thresholds fall as in the engine's sampler
 void choose(const float * row, int64_t V, int64_t mask_id, int32_t * tok, float * conf) {
     int64_t best = -1;
     float top = -INFINITY;
@@ -23,15 +31,15 @@ void choose(const float * row, int64_t V, int64_t mask_id, int32_t * tok, float 
         if (v != mask_id && (best < 0 || row[v] > top)) best = v, top = row[v];
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++)
-        if (v != mask_id) sum += std::exp((double) row[v] - (double) top);
-    float lse = (float) ((double) top + std::log(sum));
+        if (v != mask_id) sum += (double) std::exp(row[v] - top);
+    float lse = std::log((float) sum) + top;
     *tok = (int32_t) best;
     *conf = std::exp(top - lse);
 }
 
 // policies.py: which of the open positions `cand` to commit this pass
 void policy_commit(int policy, const std::vector<char> & cand, const std::vector<float> & conf, float tau,
-                   int64_t steps_left, std::vector<char> & commit) {
+                   std::vector<char> & commit) {
     int64_t n = (int64_t) cand.size();
     std::fill(commit.begin(), commit.end(), 0);
     if (policy == CLOVER_POLICY_AR) {  // AR: the leftmost open position
@@ -48,7 +56,7 @@ void policy_commit(int policy, const std::vector<char> & cand, const std::vector
             commit[i] = 1;
             first = false;
         }
-    } else if (policy == CLOVER_POLICY_THRESHOLD) {  // Threshold: every sure one, else the most confident (leftmost on ties)
+    } else {  // Threshold: every sure one, else the most confident (leftmost on ties)
         int64_t best = -1;
         bool any = false;
         for (int64_t i = 0; i < n; i++) {
@@ -57,13 +65,6 @@ void policy_commit(int policy, const std::vector<char> & cand, const std::vector
             if (best < 0 || conf[i] > conf[best]) best = i;
         }
         if (!any && best >= 0) commit[best] = 1;
-    } else {  // Fixed (most_confident): the ceil(open / passes left) most confident, leftmost on ties
-        std::vector<int64_t> at;
-        for (int64_t i = 0; i < n; i++)
-            if (cand[i]) at.push_back(i);
-        int64_t k = ((int64_t) at.size() + steps_left - 1) / steps_left;
-        std::stable_sort(at.begin(), at.end(), [&](int64_t a, int64_t b) { return conf[a] > conf[b]; });
-        for (int64_t j = 0; j < k && j < (int64_t) at.size(); j++) commit[at[j]] = 1;
     }
 }
 
@@ -79,15 +80,14 @@ void open_needed(const int32_t * x, const std::vector<char> & open, const uint8_
 
 int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, int64_t n_c, int32_t * x,
                   const uint8_t * open_in, const uint8_t * wanted, int64_t n, int64_t bs, const int32_t * stop,
-                  int64_t n_stop, int policy, float tau, int64_t steps, int64_t step, int32_t * pass_of,
-                  double * compute_s) {
-    if (policy < CLOVER_POLICY_AR || policy > CLOVER_POLICY_FIXED) {
+                  int64_t n_stop, int policy, float tau, int32_t * pass_of, double * compute_s) {
+    if (policy < CLOVER_POLICY_AR || policy > CLOVER_POLICY_THRESHOLD) {
         clover_set_error("clover_denoise_block: unknown policy " + std::to_string(policy));
         return -1;
     }
-    if (n <= 0 || steps <= 0 || step < 0 || n_stop < 0) {
-        clover_set_error("clover_denoise_block: a block of " + std::to_string(n) + " positions, " +
-                         std::to_string(steps) + " steps, step " + std::to_string(step));
+    if (n <= 0 || n_stop < 0) {
+        clover_set_error("clover_denoise_block: a block of " + std::to_string(n) + " positions and " +
+                         std::to_string(n_stop) + " stop tokens");
         return -1;
     }
     std::string problem = clover_check_pass(*m, *c, commit, n_c, x, n, bs);
@@ -109,14 +109,14 @@ int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, in
         if (passes > n) throw std::runtime_error("the block loop did not finish");  // every pass commits one at least
         bool commits = passes == 0 && n_c > 0;
         if (passes == 0 || (passes == 1 && n_c > 0)) pass.build(*m, *c, commits ? n_c : 0, n, bs);  // then reused
-        auto t0 = std::chrono::steady_clock::now();
+        double t0 = thread_seconds();
         pass.run(*m, *c, commits ? commit : nullptr, x, logits.data());
-        computing += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        computing += thread_seconds() - t0;
         for (int64_t i = 0; i < n; i++) {
             conf[i] = -1.0f;
             if (cand[i]) choose(logits.data() + i * V, V, mask_id, &tok[i], &conf[i]);
         }
-        policy_commit(policy, cand, conf, tau, std::max<int64_t>(steps - (step + passes), 1), commit_now);
+        policy_commit(policy, cand, conf, tau, commit_now);
         for (int64_t i = 0; i < n; i++)
             if (commit_now[i]) x[i] = tok[i], open[i] = 0, pass_of[i] = passes;  // Batch.apply
     }
@@ -128,14 +128,14 @@ int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, in
 
 int clover_denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, int64_t n_commit, int32_t * x,
                          const uint8_t * open, const uint8_t * wanted, int64_t n, int64_t block_size,
-                         const int32_t * stop, int64_t n_stop, int policy, float threshold, int64_t steps,
-                         int64_t step, int32_t * pass_of, double * compute_s) {
+                         const int32_t * stop, int64_t n_stop, int policy, float threshold, int32_t * pass_of,
+                         double * compute_s) {
     if (!m || !c || (n_commit > 0 && !commit) || !x || !open || !wanted || (n_stop > 0 && !stop) || !pass_of) {
         clover_set_error("clover_denoise_block: a null model, cache or buffer");
         return -1;
     }
     return guard<int>(-1, [&] {
         return denoise_block(m, c, commit, n_commit, x, open, wanted, n, block_size, stop, n_stop, policy, threshold,
-                             steps, step, pass_of, compute_s);
+                             pass_of, compute_s);
     });
 }
