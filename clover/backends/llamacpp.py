@@ -478,9 +478,7 @@ class LlamaCppClover:
         for i, row in enumerate(cache.rows):
             c = none if commits[i] is None else np.ascontiguousarray(torch.as_tensor(commits[i]).reshape(-1), np.int32)
             stop = np.array([t for t in stops[i] if t >= 0], dtype=np.int32)
-            pass_of[i], n, sec = self.native.denoise_block(
-                row, c, xs[i], op[i], wa[i], bs, stop, policies[i], taus[i]
-            )
+            pass_of[i], n, sec = self.native.denoise_block(row, c, xs[i], op[i], wa[i], bs, stop, policies[i], taus[i])
             passes.append(n)
             self.pass_seconds += sec
         return torch.from_numpy(xs).long(), torch.from_numpy(pass_of).long(), passes

@@ -1,16 +1,18 @@
 """Blocks decoded whole by the back end: a model that offers ``denoise_blocks`` (the llama.cpp back
 end, ``clover.backends.llamacpp.LlamaCppClover``) runs a block's passes, the greedy choice of each
 open position's token, its policy's choice of positions to commit and the commit itself in one call,
-and the engine sees the block only when it is final. It covers the requests whose passes need
-nothing but that: greedy, no grammar, no forced slots (``allowed``), no penalties, ``logit_bias``
-or bans (``ignore_eos``, ``min_tokens``), no ``logprobs``, under ``ar``, ``prefix`` (the default)
-or ``threshold``: policies that compare a confidence with the threshold at most. (``fixed`` ranks
-the block's confidences, which near 1 often agree to the last bit, where the library's float sums
-and torch's may round apart: it stays in Python.) A batch runs this way when every request in it is covered (and the model's
-``native_loop`` is on); any other batch takes the engine's pass-by-pass loop (``Engine._denoise``),
-which is the reference: the same requests give the same tokens and the same ``StepEvent`` per pass
-(``tests/llamacpp/test_native_loop.py``), the events of a block's passes in the engine step that
-finishes it.
+and the engine sees the block only when it is final.
+
+It covers the requests whose passes need nothing else: greedy, no grammar, no forced slots
+(``allowed``), no penalties, ``logit_bias`` or bans (``ignore_eos``, ``min_tokens``), no
+``logprobs``, under ``ar``, ``prefix`` (the default) or ``threshold``, the policies that at most
+compare a confidence with the threshold. ``fixed`` ranks the block's confidences, which near 1
+often agree to the last bit, where the library's float sums and torch's may round apart: it stays
+in Python. A batch runs this way when every request in it is covered (and the model's
+``native_loop`` is on); any other batch takes the engine's pass-by-pass loop
+(``Engine._denoise``), which is the reference: the same requests give the same tokens and the
+same ``StepEvent`` per pass (``tests/llamacpp/test_native_loop.py``), the events of a block's
+passes all in the engine step that finishes it.
 """
 
 from __future__ import annotations
@@ -94,5 +96,9 @@ def denoise_blocks(runner, batch: Batch) -> list[Event]:
         for p in range(n):
             pos = when.get(p, [])
             req.passes += 1
-            events.append(StepEvent(req.id, req.block_start, [req.block_start + i for i in pos], [toks[i] for i in pos], step0[r] + p))
+            events.append(
+                StepEvent(
+                    req.id, req.block_start, [req.block_start + i for i in pos], [toks[i] for i in pos], step0[r] + p
+                )
+            )
     return events
