@@ -37,14 +37,34 @@ void choose(const float * row, int64_t V, int64_t mask_id, int32_t * tok, float 
     *conf = std::exp(top - lse);
 }
 
+// one pass's tokens and confidences, each computed when a policy first reads it: a policy that
+// stops early (AR after its one position, PREFIX at the first unsure one) computes no more
+struct choices {
+    const float * logits;
+    int64_t V, mask_id;
+    std::vector<int32_t> tok;
+    std::vector<float> conf;
+    std::vector<char> done;
+    void reset(const float * l, int64_t n) {
+        logits = l;
+        tok.assign(n, 0);
+        conf.assign(n, -1.0f);
+        done.assign(n, 0);
+    }
+    float at(int64_t i) {
+        if (!done[i]) choose(logits + i * V, V, mask_id, &tok[i], &conf[i]), done[i] = 1;
+        return conf[i];
+    }
+};
+
 // policies.py: which of the open positions `cand` to commit this pass
-void policy_commit(int policy, const std::vector<char> & cand, const std::vector<float> & conf, float tau,
-                   std::vector<char> & commit) {
+void policy_commit(int policy, const std::vector<char> & cand, choices & ch, float tau, std::vector<char> & commit) {
     int64_t n = (int64_t) cand.size();
     std::fill(commit.begin(), commit.end(), 0);
     if (policy == CLOVER_POLICY_AR) {  // AR: the leftmost open position
         for (int64_t i = 0; i < n; i++)
             if (cand[i]) {
+                ch.at(i);
                 commit[i] = 1;
                 break;
             }
@@ -52,7 +72,7 @@ void policy_commit(int policy, const std::vector<char> & cand, const std::vector
         bool first = true;
         for (int64_t i = 0; i < n; i++) {
             if (!cand[i]) continue;  // positions already set (or not needed) do not break the run
-            if (!first && !(conf[i] >= tau)) break;
+            if (!(ch.at(i) >= tau) && !first) break;
             commit[i] = 1;
             first = false;
         }
@@ -61,8 +81,9 @@ void policy_commit(int policy, const std::vector<char> & cand, const std::vector
         bool any = false;
         for (int64_t i = 0; i < n; i++) {
             if (!cand[i]) continue;
-            if (conf[i] >= tau) commit[i] = 1, any = true;
-            if (best < 0 || conf[i] > conf[best]) best = i;
+            float c = ch.at(i);
+            if (c >= tau) commit[i] = 1, any = true;
+            if (best < 0 || c > ch.conf[best]) best = i;
         }
         if (!any && best >= 0) commit[best] = 1;
     }
@@ -97,8 +118,8 @@ int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, in
     }
     const int64_t V = m->hp.n_vocab, mask_id = m->hp.mask_token_id;
     std::vector<char> open(open_in, open_in + n), cand(n), commit_now(n);
-    std::vector<float> logits((size_t) (n * V)), conf(n);
-    std::vector<int32_t> tok(n);
+    std::vector<float> logits((size_t) (n * V));
+    choices ch{logits.data(), V, mask_id, {}, {}, {}};
     std::fill(pass_of, pass_of + n, -1);
     double computing = 0.0;
     clover_built_pass pass;
@@ -112,13 +133,10 @@ int denoise_block(clover_model * m, clover_cache * c, const int32_t * commit, in
         double t0 = thread_seconds();
         pass.run(*m, *c, commits ? commit : nullptr, x, logits.data());
         computing += thread_seconds() - t0;
-        for (int64_t i = 0; i < n; i++) {
-            conf[i] = -1.0f;
-            if (cand[i]) choose(logits.data() + i * V, V, mask_id, &tok[i], &conf[i]);
-        }
-        policy_commit(policy, cand, conf, tau, commit_now);
+        ch.reset(logits.data(), n);
+        policy_commit(policy, cand, ch, tau, commit_now);
         for (int64_t i = 0; i < n; i++)
-            if (commit_now[i]) x[i] = tok[i], open[i] = 0, pass_of[i] = passes;  // Batch.apply
+            if (commit_now[i]) x[i] = ch.tok[i], open[i] = 0, pass_of[i] = passes;  // Batch.apply
     }
     if (compute_s) *compute_s = computing;
     return passes;
