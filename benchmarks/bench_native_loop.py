@@ -10,7 +10,8 @@ in a temporary folder.
 
 Per policy and batch size (batch 1: the prompts one after another): tokens/s (wall clock),
 tokens per CPU second (this thread's: on a busy machine, what other processes take is left out)
-and the host time outside the pass per pass of the batch (``clover.bench.stages``), and whether
+and the host time outside the pass per pass of a request (a batch's pass of R rows is R of
+them: ``clover.bench.stages``), and whether
 every configuration decoded the same tokens.
 """
 
@@ -75,7 +76,7 @@ def main() -> int:
             twin = twin_gguf(model.config, default_model_dir(), Path(d), ("f32",), tool)["f32"]
             stock = stock_passes(tool, twin, 10, args.twin_tokens, args.threads)["tokens_per_s"]
             figures["stock_one_token_tokens_per_s"] = stock
-        rows = {"tokens_per_s": [], "tokens_per_cpu_s": [], "outside_pass_ms_per_pass": []}
+        rows = {"tokens_per_s": [], "tokens_per_cpu_s": [], "outside_pass_ms_per_row_pass": []}
         same_all = True
         for pol in args.policies:
             params = SamplingParams(max_tokens=args.max_tokens, **({} if pol == "default" else {"policy": pol}))
@@ -90,7 +91,7 @@ def main() -> int:
                 for key in rows:
                     v = [runs[c][key] for c in COLUMNS]
                     row = [pol, b, *v]
-                    if key != "outside_pass_ms_per_pass":
+                    if key != "outside_pass_ms_per_row_pass":
                         row += [v[2] / v[1], v[2] / v[0]]
                         if key == "tokens_per_s":
                             row.append(stock if stock is not None and b == 1 else "-")
@@ -110,9 +111,9 @@ def main() -> int:
     )
     print_table(
         rec,
-        f"host CPU ms outside the pass, per pass of the batch, {what}",
+        f"host CPU ms outside the pass, per pass of a request, {what}",
         ["policy", "batch", *COLUMNS],
-        rows["outside_pass_ms_per_pass"],
+        rows["outside_pass_ms_per_row_pass"],
     )
     write_json(rec, args.json, figures)
     return 0

@@ -82,8 +82,8 @@ def main() -> int:
             rows.append(["outside engine.step (adding requests, the caller's loop)"] + [f"{x:.3g}" for x in rest])
             rows.append(["step, all of it"] + [f"{r['step_ms']:.3g}" for r in runs.values()])
             rows.append(["host time outside the pass"] + [f"{r['outside_pass_ms']:.3g}" for r in runs.values()])
-            per_pass = [f"{r['outside_pass_ms_per_pass']:.3g}" for r in runs.values()]
-            rows.append(["host time outside the pass, per pass"] + per_pass)
+            per_pass = [f"{r['outside_pass_ms_per_row_pass']:.3g}" for r in runs.values()]
+            rows.append(["host time outside the pass, per pass of a request"] + per_pass)
             rows.append(["tokens per CPU second"] + [f"{r['tokens_per_cpu_s']:.0f}" for r in runs.values()])
             rows.append(["tokens/s (wall)"] + [f"{r['tokens_per_s']:.0f}" for r in runs.values()])
             rows.append(["tokens per pass"] + [f"{r['tpf']:.2f}" for r in runs.values()])

@@ -94,8 +94,10 @@ def measure_stages(model, tokenizer, cases, params, batch: int) -> dict:
         "outside_pass_ms": total - stages[PASS],
         "steps": clock.steps,
         "forwards": forwards,
-        # per pass of the batch (the engine's forward calls; a block loop counts its longest row's passes)
-        "outside_pass_ms_per_pass": (total - stages[PASS]) * clock.steps / forwards if forwards else 0.0,
+        "row_passes": passes,
+        # per pass of one request (a batch's pass of R rows is R of them): the same count whatever
+        # loop ran it, where engine steps (a pass, or a whole block) and forward calls are not
+        "outside_pass_ms_per_row_pass": (total - stages[PASS]) * clock.steps / passes if passes else 0.0,
         "tokens": tokens,
         "tokens_per_s": tokens / wall,
         "tokens_per_cpu_s": tokens / cpu,

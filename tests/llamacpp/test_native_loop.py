@@ -138,3 +138,15 @@ def test_the_library_refuses_a_policy_it_does_not_run(setup):
     pass_of, n, seconds = lm.native.denoise_block(cache, none, x, on, on, bs, none, "ar", 0.9)
     assert n == bs and sorted(pass_of.tolist()) == list(range(bs)) and seconds > 0  # ar: one position a pass
     assert (x != mask).all() and cache.length == 0  # a denoise loop leaves the cache as it was
+
+
+def test_the_stage_profile_splits_the_block_loop_from_its_passes(setup):
+    """``clover.bench.stages`` charges the passes inside the library's block loop to the model's
+    pass, the loop's own time to a row of its own, and undoes its wrappers afterwards."""
+    from clover.bench.stages import BLOCK_LOOP, PASS, measure_stages
+
+    lm, tok, prompts = setup
+    r = measure_stages(lm, tok, [(p, None) for p in prompts[:2]], SamplingParams(max_tokens=16), 2)
+    assert r["stages_ms"][PASS] > r["stages_ms"][BLOCK_LOOP] > 0
+    assert 0 < r["outside_pass_ms_per_row_pass"] < r["outside_pass_ms"] < r["step_ms"]
+    assert "denoise_blocks" not in vars(lm) and "denoise_block" not in vars(lm.native)
