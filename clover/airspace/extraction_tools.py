@@ -18,10 +18,12 @@ from clients that send it.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
 from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.data import default_model_dir
 
 UNITS: dict[str, Decimal] = {"m": Decimal(1), "km": Decimal(1000), "ft": Decimal("0.3048"), "nm": Decimal(1852)}
 # what operators and clients write for each unit (lowercased); the schema's enum is the keys of UNITS
@@ -155,8 +157,26 @@ WRITTEN_TOOLS: list[dict] = [_written(t) for t in EXTRACTION_TOOLS]
 
 def values_form(config) -> str:
     """The form of values a model was trained on (its config's ``extra["values"]``): "written"
-    (``WRITTEN_TOOLS``) or "units" (``EXTRACTION_TOOLS``, also a model that names none)."""
+    (``WRITTEN_TOOLS``) or "units" (``EXTRACTION_TOOLS``, also a model that names none); with
+    ``config`` None, the bundled model's."""
+    if config is None:
+        return bundled_values_form()
     return (getattr(config, "extra", None) or {}).get("values") or "units"
+
+
+def bundled_values_form() -> str:
+    """The form of values the bundled model (``clover/assets/default``) was trained on."""
+    try:
+        extra = json.loads((default_model_dir() / "config.json").read_text()).get("extra") or {}
+    except FileNotFoundError:
+        return "units"
+    return extra.get("values") or "units"
+
+
+def tools_in_form(tools: list[dict] | None, form: str) -> list[dict] | None:
+    """``tools`` (airspace tools in either form, any subset and order) as a model trained on values
+    in ``form`` is offered them: ``written_form`` for "written", unchanged for "units"."""
+    return written_form(tools) if form == "written" else tools
 
 
 def written_form(tools: list[dict] | None) -> list[dict] | None:

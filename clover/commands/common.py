@@ -215,7 +215,7 @@ def offered_tools(args, model=None) -> list[dict] | None:
         task = model_task(model.config if model is not None else None)
     else:
         task = get_task(deprecated(args.tools, "clover"))
-    return task.tools() if task is not None else None
+    return task.offered(model.config if model is not None else None) if task is not None else None
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
