@@ -80,7 +80,7 @@ def denoise_blocks(runner, batch: Batch) -> list[Event]:
         batch.bs,
     )
     if first is not None:
-        runner._remember(reqs[0], batch.cache)
+        runner.remember(reqs[0], batch.cache)
     runner.forwards += max(passes, default=0)
     step0 = batch.step.tolist()
     batch.x = x.to(batch.x.device)

@@ -97,6 +97,22 @@ def test_the_block_loop_decodes_as_the_python_loop(setup, policy, batch):
     assert sum(len(t[1]) for t in ref.values()) > 8 * len(prompts)  # real replies, several blocks' passes
 
 
+def test_the_prefix_cache_keeps_the_prompts_the_block_loop_commits(setup):
+    """A fresh request's prompt blocks, committed in the block loop's first pass, reach the prefix
+    cache as the Python loop's fused pass leaves them: a second round of the same prompts hits it
+    as often, with the same tokens."""
+    lm, tok, prompts = setup
+    prompts = [p * 3 for p in prompts[:3]]  # prompts of whole blocks
+    out = {}
+    for native in (False, True):
+        lm.native_loop = native
+        engine = Engine(lm, tok, max_batch_size=1, prefix_cache_mb=64)
+        ids = [[engine.generate(p, SamplingParams(max_tokens=12)).token_ids for p in prompts] for _ in range(2)]
+        out[native] = ids, {k: v for k, v in engine.stats().items() if k.startswith("prefix_cache_hit")}
+    lm.native_loop = True
+    assert out[True] == out[False] and out[True][1]["prefix_cache_hits"] > 0
+
+
 def test_requests_the_loop_does_not_cover_keep_the_python_loop(setup):
     """A request the block loop does not cover (sampled, logprobs, a penalty, a banned stop, edit,
     fixed) is never handed to the library, and a batch with one in it runs pass by pass, with the
