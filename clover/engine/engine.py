@@ -20,6 +20,7 @@ from clover.engine import PREFILL_CHUNK
 from clover.engine.batch import Batch
 from clover.engine.grammar import TokenGrammar, TokenTable, closing
 from clover.engine.graphs import DecodeGraphs
+from clover.engine.native_loop import denoise_blocks, runs_blocks
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
 from clover.engine.policies import PassView
@@ -109,9 +110,13 @@ class Engine:
             self.scheduler.admit(self.runner)  # prompts prefilled (a chunk of a long one); done ones join
             clk and clk.lap(SCHEDULE)
             for batch in self.scheduler.running():
-                logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
-                clk and clk.lap(FORWARD)
-                events += self._denoise(batch, logits)  # each request's policy commits some positions
+                if runs_blocks(self.model, batch):  # the back end decodes the blocks whole (clover.engine.native_loop)
+                    events += denoise_blocks(self.runner, batch)
+                    clk and clk.lap(FORWARD)
+                else:
+                    logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
+                    clk and clk.lap(FORWARD)
+                    events += self._denoise(batch, logits)  # each request's policy commits some positions
                 events += self._finish_blocks(batch)  # final blocks: EOS, stop strings, text deltas
                 clk and clk.lap(FINISH)
             self.scheduler.release_finished()  # finished requests free their cache rows now

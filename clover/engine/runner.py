@@ -126,6 +126,11 @@ class Runner:
         if self.prefix_cache is not None:  # (it keeps nothing for a cache without a whole block)
             self.prefix_cache.insert(req.prompt, req.block_size, cache)
 
+    def remember(self, req: Request, cache) -> None:
+        """``_remember`` for a back end that commits a fresh request's prompt blocks itself, in its
+        first pass (``clover.engine.native_loop``)."""
+        self._remember(req, cache)
+
     def score(self, req: Request) -> None:
         """The prompt's own log-probabilities, when the request asks (``clover.engine.scoring``)."""
         k = req.params.prompt_logprobs
