@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from functools import lru_cache
 
 import regex
 
@@ -117,13 +118,15 @@ class ReplyGrammar(Grammar):
     ):
         if inner is not None and not call_open:
             raise ValueError("a wrapped tool-call grammar needs the text that opens a call (call_open)")
-        self.words: tuple[bytes, ...] | None = None  # the allowed words, lower case, sorted
+        # the allowed words, lower case, sorted: the vocabulary's (built once per vocabulary) and the sources'
+        self.words: tuple[bytes, ...] | None = None
         if vocabulary is not None:
-            given = {w.lower() for w in vocabulary}
-            if bad := sorted(w for w in given if not _LETTERS.fullmatch(w))[:3]:
-                raise ValueError(f"a vocabulary holds words (runs of ASCII letters), not {bad}")
-            self.words = tuple(sorted({w.encode() for w in given | {w.lower() for w in words(source)}}))
-            self._word_set = frozenset(self.words)
+            self.words, self._word_set = _vocabulary_index(
+                vocabulary if isinstance(vocabulary, frozenset) else frozenset(vocabulary)
+            )
+            own = {w.lower().encode() for w in words(source)}
+            self.source_words = tuple(sorted(own))
+            self._source_set = frozenset(own)
             self._rests = LRU(65536)
         self.inner = inner
         self.trigger = call_open.encode()
@@ -226,7 +229,7 @@ class ReplyGrammar(Grammar):
         allowed word begins so, as inside a call's opening tag)."""
         out = self._rests.get(letters, _REFUSED)
         if out is _REFUSED:
-            options = _prefixed(self.words, letters)
+            options = _prefixed(self.words, letters) + _prefixed(self.source_words, letters)
             out = min(options, key=len)[len(letters) :] if options else None
             self._rests[letters] = out
         return out
@@ -277,15 +280,22 @@ class ReplyGrammar(Grammar):
             return None if not rest else _REFUSED
         if b in _LETTER:
             text = (letters or b"") + bytes([b | 0x20])  # lower case
-            return text if len(text) < matched or _prefixed(self.words, text) else _REFUSED
-        if letters is None or len(letters) < matched or letters in self._word_set:
+            return text if len(text) < matched or self._begins(text) else _REFUSED
+        if letters is None or len(letters) < matched or self._is_word(letters):
             return None
         return _REFUSED  # a word ends where no allowed word ends
 
     def _letters_may_end(self, letters) -> bool:
         if isinstance(letters, tuple):
             return not letters[1]
-        return letters is None or letters in self._word_set
+        return letters is None or self._is_word(letters)
+
+    def _begins(self, text: bytes) -> bool:
+        """Some allowed word begins with ``text``."""
+        return bool(_prefixed(self.words, text) or _prefixed(self.source_words, text))
+
+    def _is_word(self, text: bytes) -> bool:
+        return text in self._word_set or text in self._source_set
 
     def _word_step(self, word, b: int):
         """The capitalised-word rule's state after byte ``b``."""
@@ -351,6 +361,17 @@ class ReplyGrammar(Grammar):
 
 
 _REFUSED = object()
+
+
+@lru_cache(maxsize=8)
+def _vocabulary_index(vocabulary: frozenset[str]) -> tuple[tuple[bytes, ...], frozenset[bytes]]:
+    """A vocabulary's words in lower case, sorted, and as a set (a ValueError for one that is not
+    a run of ASCII letters): built once per vocabulary, not per request."""
+    given = {w.lower() for w in vocabulary}
+    if bad := sorted(w for w in given if not _LETTERS.fullmatch(w))[:3]:
+        raise ValueError(f"a vocabulary holds words (runs of ASCII letters), not {bad}")
+    out = tuple(sorted(w.encode() for w in given))
+    return out, frozenset(out)
 
 
 def _prefixed(options: tuple[bytes, ...], text: bytes) -> tuple[bytes, ...]:
