@@ -276,8 +276,9 @@ def test_free_text_of_vocabulary_words_decodes_as_without_the_word_rule(llm):
                 "name": "get_drone_status", "arguments": '{"drone_id": "D-95"}'}}]},
             {"role": "tool", "tool_call_id": "c0",
              "content": '{"drone_id": "D-95", "battery_pct": 41, "state": "hovering"}'}]  # fmt: skip
-    chats = [([{"role": "user", "content": t}], task.tools()) for t in ("hello", "thanks, that's all", "who are you?")]
-    chats += [(msgs, None), (msgs, task.tools())]
+    tools = task.offered(llm.config)
+    chats = [([{"role": "user", "content": t}], tools) for t in ("hello", "thanks, that's all", "who are you?")]
+    chats += [(msgs, None), (msgs, tools)]
     narrowed = 0
     for m, offered in chats:
         kw = dict(tools=offered, max_tokens=48, temperature=0, grounded_reply=True)
