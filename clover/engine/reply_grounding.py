@@ -66,7 +66,8 @@ _KIND = "reply"  # this module's frame: Reply(in_call, matched, run, word, lette
 # ("u", text) a capitalised word inside a sentence, its first letters (a name once NAME_PREFIX of
 # them begin a name of the sources)
 # letters: with a vocabulary, the letters of the word under way in lower case (None: between
-# words, or no vocabulary)
+# words, or no vocabulary); ("rest", bytes): closing's stand-in for a word under way, the letters
+# it still needs (``closing_state``)
 _START_WORD = ("b", True)
 Reply = frame_type("Reply", _KIND, "in_call matched run word letters")
 

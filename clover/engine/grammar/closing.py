@@ -16,7 +16,9 @@ finish it at least cost), each piece checked by the grammar itself (``Grammar.ad
 string under a pattern or format, a bounded number and a regular expression are searched byte by
 byte (``_search``, bounded). A state whose ending is not found (an unknown frame kind, a search
 past its bound) is left unconstrained, as before. ``tests/engine/test_closing.py`` compares the
-ending with a brute-force breadth-first search over every byte.
+ending with a brute-force breadth-first search over every byte. A grammar may name the bytes an
+ending begins with (``ending_head``) and the state an ending is costed from (``closing_state``):
+a grounded reply's word under way (``clover.engine.reply_grounding``).
 """
 
 from __future__ import annotations
