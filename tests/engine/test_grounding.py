@@ -40,7 +40,7 @@ def _crosses(text: str, i: int, j: int) -> bool:
         ch, before, after = text[k], pad[k], pad[k + 2]
         if ch in BARRIERS:
             return True
-        if ch in ";:!?" and (k + 1 == len(text) or after.isspace()):
+        if ch in ";:!?," and (k + 1 == len(text) or after.isspace()):
             return True
         if ch in "-/" and before == " " and after == " " or ch in "\u2013\u2014" and " " in (before, after):
             return True
@@ -83,7 +83,7 @@ def _span_ok(text: str, i: int, j: int) -> bool:
             and after.startswith(".")
             and not re.search(r"[\w&\-'\u2019]\Z", span[: -len(w)] if len(w) < len(span) else before)
             or _joined_left(text, j)
-            or w.lower() in {"of", "and", "the", "de", "at", "to", "for", "in", "on", "with", "from", "by"}
+            or w.lower() in {"of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"}
             or re.fullmatch(r"\d+(st|nd|rd|th)", w, re.I)
             and re.match(r" \w", after)
         )
@@ -136,6 +136,8 @@ EDGES = [
     ("lift Kilo; then Bravo", ["Kilo"], ["Kilo; then", "Kilo;"]),
     ("zone name: Old Pier", ["Old Pier", "zone name"], ["name: Old", "name:"]),
     ("lift Kilo! Bravo? yes", ["Kilo", "Bravo"], ["Kilo! Bravo", "Bravo? yes"]),
+    ("SAR of new water tank, Unit 864 please", ["new water tank", "Unit 864"], ["new water tank, Unit 864"]),
+    ("radius 1,500 ft", ["1,500 ft"], []),  # a comma inside a number is no break
     ("18:00 to 20:30", ["18:00", "20:30", "18:00 to 20:30"], []),  # a colon inside a time is no break
     ("NFZ Old Dres / S34.9 W130 - 6nm — now", ["Old Dres", "S34.9 W130"], ["Old Dres / S34.9", "W130 - 6nm"]),
     ("a survey of '65th Way Pizoul' now", ["65th Way Pizoul"], ["of '65th Way Pizoul", "Pizoul' now"]),
@@ -163,6 +165,7 @@ EDGES = [
         ["Old Sevilla Wyr of Fynu", "Old Sevilla Wyr"],
         ["Old Sevilla Wyr of"],
     ),
+    ("Gate D3 needs a survey", ["Gate D3 needs a survey", "Gate D3"], ["Gate D3 needs a"]),
     ("radius .5 nm around", [".5 nm", "5 nm"], ["radius ."]),
 ]
 

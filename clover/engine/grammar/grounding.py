@@ -89,10 +89,10 @@ def _kind(ch: str) -> str:
 # ("E&K", "Lima-5", "O'Neil", "Basel's"), unless it holds a digit ("12:03am-12pm", "D-17's")
 JOINERS = frozenset("&-'’")
 SINGLE_QUOTES = frozenset("'‘’`")
-CLAUSE_ENDS = frozenset(";:!?")  # followed by a space or the end: a clause ends there
+CLAUSE_ENDS = frozenset(";:!?,")  # followed by a space or the end: a clause ends there
 CLAUSE_DASHES = frozenset("-–—/")  # between spaces: a clause break (" - ", " — ", " / ")
 # a span never ends on one of these words: a name goes on after "of", "and", "the", ...
-NOT_LAST = frozenset(("of", "and", "the", "de", "at", "to", "for", "in", "on", "with", "from", "by"))
+NOT_LAST = frozenset(("of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"))
 TIME_WORDS = frozenset(("am", "pm", "hrs", "hr", "h", "noon", "midnight", "midday"))  # "6 pm-8 pm" is two times
 _ORDINAL = regex.compile(r"(?<!\w)\d+(?:st|nd|rd|th)$", regex.I)
 
@@ -268,6 +268,28 @@ class SpanIndex:
                         best = self.data[s + depth : e]
                     break
         return best
+
+    def rests(self, lo: int, hi: int, depth: int, most_bytes: int, most: int) -> list[bytes] | None:
+        """The distinct ways the spans of the range go on from ``depth`` to an end (``b""``: one
+        ends here), each at most ``most_bytes`` long, shortest first; None where there are more
+        than ``most`` (too many to weigh one by one)."""
+        out: set[bytes] = set()
+        for s in itertools.islice(self.starts, lo, hi):
+            for e in range(s + depth, min(self.limit[s], s + depth + most_bytes) + 1):
+                if self.ends[e] and e > s:
+                    out.add(self.data[s + depth : e])
+                    if len(out) > most:
+                        return None
+        return sorted(out, key=lambda r: (len(r), r))
+
+    def rest_range(self, lo: int, hi: int, depth: int, rest: bytes) -> tuple[int, int] | None:
+        """The range after the bytes ``rest`` (``narrow`` byte by byte), or None."""
+        for c in rest:
+            r = self.narrow(lo, hi, depth, c)
+            if r is None:
+                return None
+            (lo, hi), depth = r, depth + 1
+        return lo, hi
 
     def next_chars(self, lo: int, hi: int, depth: int) -> set[int]:
         """Code points that may come next in the range (for ``\\uXXXX`` escapes)."""
