@@ -127,7 +127,7 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
             _invented(r),
             _names(r),
             f"{100 * r['fields'].get('lat', 0):.0f}, {100 * r['fields'].get('lon', 0):.0f} %",
-            _pct(r["fields"].get("radius", 0)),
+            _pct(r["fields"].get("radius_m", 0)),
         ]
         for label, r in (
             ("default, the model alone", alone),
@@ -173,7 +173,7 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
                 "grounded args not in their source",
                 "names: trained / held-out families",
                 "lat, lon",
-                "radius",
+                "radius (as the world reads it)",
             ],
             grounded,
         ),

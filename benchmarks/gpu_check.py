@@ -9,7 +9,8 @@ fast the full shape runs, on one CUDA GPU.
 3. speed: the ``qwen3.6-35b-a3b`` preset with random bf16 weights built on the GPU: prefill
    tokens/s at 4K tokens, engine decode tokens/s at batch 1 and 16 for ``ar`` (TPF 1) and
    ``fixed`` at 8 passes per 32-token block (TPF 4; random weights, so the policy sets TPF),
-   and peak GPU memory;
+   the same ``fixed`` decode with and without CUDA graphs (``Engine(cuda_graphs=True)``, the same
+   prompts, tokens compared), and peak GPU memory;
 4. sglang: ``clover bench sglang --device cuda`` (the bundled model served by SGLang's engine
    through the Clover plugin against Clover's own engine, docs/sglang.md), when an SGLang
    environment is there ($CLOVER_SGLANG_PYTHON, .venv-sglang, or this Python with SGLang); else
@@ -17,7 +18,9 @@ fast the full shape runs, on one CUDA GPU.
 
 Each section runs under its own time budget and its own error handling, and the JSON is written
 after every section, so a section that fails or overruns leaves the others' figures.
-``--dry-run``: the same on the CPU with the tiny preset and small sizes (the test suite runs it).
+``--dry-run``: the same on the CPU with the tiny preset and small sizes (the test suite runs it);
+CUDA graphs are replayed there by their CPU stand-in (``clover.engine.graphs.EagerGraph``: the
+same static buffers, buckets and copies, each pass run eagerly).
 
     python benchmarks/gpu_check.py [--dry-run] [--json gpu_check.json] [--budget-s 420]
 """
@@ -233,6 +236,12 @@ def random_model(name: str, device: torch.device, dtype: torch.dtype) -> CloverF
 
 
 def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
+    return _decode_ids(engine, model, policy, batch, size, device)[0]
+
+
+def _decode_ids(engine, model, policy: str, batch: int, size: dict, device) -> tuple[dict, list[list[int]]]:
+    """One timed ``generate_batch`` of ``batch`` random prompts (seeded by the batch size) → its
+    figures and every prompt's tokens."""
     from clover.engine import SamplingParams
 
     n = size["ar_tokens"] if policy == "ar" else size["fixed_tokens"]
@@ -253,7 +262,7 @@ def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
     wall = time.perf_counter() - t0
     tokens = sum(len(o.token_ids) for o in outs)
     passes = max(o.stats["forward_passes"] for o in outs)
-    return {
+    figures = {
         "batch": batch,
         "policy": policy,
         "tokens": tokens,
@@ -261,6 +270,7 @@ def _decode(engine, model, policy: str, batch: int, size: dict, device) -> dict:
         "tokens_per_s": tokens / wall,
         "tpf": tokens / batch / passes if passes else None,
     }
+    return figures, [o.token_ids for o in outs]
 
 
 def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
@@ -322,8 +332,44 @@ def check_speed(out: dict, device: torch.device, size: dict, left) -> None:
             left()
             out["decode"][f"{policy}_b{b}"] = _decode(engine, model, policy, b, size, device)
             peak()
+    _graph_decode(out["graphs"], model, device, size, left)
+    peak()
     _compiled_passes(out["compiled"], model, device, size, left)
     peak()
+
+
+def _graph_decode(out: dict, model, device: torch.device, size: dict, left) -> None:
+    """``fixed`` decoding at each batch size by an engine without CUDA graphs and by one with them
+    (the dry run: their CPU stand-in), the same prompts: tokens/s of each, and the share of prompts
+    decoded to the same tokens. The graphed engine decodes the prompts once first, which captures
+    the graphs its run needs (timed apart: ``first_s``)."""
+    from clover.engine import Engine
+    from clover.engine.graphs import DecodeGraphs, EagerGraph
+
+    for b in BATCHES:
+        left()
+        plain = Engine(model, max_batch_size=b)
+        graphed = Engine(model, max_batch_size=b, cuda_graphs=device.type == "cuda")
+        if device.type != "cuda":
+            graphed.runner.graphs = DecodeGraphs(model, b, capture=EagerGraph)
+        first = _decode_ids(graphed, model, "fixed", b, size, device)[0]
+        left()
+        eager, ids = _decode_ids(plain, model, "fixed", b, size, device)
+        left()
+        fast, ids_g = _decode_ids(graphed, model, "fixed", b, size, device)
+        st = graphed.stats()
+        out[f"fixed_b{b}"] = {
+            "tokens_per_s_eager": eager["tokens_per_s"],
+            "tokens_per_s_graphs": fast["tokens_per_s"],
+            "speedup": fast["tokens_per_s"] / eager["tokens_per_s"],
+            "first_s": first["seconds"],
+            "same_tokens": sum(a == g for a, g in zip(ids, ids_g)) / b,
+            "graph_captures": st["graph_captures"],
+            "buckets": sorted({rows for c in graphed.runner.graphs.caches.values() for _, rows in c.graphs}),
+            "graph_passes": st["graph_passes"],
+            "eager_passes": st["graph_eager_passes"],
+            "eager_why": "; ".join(st["graph_eager_why"]) or None,
+        }
 
 
 # HBM bandwidth by device name, bytes/s (the vendors' figures), for the bound a pass cannot beat
@@ -407,6 +453,18 @@ def _template(dry: bool) -> dict:
         "train_vs_step_max_abs_err": None,
     }
     run = {"batch": None, "policy": None, "tokens": None, "seconds": None, "tokens_per_s": None, "tpf": None}
+    graphed = {
+        "tokens_per_s_eager": None,
+        "tokens_per_s_graphs": None,
+        "speedup": None,
+        "first_s": None,
+        "same_tokens": None,
+        "graph_captures": None,
+        "buckets": None,
+        "graph_passes": None,
+        "eager_passes": None,
+        "eager_why": None,
+    }
     mode = "dry" if dry else "gpu"
     base = {"status": "not run", "seconds": None, "note": None}
     return {
@@ -444,6 +502,7 @@ def _template(dry: bool) -> dict:
             "init_s": None,
             "prefill": {"tokens": None, "seconds": None, "tokens_per_s": None},
             "decode": {f"{p}_b{b}": dict(run) for b in BATCHES for p in ("ar", "fixed")},
+            "graphs": {f"fixed_b{b}": dict(graphed) for b in BATCHES},
             "compiled": {
                 "pass_ms_eager": None,
                 "pass_ms_compiled": None,
@@ -533,6 +592,17 @@ def _rows(res: dict) -> list[list]:
     ]
     for key, r in sp["decode"].items():
         rows.append(["speed", f"decode tok/s {key}", r["tokens_per_s"], f"TPF {r['tpf']}, {r['tokens']} tokens"])
+    for key, r in sp["graphs"].items():
+        same = "-" if r["same_tokens"] is None else f"{100 * r['same_tokens']:.0f} %"
+        rows.append(
+            [
+                "speed",
+                f"decode tok/s {key}, CUDA graphs",
+                r["tokens_per_s_graphs"],
+                f"eager {r['tokens_per_s_eager'] or 0:.4g}, same tokens {same}, "
+                f"{r['graph_passes']} graph / {r['eager_passes']} eager passes",
+            ]
+        )
     cp = sp["compiled"]
     for k, what in (("pass_ms_eager", "eager"), ("pass_ms_compiled", "compiled"), ("pass_ms_graphs", "CUDA graphs")):
         rows.append(["speed", f"pass ms, {what}", cp[k], f"batch 1, {BLOCK}-position denoise after {sp['history']}"])

@@ -1,5 +1,6 @@
-"""Where an engine step's time goes, stage by stage, through both back ends: the model's pass, the
-back end's glue and each host stage of the engine (scheduling, the pass's inputs, penalties, the
+"""Where an engine step's time goes, stage by stage, through both back ends (llama.cpp with the
+engine's pass-by-pass loop and with the library's block loop): the model's pass, the back end's
+glue, the block loop's own time and each host stage of the engine (scheduling, the pass's inputs, penalties, the
 grammar's slot, the sampler, the policy, the grammar's commit, applying it, finished blocks), in
 ms of CPU time per engine step (the back ends run on the caller's thread), at batch 1 (the
 prompts one after another) and batch 16, under the default policy and ``ar``; the checkpoint
@@ -39,7 +40,7 @@ def main() -> int:
     from clover.backends.llamacpp import LlamaCppClover, available
     from clover.bench import print_table, set_threads, write_json
     from clover.bench.decode import airspace_cases
-    from clover.bench.stages import GLUE, PASS, measure_stages
+    from clover.bench.stages import BLOCK_LOOP, GLUE, PASS, measure_stages
     from clover.commands.common import load_model_and_tokenizer
     from clover.data import default_model_dir
     from clover.engine import SamplingParams
@@ -54,7 +55,11 @@ def main() -> int:
     figures: dict = {"n": len(cases), "max_tokens": args.max_tokens, "threads": args.threads, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="clover-stages-") as d:
         gguf = export_gguf(args.model or default_model_dir(), Path(d) / "model.gguf", "f32").out
-        backends = {"PyTorch": model, "llama.cpp": LlamaCppClover(gguf, threads=args.threads)}
+        backends = {
+            "PyTorch": model,
+            "llama.cpp": LlamaCppClover(gguf, threads=args.threads, native_loop=False),
+            "llama.cpp block loop": LlamaCppClover(gguf, threads=args.threads),
+        }
         for pol in args.policies:
             params = SamplingParams(
                 max_tokens=args.max_tokens,
@@ -69,11 +74,16 @@ def main() -> int:
             figures["runs"][pol] = {k: {x: y for x, y in r.items() if x != "ids"} for k, r in runs.items()}
             same = all(r["ids"] == next(iter(runs.values()))["ids"] for r in runs.values())
             figures["runs"][pol]["same_tokens"] = same
-            rows = [[s] + [f"{r['stages_ms'][s]:.3g}" for r in runs.values()] for s in (PASS, GLUE, *ENGINE_STAGES)]
+            rows = [
+                [s] + [f"{r['stages_ms'][s]:.3g}" for r in runs.values()]
+                for s in (PASS, GLUE, BLOCK_LOOP, *ENGINE_STAGES)
+            ]
             rest = [r["step_ms"] - sum(r["stages_ms"].values()) for r in runs.values()]
             rows.append(["outside engine.step (adding requests, the caller's loop)"] + [f"{x:.3g}" for x in rest])
             rows.append(["step, all of it"] + [f"{r['step_ms']:.3g}" for r in runs.values()])
             rows.append(["host time outside the pass"] + [f"{r['outside_pass_ms']:.3g}" for r in runs.values()])
+            per_pass = [f"{r['outside_pass_ms_per_row_pass']:.3g}" for r in runs.values()]
+            rows.append(["host time outside the pass, per pass of a request"] + per_pass)
             rows.append(["tokens per CPU second"] + [f"{r['tokens_per_cpu_s']:.0f}" for r in runs.values()])
             rows.append(["tokens/s (wall)"] + [f"{r['tokens_per_s']:.0f}" for r in runs.values()])
             rows.append(["tokens per pass"] + [f"{r['tpf']:.2f}" for r in runs.values()])

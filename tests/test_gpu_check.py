@@ -60,6 +60,14 @@ def test_dry_run_writes_every_key_and_the_invariant_holds(tmp_path):
     # random weights: the policy sets the tokens per forward
     dec = s["speed"]["decode"]
     assert dec["ar_b1"]["tpf"] == 1.0 and dec["fixed_b16"]["tpf"] == 4.0
+    # CUDA graphs' path, replayed by its CPU stand-in: every pass through the static buffers, same tokens
+    gr = s["speed"]["graphs"]
+    assert set(gr) == {"fixed_b1", "fixed_b16"}
+    # (the first 8 prompts start alone: prefill_chunk admits 512 of the 1,024 prompt tokens in a step)
+    assert gr["fixed_b1"]["buckets"] == [1] and gr["fixed_b16"]["buckets"] == [8, 16]
+    for r in gr.values():
+        assert r["same_tokens"] == 1.0 and r["graph_passes"] > 0 and r["eager_passes"] == 0, r
+        assert r["tokens_per_s_eager"] > 0 and r["tokens_per_s_graphs"] > 0 and r["eager_why"] is None
     assert all(r["tokens_per_s"] > 0 for r in dec.values()) and s["speed"]["prefill"]["tokens_per_s"] > 0
 
 

@@ -24,9 +24,7 @@ from clover.airspace.extraction_tools import (
     drone_key,
     in_metres,
     uses_units,
-    values_form,
     with_unit_names,
-    written_form,
 )
 from clover.airspace.values import as_written
 from clover.data.task import model_task
@@ -91,9 +89,7 @@ def score(
     tokens per second, at ``block_size`` (None: the model's own). A chat that offers tools is
     offered all six in the model's own form (a chat's subset always holds the tools it needs), so
     the chats run as one batch; a chat without tools runs without."""
-    own = model_task(llm.config, default=True).tools()
-    if values_form(llm.config) == "written":
-        own = written_form(own)
+    own = model_task(llm.config, default=True).offered(llm.config)
     groups: dict[bool, list[int]] = defaultdict(list)
     for i, ex in enumerate(chats):
         groups[ex["tools"] is not None].append(i)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
+from clover.airspace.extraction_tools import values_form
 from clover.airspace.loop import GROUNDED_REPLY, MAX_STEPS, CompletionModel, run_agent
 from clover.airspace.tasks import task_success, zone_tasks
 from clover.airspace.world import World
@@ -63,13 +64,15 @@ def zone_demo(
     n: int = DEFAULT_MESSAGES,
     *,
     load,
+    config=None,
     threshold: float | None = None,
     max_steps: int = MAX_STEPS,
     on_event: Callable[[dict], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict:
     """The demo's ``n`` messages (``load``: the task's ``eval_split``) under each of ``POLICIES``
-    with ``complete`` as the model (``CompletionModel``) → ``{"messages", "default": {"seconds",
+    with ``complete`` as the model of ``config`` (``CompletionModel``; None: the bundled model),
+    offered the tools in the form of values it was trained on → ``{"messages", "default": {"seconds",
     "zones_right"}, "ar": {...}, "speedup"}``: ``seconds`` is the loop's own time over all
     messages (``AgentResult.wall_s`` summed), ``speedup`` ar's seconds over the default's."""
     if n < 1:
@@ -87,7 +90,9 @@ def zone_demo(
     )
     out: dict = {"messages": len(tasks)}
     for name in POLICIES:
-        model = CompletionModel(complete, **fields[name], grounded_reply=GROUNDED_REPLY)  # as the loop asks
+        model = CompletionModel(  # as the loop asks
+            complete, **fields[name], grounded_reply=GROUNDED_REPLY, values=values_form(config)
+        )
         emit({"type": "run", "policy": name})
         seconds, right = 0.0, 0
         for i, task in enumerate(tasks):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from clover.airspace.calls import answers, field_scores, gold_calls, plain_call, score_tool_calls
 from clover.airspace.decision_groups import load_groups
-from clover.airspace.extraction_tools import EXTRACTION_TOOLS, drone_key
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS
 from clover.api.structured import tools_grammar
 from clover.data.chat import TOOL_OPEN, is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
@@ -130,8 +130,10 @@ def evaluate_airspace(
     ends: str | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
-    (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument, see
-    ``corpus.field_scores``). Failed tool-call turns are appended to ``errors`` when given.
+    (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument of the
+    calls as the world reads them, ``scoring.calls``: a length is ``radius_m``/``altitude_m`` in
+    either form of values, a time ``HH:MM``; see ``calls.field_scores``).
+    Failed tool-call turns are appended to ``errors`` when given.
 
     ``n_text``: also that many of the split's turns answered in words (a chat without the
     needed tool or argument, small talk, out of scope) and as many chats that offer no tools at
@@ -393,7 +395,7 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
         for table, key in ((kinds, e["kind"]), (systems, has_system), (units, unit)):
             k = table.setdefault(key, [0, 0])
             k[0], k[1] = k[0] + ok[-1], k[1] + 1
-        for f, (right, total) in field_scores(_world_ids(pred), _world_ids(gold)).items():
+        for f, (right, total) in field_scores(scoring.calls(pred), scoring.calls(gold)).items():
             r = fields.setdefault(f, [0, 0])
             r[0], r[1] = r[0] + right, r[1] + total
         if errors is not None and not ok[-1]:
@@ -408,17 +410,6 @@ def _tool_call_figures(outs, exs: list[dict], label: str, errors: list | None, s
         "grounded_args": grounded_args,
         "ungrounded_args": ungrounded,
     }
-
-
-def _world_ids(calls: list[dict]) -> list[dict]:
-    """Calls with their drone ids as the world reads them ("drone 17" is ``D-17``)."""
-    out = []
-    for c in map(plain_call, calls):
-        args = c["arguments"]
-        if isinstance(args, dict) and "drone_id" in args:
-            c = {**c, "arguments": {**args, "drone_id": drone_key(args["drone_id"])}}
-        out.append(c)
-    return out
 
 
 def ungrounded_args(calls: list[dict], tools: list[dict] | None, sources: dict[str, str]) -> tuple[int, int]:

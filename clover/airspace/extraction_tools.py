@@ -18,10 +18,12 @@ from clients that send it.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
 from clover.airspace.tools import AIRSPACE_TOOLS
+from clover.data import default_model_dir
 
 UNITS: dict[str, Decimal] = {"m": Decimal(1), "km": Decimal(1000), "ft": Decimal("0.3048"), "nm": Decimal(1852)}
 # what operators and clients write for each unit (lowercased); the schema's enum is the keys of UNITS
@@ -130,6 +132,34 @@ _WRITTEN = {
     "drone_id": "The drone as the operator wrote it: 'drone 17', '#901', 'UAV-23', 'D-17'.",
 }
 GROUNDED_WRITTEN = {**GROUNDED, "start_time": "user", "end_time": "user", "drone_id": "user"}
+# what each value as written looks like (a ``pattern``, which grounding also holds a copy to: a span
+# ends where its value ends, "0030" and not "0030 PLEASE"); every form ``values.as_written`` reads
+# that operators write with digits, and the worded times. Tool signatures show no pattern: the
+# prompt is the same with or without them
+_NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+_LENGTH_UNIT = (
+    r"(?:m|km|kms|ft|nm|nmi|mi|yd|n mi|naut mi|feet|foot|miles?|yards?|mtrs?|metres?|meters?|"
+    r"kilometres?|kilometers?|nautical miles?|statute miles?)"
+)
+_HOUR = r"(?:[0-9]{1,2}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_TIME = (
+    r"(?:[0-9]{1,2}(?:[:.][0-9]{2})?(?: ?hrs?)?(?: ?[ap]\.? ?m\.?)?|[0-9]{4}(?: ?hrs?| ?h)?|[0-9]{1,2}h(?:[0-9]{2})?"
+    r"|noon|midday|midnight"
+    rf"|(?:(?:half|quarter|five|ten|twenty|twenty-five|twenty five) (?:past|to) )?{_HOUR}(?: o['’]clock)?"
+    r"(?: ?[ap]\.? ?m\.?| in the (?:morning|afternoon|evening)| at night| tonight)?)"
+)
+_DRONE = r"(?:(?:drone|uav|unit|d)[ -]?(?:no\. ?)?)?(?:#|d-?|uav-?)?[0-9]+"
+PATTERNS = {
+    "radius": rf"^(?i:{_NUMBER}[ -]?{_LENGTH_UNIT}\.?)$",
+    "altitude": rf"^(?i:{_NUMBER}[ -]?{_LENGTH_UNIT}\.?)$",
+    "start_time": rf"^(?i:{_TIME})$",
+    "end_time": rf"^(?i:{_TIME})$",
+    "drone_id": rf"^(?i:{_DRONE})$",
+}
+
+
+def _written_property(k: str) -> dict:
+    return {"type": "string", "description": _WRITTEN[k], "pattern": PATTERNS[k], "x-grounded": GROUNDED_WRITTEN[k]}
 
 
 def _written(tool: dict) -> dict:
@@ -138,9 +168,7 @@ def _written(tool: dict) -> dict:
     params = fn["parameters"]
     units = LENGTHS[fn["name"]][1] if fn["name"] in LENGTHS else None
     params["properties"] = {
-        k: ({"type": "string", "description": _WRITTEN[k], "x-grounded": GROUNDED_WRITTEN[k]} if k in _WRITTEN else v)
-        for k, v in params["properties"].items()
-        if k != units
+        k: (_written_property(k) if k in _WRITTEN else v) for k, v in params["properties"].items() if k != units
     }
     params["required"] = [k for k in params["required"] if k != units]
     if fn["name"] == "create_no_fly_zone":
@@ -155,8 +183,26 @@ WRITTEN_TOOLS: list[dict] = [_written(t) for t in EXTRACTION_TOOLS]
 
 def values_form(config) -> str:
     """The form of values a model was trained on (its config's ``extra["values"]``): "written"
-    (``WRITTEN_TOOLS``) or "units" (``EXTRACTION_TOOLS``, also a model that names none)."""
+    (``WRITTEN_TOOLS``) or "units" (``EXTRACTION_TOOLS``, also a model that names none); with
+    ``config`` None, the bundled model's."""
+    if config is None:
+        return bundled_values_form()
     return (getattr(config, "extra", None) or {}).get("values") or "units"
+
+
+def bundled_values_form() -> str:
+    """The form of values the bundled model (``clover/assets/default``) was trained on."""
+    try:
+        extra = json.loads((default_model_dir() / "config.json").read_text()).get("extra") or {}
+    except FileNotFoundError:
+        return "units"
+    return extra.get("values") or "units"
+
+
+def tools_in_form(tools: list[dict] | None, form: str) -> list[dict] | None:
+    """``tools`` (airspace tools in either form, any subset and order) as a model trained on values
+    in ``form`` is offered them: ``written_form`` for "written", unchanged for "units"."""
+    return written_form(tools) if form == "written" else tools
 
 
 def written_form(tools: list[dict] | None) -> list[dict] | None:

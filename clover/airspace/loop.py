@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from clover.airspace.extraction_tools import tools_in_form, values_form
 from clover.airspace.world import World, execute
 from clover.data.task import model_task
 
@@ -76,7 +77,7 @@ class AgentResult:
 
 def default_tools() -> list[dict]:
     """The tools of the bundled model's task (a remote model's are not known)."""
-    return model_task(None, default=True).tools()
+    return model_task(None, default=True).offered()
 
 
 def run_agent(
@@ -89,7 +90,9 @@ def run_agent(
 ) -> AgentResult:
     """Run one task: ``messages`` (OpenAI format, ending with the operator's message) against a
     copy of ``world`` with ``tools`` (default: the model's own, ``model.tools``, else the six
-    tools of the bundled model's task). Each step is one model
+    tools of the bundled model's task), offered in the form of values the model was trained on
+    (``model.values``: "written" offers the airspace tools as ``WRITTEN_TOOLS``; the world reads
+    either form). Each step is one model
     call; its tool calls are executed in order and their results sent back as ``tool`` messages.
     Stops when a reply has no calls, or after ``max_steps`` model calls (the last step's calls
     are executed, no further reply is asked for). ``on_step(step, reply, records, world)`` is
@@ -98,6 +101,7 @@ def run_agent(
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     tools = tools if tools is not None else getattr(model, "tools", None) or default_tools()
+    tools = tools_in_form(tools, getattr(model, "values", None) or values_form(None))
     offered = {t["function"]["name"] for t in tools}
     world = world.copy()
     transcript = list(messages)
@@ -150,9 +154,11 @@ class CompletionModel:
         policy: str | None = None,
         threshold: float | None = None,
         max_tokens: int = MAX_TOKENS,
+        values: str | None = None,
         **request,
     ):
         self.complete = complete
+        self.values = values or values_form(None)  # the form of values the model takes (None: the bundled model's)
         self.request = {"max_tokens": max_tokens, "temperature": 0, **request}
         for k, v in (("policy", policy), ("threshold", threshold)):  # unset: the engine's defaults
             if v is not None:
@@ -182,13 +188,14 @@ class LocalModel(CompletionModel):
         from clover.api.llm import LLM  # deferred: the model and torch, which the world and tasks do not need
 
         self.llm = llm if isinstance(llm, LLM) else LLM(llm, threads=threads)
-        self.tools = model_task(self.llm.config, default=True).tools()  # the tools of the model's own task
+        self.tools = model_task(self.llm.config, default=True).offered(self.llm.config)  # the model's own task's
         super().__init__(
             self.llm.chat,
             policy=policy,
             threshold=threshold,
             max_tokens=max_tokens,
             grounded_reply=grounded_reply,
+            values=values_form(self.llm.config),
             **request,
         )
 
@@ -211,7 +218,9 @@ class OpenAIModel:
         timeout: float = 300,
         client=None,
         grounded_reply: bool | None = None,
+        values: str | None = None,
     ):
+        self.values = values or values_form(None)  # the served model's form of values (None: the bundled one's)
         if client is None:
             try:
                 import openai  # optional: openai (a test dependency)

@@ -13,7 +13,7 @@ former name of it (``clover.data.task.ALIASES``). The world also runs the metres
 
 from __future__ import annotations
 
-from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, tools_in_form, values_form
 from clover.airspace.world import World, execute
 from clover.data.task import Task
 
@@ -74,7 +74,7 @@ TASK = Task(
     name=NAME,
     summary="an airspace-operations assistant with extraction tools: lengths as given (number and unit), "
     "names copied as written, follow-ups, requests no tool serves answered in words",
-    tools=lambda: EXTRACTION_TOOLS,
+    tools=lambda config=None: tools_in_form(EXTRACTION_TOOLS, values_form(config)),
     corpus=_corpus,
     world=_world,
     world_from_dict=_world_from_dict,

@@ -122,15 +122,22 @@ def load_engine(
     compile: bool = False,
     backend: str = "auto",
     prefill_chunk: int = PREFILL_CHUNK,
+    cuda_graphs: bool = False,
 ) -> Engine:
     """A checkpoint directory (default: the bundled model) → an Engine with its tokenizer, the
     model on ``device`` in ``dtype``, its passes compiled or not, on ``backend`` (as ``load_model_dir``),
-    prefilling ``prefill_chunk`` prompt tokens per step (0: whole prompts)."""
+    prefilling ``prefill_chunk`` prompt tokens per step (0: whole prompts), its decoding passes as
+    CUDA graphs or not (``cuda_graphs``: a model on a CUDA device only, else a ValueError)."""
     from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
     model, tokenizer = load_model_dir(model_dir, threads, device, dtype, compile, backend)
     if tokenizer is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer.json; serving text needs the checkpoint's tokenizer")
     return Engine(
-        model, tokenizer, max_batch_size=max_batch_size, prefix_cache_mb=prefix_cache_mb, prefill_chunk=prefill_chunk
+        model,
+        tokenizer,
+        max_batch_size=max_batch_size,
+        prefix_cache_mb=prefix_cache_mb,
+        prefill_chunk=prefill_chunk,
+        cuda_graphs=cuda_graphs,
     )

@@ -4,6 +4,10 @@ The engine contract): the model and the caches of a running batch, as ``typing.P
 PyTorch's ``CloverForBlockDiffusion`` (with ``ModelCache``) is the reference, and the contract
 is its incremental API; ``clover.backends.llamacpp.LlamaCppClover`` (with ``LlamaCppRows``) is
 the second implementation. A cache holds, per row, complete committed blocks only (Rule 1).
+
+Beyond the contract, a back end may offer ``denoise_blocks`` (and a ``native_loop`` switch): a
+block decoded to its end in one call, which the engine uses for the requests
+``clover.engine.native_loop`` says it covers (``LlamaCppClover.denoise_blocks``).
 """
 
 from __future__ import annotations

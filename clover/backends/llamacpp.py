@@ -49,6 +49,8 @@ _PIN = read_pin()
 PIN_PACKAGE, PIN_VERSION, PIN_SHA256 = _PIN["package"], _PIN["version"], _PIN["sha256"]
 PIN = f"{PIN_VERSION}-{PIN_SHA256[:12]}"  # the library's cache directory
 BUILD_HINT = "build it with `make llama-cpp` (needs g++ and cmake)"
+# the policies clover_denoise_block runs in the library (clover.h CLOVER_POLICY_*)
+NATIVE_POLICIES = {"ar": 0, "prefix": 1, "threshold": 2}
 
 
 class LlamaCppError(RuntimeError):
@@ -88,6 +90,10 @@ def _signatures(lib: ctypes.CDLL) -> ctypes.CDLL:
         # the token and logits buffers as addresses (c_void_p): a pass hands over ints, with no
         # ctypes pointer object made per buffer and per row
         "clover_step": (ctypes.c_int, [P, P, P, I64, P, I64, I64, P]),
+        "clover_denoise_block": (
+            ctypes.c_int,
+            [P, P, P, I64, P, P, P, I64, I64, P, I64, ctypes.c_int, ctypes.c_float, P, P],
+        ),
         "clover_quantize": (ctypes.c_size_t, [ctypes.c_char_p, F, P, I64, I64]),
         "clover_quantized_size": (ctypes.c_size_t, [ctypes.c_char_p, I64, I64]),
     }
@@ -264,6 +270,54 @@ class LlamaCppModel:
         if rc != 0:
             raise ValueError(_error(self._lib))
 
+    def denoise_block(
+        self,
+        cache: LlamaCppCache,
+        commit: np.ndarray,
+        x: np.ndarray,
+        open_: np.ndarray,
+        wanted: np.ndarray,
+        block_size: int,
+        stop: np.ndarray,
+        policy: str,
+        threshold: float,
+    ) -> tuple[np.ndarray, int, float]:
+        """One block decoded to its end in the library, greedily (``clover_denoise_block``, clover.h):
+        the first pass commits ``commit`` (whole blocks, int32, may be empty) and denoises the block
+        ``x`` (int32 ``[n]``, updated in place), each later pass denoises it, and after each pass
+        ``policy`` (``NATIVE_POLICIES``) commits some of the open positions, until no position is
+        both open (``open_``, bool ``[n]``) and needed (``wanted`` and not after a committed token
+        of ``stop``, int32). Returns the pass that committed each position (int32 ``[n]``, -1:
+        none), the passes run and the CPU seconds of the passes themselves."""
+        if policy not in NATIVE_POLICIES:
+            raise ValueError(f"the library's block loop runs {', '.join(NATIVE_POLICIES)}, not {policy!r}")
+        n = len(x)
+        for a, dtype in ((commit, "int32"), (x, "int32"), (stop, "int32"), (open_, "bool"), (wanted, "bool")):
+            if a.dtype != dtype or not a.flags["C_CONTIGUOUS"] or (a is not commit and a is not stop and len(a) != n):
+                raise ValueError(f"internal: a {a.dtype} buffer of {len(a)} where the library reads {n} {dtype}")
+        pass_of = np.empty(n, dtype=np.int32)
+        seconds = ctypes.c_double(0.0)
+        passes = self._lib.clover_denoise_block(
+            self._h,
+            cache._h,
+            _address(commit),
+            len(commit),
+            x.ctypes.data,
+            open_.ctypes.data,
+            wanted.ctypes.data,
+            n,
+            block_size,
+            _address(stop),
+            len(stop),
+            NATIVE_POLICIES[policy],
+            threshold,
+            pass_of.ctypes.data,
+            ctypes.addressof(seconds),
+        )
+        if passes < 0:
+            raise ValueError(_error(self._lib))
+        return pass_of, passes, seconds.value
+
     def close(self) -> None:
         if getattr(self, "_h", None):
             self._lib.clover_model_free(self._h)
@@ -352,8 +406,11 @@ class LlamaCppClover:
     device = torch.device("cpu")
     dtype = torch.float32
 
-    def __init__(self, path: str | Path, threads: int = 1):
+    def __init__(self, path: str | Path, threads: int = 1, native_loop: bool = True):
+        """``native_loop``: the engine hands the requests the library's block loop covers to
+        ``denoise_blocks`` (``clover.engine.native_loop``); False keeps every pass in Python."""
         self.native = LlamaCppModel(path, threads)
+        self.native_loop = native_loop
         self.config = read_config(self.native)
         self.path = self.native.path
 
@@ -392,6 +449,39 @@ class LlamaCppClover:
             di = none if d is None else d[i]
             self.native.step_into(row, ci, di, bs, None if out is None or not len(di) else out[i])
         return out
+
+    def denoise_blocks(
+        self,
+        cache: LlamaCppRows,
+        commits: list,
+        x: torch.Tensor,
+        open_: torch.Tensor,
+        wanted: torch.Tensor,
+        stop_ids: torch.Tensor,
+        policies: list[str],
+        threshold: torch.Tensor,
+        block_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Each row's active block decoded to its end in the library (``LlamaCppModel.denoise_block``,
+        greedy): ``commits[i]`` (a row's clean blocks to commit first, or None), the blocks ``x``,
+        ``open_`` (masked) and ``wanted`` ``[R, bs]``, ``stop_ids`` ``[R, S]`` (-1 padded), and per
+        row its policy's name (``NATIVE_POLICIES``) and threshold. Returns the
+        blocks ``[R, bs]``, the pass (of this call) that committed each position ``[R, bs]`` (-1:
+        none) and the passes each row ran."""
+        bs = self.config.check_block_size(block_size)
+        xs = x.to(torch.int32).numpy().copy()
+        op, wa = np.ascontiguousarray(open_.numpy()), np.ascontiguousarray(wanted.numpy())
+        stops, taus = stop_ids.tolist(), threshold.tolist()
+        none = np.zeros(0, dtype=np.int32)
+        pass_of, passes = np.empty_like(xs), []
+        self.pass_seconds = 0.0  # the passes' own CPU time in this call (clover.bench.stages reads it)
+        for i, row in enumerate(cache.rows):
+            c = none if commits[i] is None else np.ascontiguousarray(torch.as_tensor(commits[i]).reshape(-1), np.int32)
+            stop = np.array([t for t in stops[i] if t >= 0], dtype=np.int32)
+            pass_of[i], n, sec = self.native.denoise_block(row, c, xs[i], op[i], wa[i], bs, stop, policies[i], taus[i])
+            passes.append(n)
+            self.pass_seconds += sec
+        return torch.from_numpy(xs).long(), torch.from_numpy(pass_of).long(), passes
 
     def prefill(self, prompt: torch.Tensor, block_size: int | None = None, cache: LlamaCppRows | None = None):
         """Commit the prompt's complete blocks (Rule 1); returns the cache and the prompt's tail."""

@@ -9,6 +9,7 @@ the run the playground's demo button makes); with ``measure_http``, the same tas
 from __future__ import annotations
 
 from clover.airspace.demo import decoder_request
+from clover.airspace.extraction_tools import values_form
 from clover.airspace.loop import GROUNDED_REPLY, LocalModel, OpenAIModel, run_agent
 from clover.airspace.tasks import operator_tasks, task_success
 from clover.bench.replies import reply_check, reply_figures
@@ -59,15 +60,18 @@ def local_model(llm, name: str, threshold: float | None, **request):
     return LocalModel(llm, **decoder_request(name, threshold), **request)
 
 
-def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load) -> dict:
+def measure_http(url: str, n: int, threshold: float | None, max_steps: int, load, config=None) -> dict:
     """The tasks of ``measure_agent`` through a running ``clover serve`` at ``url`` with the OpenAI
     client (``OpenAIModel``, one kept-alive connection), after one untimed chat each → per
-    decoder: success, seconds and passes per task."""
+    decoder: success, seconds and passes per task. ``config``: the served model's (None: the
+    bundled model's), whose form of values the tools are offered in."""
     tasks = operator_tasks(n, load=load)
     out = {}
     for name in DECODERS:
         # the same request as the in-process side, grounded replies and all
-        model = OpenAIModel(url + "/v1", **decoder_request(name, threshold), grounded_reply=GROUNDED_REPLY)
+        model = OpenAIModel(
+            url + "/v1", **decoder_request(name, threshold), grounded_reply=GROUNDED_REPLY, values=values_form(config)
+        )
         model.chat([{"role": "user", "content": "hello"}], tasks[0].tools)  # warm-up, not timed
         r = run_policy(model, tasks, max_steps)
         out[name] = {k: r[k] for k in ("success", "s_per_task", "passes_per_task", "model_calls_per_task")}
@@ -79,7 +83,9 @@ def zone_demo(llm, n: int, threshold: float | None, max_steps: int) -> dict:
     no-fly zone, through the loop one after another under the default policy then ``ar``) with
     ``llm.chat`` as the model: each policy's seconds over the whole run, how many zones reached
     the map right, and ar's seconds over the default's."""
-    return model_task(llm.config, default=True).agent_demo(llm.chat, n, threshold=threshold, max_steps=max_steps)
+    return model_task(llm.config, default=True).agent_demo(
+        llm.chat, n, config=llm.config, threshold=threshold, max_steps=max_steps
+    )
 
 
 def measure_agent(

@@ -66,10 +66,11 @@ def exact(text: str | None, gold) -> bool | None:
     return score_tool_calls(parse_assistant(text)[1], gold)
 
 
-def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True) -> dict:
+def run_engine(model, tokenizer, cases, params, batch: int, fuse: bool = True, engine=None) -> dict:
+    """The cases decoded together at ``batch`` rows, by a new engine or by ``engine``."""
     from clover.engine import Engine  # deferred: loads torch, not for clover --help
 
-    engine = Engine(model, tokenizer, max_batch_size=batch, fuse=fuse)
+    engine = engine or Engine(model, tokenizer, max_batch_size=batch, fuse=fuse)
     t0 = time.perf_counter()
     outs = engine.generate_batch([c[0] for c in cases], params)
     wall = time.perf_counter() - t0
@@ -210,4 +211,32 @@ def compiled_figures(
         same[name] = sum(a == b for a, b in zip(ids, full[name]["ids"])) / len(cases)
     out["compiled_same_tokens"] = same
     model.compile_passes(False)
+    return out
+
+
+def graph_figures(model, tokenizer, cases, configs, by_batch, sizes, speed_prompts: int) -> dict:
+    """The default policy at each batch size decoded with CUDA graphs (``--cuda-graphs``), after the
+    eager runs, on the same prompts: tokens/s on the first run (which captures the graphs) and on a
+    second run of the same engine, the speed-up of the second over eager, and the share of prompts
+    decoded to the same tokens as eager. ``by_batch``: ``measure_decoders``' eager figures."""
+    from clover.engine import Engine  # deferred: loads torch, not for clover --help
+
+    out = {}
+    for b in sizes:
+        speed_cases = cases if b == sizes[-1] else cases[: max(b, speed_prompts)]
+        engine = Engine(model, tokenizer, max_batch_size=b, cuda_graphs=True)
+        first = run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b, engine=engine)
+        again = run_engine(model, tokenizer, speed_cases, configs[DEFAULT_NAME], b, engine=engine)
+        eager = by_batch[b][DEFAULT_NAME]
+        stats = engine.stats()
+        out[b] = {
+            "first_tokens_per_s": first["tokens_per_s"],
+            "tokens_per_s": again["tokens_per_s"],
+            "speedup": again["tokens_per_s"] / eager["tokens_per_s"],
+            "same_tokens": sum(x == y for x, y in zip(again["ids"], eager["ids"])) / len(speed_cases),
+            "graph_captures": stats["graph_captures"],
+            "graph_passes": stats["graph_passes"],
+            "eager_passes": stats["graph_eager_passes"],
+            "eager_why": stats["graph_eager_why"],
+        }
     return out

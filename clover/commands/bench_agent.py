@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         flags = ["--log-level", "warning", "--device", args.device, "--dtype", args.dtype]
         flags += ["--compile" if args.compile else "--no-compile", *(["--model", args.model] if args.model else [])]
         with served(flags, args.threads, "clover bench agent") as url:
-            figures["http"] = measure_http(url, args.n, args.threshold, args.max_steps, load)
+            figures["http"] = measure_http(url, args.n, args.threshold, args.max_steps, load, llm.config)
     kinds = sorted(figures["kinds"])
     rows = [
         [

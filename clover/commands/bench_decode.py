@@ -24,6 +24,7 @@ from clover.bench.decode import (
     airspace_cases,
     compiled_figures,
     file_cases,
+    graph_figures,
     headline,
     hf_twin,
     measure_decoders,
@@ -32,7 +33,15 @@ from clover.bench.decode import (
     run_hf,
 )
 from clover.commands.bench_context import add_context_args, run_context
-from clover.commands.common import add_device_args, add_threads_arg, device_setup, load_model_and_tokenizer, recorder
+from clover.commands.common import (
+    add_device_args,
+    add_graphs_arg,
+    add_threads_arg,
+    check_graphs,
+    device_setup,
+    load_model_and_tokenizer,
+    recorder,
+)
 from clover.commands.threads import use_threads
 
 # torch and the engine are imported inside the functions: registering the benchmarks with the
@@ -71,6 +80,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     add_threads_arg(p)
     add_device_args(p)
+    add_graphs_arg(p)  # adds the default policy decoded with CUDA graphs at each batch size
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
@@ -209,12 +219,24 @@ def _pass_note(p: dict) -> str:
     )
 
 
+def _graphs_note(g: dict | None) -> str:
+    if g is None:
+        return "--cuda-graphs adds the default policy decoded with CUDA graphs"
+    per = "; ".join(
+        f"batch {b} {r['tokens_per_s']:.0f} tok/s ({r['speedup']:.2f}x eager, first run "
+        f"{r['first_tokens_per_s']:.0f}), same tokens {100 * r['same_tokens']:.0f} %"
+        for b, r in g.items()
+    )
+    return f"CUDA graphs, the default policy: {per}"
+
+
 def run_decode(args: argparse.Namespace) -> int:
     import torch  # deferred: torch, not for clover --help
 
     rec = recorder(args)
     t_start = time.perf_counter()
     device, dtype = device_setup(args, "clover bench decode")
+    check_graphs(args, device, "clover bench decode")
     set_threads(args.threads)
     if args.random:
         model, tokenizer = random_model_and_tokenizer(device, dtype)
@@ -234,6 +256,8 @@ def run_decode(args: argparse.Namespace) -> int:
         run_hf(hf, cases[:1], [4], 1)  # warm-up
     full, by_batch = measure_decoders(model, tokenizer, cases, configs, sizes, args.speed_prompts, hf)
     passes = compiled_figures(model, tokenizer, cases, configs, full, by_batch, sizes, args.compile, args.speed_prompts)
+    if args.cuda_graphs:
+        passes["cuda_graphs"] = graph_figures(model, tokenizer, cases, configs, by_batch, sizes, args.speed_prompts)
     figures = {
         "model": args.model or ("random" if args.random else "default"),
         "n": len(cases),
@@ -260,6 +284,7 @@ def run_decode(args: argparse.Namespace) -> int:
         f"(same tokens: {figures['fused_same_tokens']})",
     ]
     notes.append(_pass_note(passes))
+    notes.append(_graphs_note(passes.get("cuda_graphs")))
     if args.random:
         notes.append("--random: random weights, exact match is meaningless; speed figures only")
     notes.append(f"took {time.perf_counter() - t_start:.0f} s")

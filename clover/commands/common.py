@@ -102,6 +102,27 @@ def add_device_args(p: argparse.ArgumentParser, default: str = "auto", compile: 
     )
 
 
+def add_graphs_arg(p: argparse.ArgumentParser) -> None:
+    """``--cuda-graphs``: the engine's decoding passes as captured CUDA graphs."""
+    p.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="decoding passes replayed as captured CUDA graphs, one per batch bucket and block size (a model on a "
+        "CUDA GPU only; off by default until measured on one); docs/architecture.md, 'CUDA graphs'",
+    )
+
+
+def check_graphs(args: argparse.Namespace, device, command: str = "clover") -> None:
+    """``--cuda-graphs`` on a device other than CUDA: a one-line exit naming the flag, before anything loads."""
+    if getattr(args, "cuda_graphs", False) and device.type != "cuda":
+        print(
+            f"{command}: --cuda-graphs: CUDA graphs need --device cuda (the model runs on {device.type})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def device_setup(args: argparse.Namespace, command: str = "clover"):
     """``--device`` / ``--dtype`` checked before anything loads → (torch.device, torch.dtype or None
     for the checkpoint's own), for a model the command builds itself; a checkpoint loads with the
@@ -215,7 +236,7 @@ def offered_tools(args, model=None) -> list[dict] | None:
         task = model_task(model.config if model is not None else None)
     else:
         task = get_task(deprecated(args.tools, "clover"))
-    return task.tools() if task is not None else None
+    return task.offered(model.config if model is not None else None) if task is not None else None
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
@@ -230,6 +251,6 @@ def decoding_setup(args: argparse.Namespace):
         params = sampling_params(args)
     except ValueError as e:
         raise SystemExit(f"clover: {e}") from None
-    device_setup(args)
+    check_graphs(args, device_setup(args)[0])
     loaded = load_model_and_tokenizer(args.model, args.threads, args.device, args.dtype, args.compile, args.backend)
     return (params, *loaded)

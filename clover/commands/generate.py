@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 from clover.api.structured import tools_grammar
-from clover.commands.common import add_decoding_args, count, decoding_setup, encode_prompt, offered_tools
+from clover.commands.common import (
+    add_decoding_args,
+    add_graphs_arg,
+    count,
+    decoding_setup,
+    encode_prompt,
+    offered_tools,
+)
 from clover.data.chat import parse_assistant, render_chat
 from clover.engine.grammar import GrammarError, choice_grammar, json_grammar, regex_grammar
 from clover.engine.grammar.grounding import source_texts
@@ -37,7 +44,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         params.grammar = tools_grammar(offered_tools(args, model))
         if params.grammar is not None:  # x-grounded arguments: copied from the message
             params.grammar = params.grammar.with_sources(source_texts(messages))
-    engine = Engine(model, tokenizer)
+    try:
+        engine = Engine(model, tokenizer, cuda_graphs=args.cuda_graphs)
+    except ValueError as e:  # a model left on the CPU (a quantized checkpoint) or run by llama.cpp
+        raise SystemExit(f"clover: --cuda-graphs: {e}") from None
     out = None
     try:
         for ev in engine.stream(encode_prompt(tokenizer, text), params):
@@ -118,4 +128,5 @@ def register(sub) -> None:
         help="the output is one of these (--choice yes no, or --choice yes --choice no)",
     )
     add_decoding_args(g)
+    add_graphs_arg(g)
     g.set_defaults(func=cmd_generate)

@@ -15,8 +15,10 @@ from clover.commands.common import (
     COMPILE_NOTE,
     add_backend_arg,
     add_device_args,
+    add_graphs_arg,
     add_model_positional,
     add_threads_arg,
+    check_graphs,
     device_setup,
     int_at_least,
     positive_int,
@@ -33,7 +35,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from clover.server.app import create_app  # deferred: fastapi and torch, not for clover --help
 
     take_model_positional(args)
-    device_setup(args, "clover serve")
+    check_graphs(args, device_setup(args, "clover serve")[0], "clover serve")
     sock, problem = listen(args.host, args.port)
     if problem:  # before the model loads, and instead of uvicorn's log lines after a "listening" banner
         print(f"clover serve: {problem}", file=sys.stderr)
@@ -51,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.compile,
             args.backend,
             args.prefill_chunk,
+            args.cuda_graphs,
         )
         apply_threads(engine.model, args.threads)  # before the engine's thread starts, which takes the count
         app = create_app(
@@ -114,6 +117,7 @@ def register(sub) -> None:
     p.add_argument("--served-model-name", default="clover", help="the model id clients must send")
     add_threads_arg(p)
     add_device_args(p)
+    add_graphs_arg(p)
     p.add_argument(
         "--prefix-cache-mb",
         type=int_at_least(0),

@@ -10,7 +10,7 @@ from clover.data.task import ALIASES, DEFAULT_TASK, deprecated, get_task, task_n
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    tools = get_task(deprecated(args.name, "clover tools")).tools()
+    tools = get_task(deprecated(args.name, "clover tools")).offered()
     if args.json:
         print(json.dumps(tools, indent=1))
     else:

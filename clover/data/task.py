@@ -11,6 +11,7 @@ never asks for a task never loads one. ``register`` adds a task from outside the
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,10 @@ class Task:
 
     name: str
     summary: str  # one line: what the task's model does
-    tools: Callable[[], list[dict]]  # the OpenAI-format ``tools`` list a chat offers
+    # () -> the OpenAI-format ``tools`` list a chat offers; a task whose models differ in the form of
+    # their arguments takes (config=None): the list for a model of that config (None: the bundled
+    # model). Callers ask through ``offered``
+    tools: Callable[..., list[dict]]
     # (split, n, seed) -> chats {"messages", "tools", ...} in OpenAI's fine-tuning form
     corpus: Callable[[str, int, int], list[dict]] | None = None
     # (seed, area_deg) -> a World; world_from_dict(state) -> a World (ValueError when malformed,
@@ -58,11 +62,20 @@ class Task:
     eval_split: Callable[[str, int], list[dict]] | None = None  # (split, n) -> the split's fixed evaluation chats
     recipes: Callable[[], dict[str, type]] = field(default=lambda: {})  # training recipes by name
     tokenizer: Callable[..., Any] | None = None  # (vocab_size) -> a tokenizer trained on the corpus
-    # (complete, n, *, threshold, max_steps, on_event, should_stop) -> figures: the task's demo, its
+    # (complete, n, *, config, threshold, max_steps, on_event, should_stop) -> figures: the task's demo, its
     # first n demo messages through the agent loop under the default policy then ``ar``, with
-    # ``complete(messages, tools=..., **request) -> chat.completion`` as the model (clover bench
+    # ``complete(messages, tools=..., **request) -> chat.completion`` as the model of ``config`` (clover bench
     # agent --demo and the playground's demo button run this one function)
     agent_demo: Callable[..., dict] | None = None
+
+    def offered(self, config=None) -> list[dict]:
+        """The tools a chat offers a model of ``config`` (None: the bundled model): ``tools(config)``
+        for a task whose ``tools`` takes a config, ``tools()`` for one whose does not."""
+        try:
+            takes = bool(inspect.signature(self.tools).parameters)
+        except (TypeError, ValueError):  # a callable without a signature: call it as the seam first did
+            takes = False
+        return self.tools(config) if takes else self.tools()
 
 
 # name -> the module that defines ``TASK``

@@ -19,6 +19,8 @@ import torch
 from clover.engine import PREFILL_CHUNK
 from clover.engine.batch import Batch
 from clover.engine.grammar import TokenGrammar, TokenTable, closing
+from clover.engine.graphs import DecodeGraphs
+from clover.engine.native_loop import denoise_blocks, runs_blocks
 from clover.engine.outputs import Event, Finished, RequestOutput, StepEvent
 from clover.engine.params import ParamError, SamplingParams
 from clover.engine.policies import PassView
@@ -53,17 +55,20 @@ class Engine:
         fuse: bool = True,
         prefix_cache_mb: float = 0,
         prefill_chunk: int | None = PREFILL_CHUNK,
+        cuda_graphs: bool = False,
     ):
         """``prefix_cache_mb``: keep prompts' committed blocks, up to this many megabytes of
         cache, for later prompts that start with them (``clover.engine.prefix_cache``; 0: off).
         ``prefill_chunk``: prompt tokens prefilled per step, so a long prompt is prefilled over
         several steps while running requests go on decoding (``clover.engine.scheduler``; 0 or
-        None: each prompt whole, in the step it is admitted)."""
+        None: each prompt whole, in the step it is admitted). ``cuda_graphs``: decoding passes
+        replayed as captured CUDA graphs (``clover.engine.graphs``; a model on a CUDA device only)."""
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
-        self.runner = Runner(model, fuse=fuse, prefix_cache=self.prefix_cache)
+        graphs = DecodeGraphs(model, max_batch_size) if cuda_graphs else None
+        self.runner = Runner(model, fuse=fuse, prefix_cache=self.prefix_cache, graphs=graphs)
         self.scheduler = Scheduler(max_batch_size, self.config.mask_token_id, self.runner.device, prefill_chunk)
         self._events: list[Event] = []  # made outside step() (abort, max_tokens=0); the next step returns them
         self._scoring: list[Request] = []  # max_tokens=0 with prompt_logprobs: scored (only) by the next step
@@ -106,9 +111,13 @@ class Engine:
             self.scheduler.admit(self.runner)  # prompts prefilled (a chunk of a long one); done ones join
             clk and clk.lap(SCHEDULE)
             for batch in self.scheduler.running():
-                logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
-                clk and clk.lap(FORWARD)
-                events += self._denoise(batch, logits)  # each request's policy commits some positions
+                if runs_blocks(self.model, batch):  # the back end decodes the blocks whole (clover.engine.native_loop)
+                    events += denoise_blocks(self.runner, batch)
+                    clk and clk.lap(FORWARD)
+                else:
+                    logits = self.runner.forward(batch)  # commit finished blocks (fused) + denoise active ones
+                    clk and clk.lap(FORWARD)
+                    events += self._denoise(batch, logits)  # each request's policy commits some positions
                 events += self._finish_blocks(batch)  # final blocks: EOS, stop strings, text deltas
                 clk and clk.lap(FINISH)
             self.scheduler.release_finished()  # finished requests free their cache rows now
@@ -192,6 +201,8 @@ class Engine:
         t = dict(self.totals, forward_calls=self.runner.forwards)
         if self.prefix_cache is not None:
             t.update(self.prefix_cache.stats())
+        if self.runner.graphs is not None:
+            t.update(self.runner.graphs.stats())
         t["tpf"] = t["tokens"] / t["forward_passes"] if t["forward_passes"] else 0.0
         t["tokens_per_s"] = t["tokens"] / t["busy_s"] if t["busy_s"] else 0.0
         return t

@@ -6,6 +6,10 @@ block. When every row has a block to commit, both happen in one forward (the fus
 first denoise pass of the next block). The model commits the same number of tokens for
 every row of a call, so when only some rows finished, those rows are committed on their own
 (gathered, committed, written back) and then the whole batch denoises together.
+
+With ``graphs`` (``clover.engine.graphs``), the denoise pass and the fused commit + denoise pass
+are replayed as captured CUDA graphs where they can be; a prompt's commit and a commit of some
+rows only stay eager.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from clover.engine.batch import Batch
+from clover.engine.graphs import DecodeGraphs
 from clover.engine.prefix_cache import PrefixCache
 from clover.engine.request import Request
 from clover.engine.scoring import model_place, prompt_logprobs
@@ -40,10 +45,17 @@ class PromptCommit:
 
 
 class Runner:
-    def __init__(self, model: CloverForBlockDiffusion, fuse: bool = True, prefix_cache: PrefixCache | None = None):
+    def __init__(
+        self,
+        model: CloverForBlockDiffusion,
+        fuse: bool = True,
+        prefix_cache: PrefixCache | None = None,
+        graphs: DecodeGraphs | None = None,
+    ):
         self.model = model
         self.fuse = fuse
         self.prefix_cache = prefix_cache
+        self.graphs = graphs  # decoding passes as CUDA graphs (None: every pass eager)
         self.device, self.dtype = model_place(model)
         self.forwards = 0  # model calls, prefill excluded
 
@@ -114,6 +126,11 @@ class Runner:
         if self.prefix_cache is not None:  # (it keeps nothing for a cache without a whole block)
             self.prefix_cache.insert(req.prompt, req.block_size, cache)
 
+    def remember(self, req: Request, cache) -> None:
+        """``_remember`` for a back end that commits a fresh request's prompt blocks itself, in its
+        first pass (``clover.engine.native_loop``)."""
+        self._remember(req, cache)
+
     def score(self, req: Request) -> None:
         """The prompt's own log-probabilities, when the request asks (``clover.engine.scoring``)."""
         k = req.params.prompt_logprobs
@@ -134,9 +151,9 @@ class Runner:
             self._remember(batch.requests[0], cache)
             return logits
         if not bool(pending.any()):
-            logits = step(cache, denoise=batch.x, block_size=bs)
+            logits = self._pass(batch)
         elif self.fuse and bool(pending.all()):
-            logits = step(cache, commit=batch.to_commit, denoise=batch.x, block_size=bs)
+            logits = self._pass(batch, batch.to_commit)
         else:
             rows = pending.nonzero()[:, 0]
             if len(rows) == len(batch):
@@ -146,10 +163,19 @@ class Runner:
             for i in rows.tolist():
                 batch.requests[i].commit_passes += 1
             self.forwards += 1
-            logits = step(cache, denoise=batch.x, block_size=bs)
+            logits = self._pass(batch)
         batch.pending = torch.zeros_like(pending)
         self.forwards += 1
         return logits
+
+    def _pass(self, batch: Batch, commit: torch.Tensor | None = None) -> torch.Tensor:
+        """Denoise the batch's blocks after committing ``commit`` (every row's, or None): replayed
+        as a CUDA graph when ``graphs`` takes the pass, else ``model.step``."""
+        if self.graphs is not None:
+            logits = self.graphs.run(batch.cache, batch.x, commit, batch.bs)
+            if logits is not None:
+                return logits
+        return self.model.step(batch.cache, commit=commit, denoise=batch.x, block_size=batch.bs)
 
     def _commit_rows(self, batch: Batch, rows: torch.Tensor) -> None:
         """Commit ``batch.to_commit`` of some rows only. A native back end's cache does it itself

@@ -82,7 +82,7 @@ async def agent_demo(request: Request):
 
     def run() -> None:
         try:
-            task.agent_demo(complete, req.messages, on_event=emit, should_stop=stop.is_set)
+            task.agent_demo(complete, req.messages, config=s.config, on_event=emit, should_stop=stop.is_set)
         except Exception as e:  # stopped by the client (nobody to tell), or failed: OpenAI's error body
             if not stop.is_set():
                 emit(error_chunk(e))

@@ -54,6 +54,7 @@ def create_app(
     dtype: str = "auto",
     compile: bool = False,
     backend: str = "auto",
+    cuda_graphs: bool = False,
     responses_db: str | Path | None = None,
     responses_max: int = MAX_ENTRIES,
     responses_max_mb: float = MAX_MB,
@@ -77,6 +78,7 @@ def create_app(
             compile,
             backend,
             prefill_chunk,
+            cuda_graphs,
         )
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (chat template, text in and out)")

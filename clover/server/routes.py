@@ -120,7 +120,7 @@ async def playground_config(request: Request):
         "block_size": s.config.block_size,
         "max_block_size": s.config.max_block_size,
         "auth": s.api_key is not None,
-        "tools": s.task.tools() if s.task else [],
+        "tools": s.task.offered(s.config) if s.task else [],
         "task": task,
         "policies": sorted(POLICIES),
         "policy": DEFAULT_POLICY,

@@ -205,7 +205,7 @@ def apply_overrides(recipe: Recipe, over: dict, where: str) -> None:
         if k not in known:
             raise SetupError(f"{where}: unknown train field {k!r}; known: {sorted(known)}")
         if k == "masking":
-            v = _masking(v, where)
+            v = _masking(v, recipe.train.masking, where)
         elif v is None and k in optional:  # an optional field turned off (e.g. block_size_range)
             pass
         elif getattr(recipe.train, k) is not None:  # a field without a default takes what it is given
@@ -217,14 +217,16 @@ def apply_overrides(recipe: Recipe, over: dict, where: str) -> None:
     recipe.model.update(over.get("model", {}))
 
 
-def _masking(v, where: str) -> MaskingConfig:
+def _masking(v, current: MaskingConfig, where: str) -> MaskingConfig:
+    """The recipe's ``current`` masking with the fields ``v`` names changed (the others kept:
+    ``{"confidence": 1.0}`` keeps the recipe's ``samples`` and ``t_min``)."""
     masking = {f.name for f in fields(MaskingConfig)}
     if not isinstance(v, dict):
         raise SetupError(f"{where}: train field 'masking' must be an object, got {v!r}")
     if set(v) - masking:
         raise SetupError(f"{where}: unknown masking field(s) {sorted(set(v) - masking)}; known: {sorted(masking)}")
     try:
-        return MaskingConfig(**v)
+        return MaskingConfig(**{**asdict(current), **v})
     except (TypeError, ValueError) as e:
         raise SetupError(f"{where}: train field 'masking': {e}") from None
 

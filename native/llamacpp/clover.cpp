@@ -17,20 +17,6 @@ static thread_local std::string g_error;
 void clover_set_error(const std::string & msg) { g_error = msg; }
 const char * clover_last_error(void) { return g_error.c_str(); }
 
-// every function of the C API runs its body through guard: a C++ exception (std::bad_alloc on a
-// huge request, a bug) becomes the function's error value and clover_last_error, never an
-// exception crossing extern "C" (which would terminate the host process)
-template <typename T, typename F> T guard(T on_error, F && body) {
-    try {
-        return body();
-    } catch (const std::exception & e) {
-        clover_set_error(e.what());
-    } catch (...) {
-        clover_set_error("unknown C++ exception");
-    }
-    return on_error;
-}
-
 clover_model * clover_model_load(const char * path, int n_threads) {
     if (!path) {
         clover_set_error("no path given");
@@ -141,10 +127,8 @@ int64_t clover_cache_nbytes(const clover_cache * c) {
     return (int64_t) (n * sizeof(float));
 }
 
-namespace {
-
-std::string check_pass(const clover_model & m, const clover_cache & c, const int32_t * commit, int64_t n_c,
-                       const int32_t * denoise, int64_t n_d, int64_t bs) {
+std::string clover_check_pass(const clover_model & m, const clover_cache & c, const int32_t * commit, int64_t n_c,
+                              const int32_t * denoise, int64_t n_d, int64_t bs) {
     const clover_hparams & h = m.hp;
     if (bs <= 0) return "block_size must be a positive integer, got " + std::to_string(bs);
     if (bs > h.max_block_size)
@@ -166,6 +150,8 @@ std::string check_pass(const clover_model & m, const clover_cache & c, const int
     }
     return "";
 }
+
+namespace {
 
 void fill_inputs(const clover_model & m, const clover_pass & p, const clover_pass_out & o, const int32_t * commit,
                  const int32_t * denoise) {
@@ -235,42 +221,44 @@ void read_logits(const clover_model & m, clover_cache & c, const clover_pass & p
 
 }  // namespace
 
+void clover_built_pass::build(clover_model & m, clover_cache & c, int64_t n_c, int64_t n_d, int64_t bs) {
+    p = clover_pass();
+    p.n_commit = n_c;
+    p.n_denoise = n_d;
+    p.block_size = bs;
+    p.length = c.length;
+    p.first_row = (n_c && m.hp.shift_logits) ? n_c - 1 : n_c;
+    size_t max_nodes = clover_graph_size(m.hp.n_layer, (n_c + n_d + bs - 1) / bs + 1);
+    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
+                           nullptr, /*no_alloc =*/true};
+    ctx.reset(ggml_init(ip));
+    if (!ctx) throw std::runtime_error("cannot allocate the graph of a pass (ggml_init)");
+    o = clover_pass_out();
+    gf = clover_build_graph(ctx.get(), m, c, p, o);
+    if (!gf || !ggml_gallocr_alloc_graph(m.galloc, gf)) throw std::runtime_error("cannot allocate the graph of a pass");
+}
+
+void clover_built_pass::run(clover_model & m, clover_cache & c, const int32_t * commit, const int32_t * denoise,
+                            float * logits) {
+    fill_inputs(m, p, o, commit, denoise);
+    if (ggml_backend_graph_compute(m.backend, gf) != GGML_STATUS_SUCCESS)
+        throw std::runtime_error("ggml failed to compute the pass");
+    if (p.n_commit) commit_outputs(m, c, p, o);
+    read_logits(m, c, p, o, logits);
+}
+
 namespace {
 
 int step(clover_model * m, clover_cache * c, const int32_t * commit, int64_t n_c, const int32_t * denoise,
          int64_t n_d, int64_t bs, float * logits) {
-    std::string problem = check_pass(*m, *c, commit, n_c, denoise, n_d, bs);
+    std::string problem = clover_check_pass(*m, *c, commit, n_c, denoise, n_d, bs);
     if (!problem.empty()) {
         clover_set_error(problem);
         return -1;
     }
-    clover_pass p;
-    p.n_commit = n_c;
-    p.n_denoise = n_d;
-    p.block_size = bs;
-    p.length = c->length;
-    p.first_row = (n_c && m->hp.shift_logits) ? n_c - 1 : n_c;
-    size_t max_nodes = clover_graph_size(m->hp.n_layer, (n_c + n_d + bs - 1) / bs + 1);
-    ggml_init_params ip = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-                           nullptr, /*no_alloc =*/true};
-    std::unique_ptr<ggml_context, void (*)(ggml_context *)> ctx(ggml_init(ip), ggml_free);
-    if (!ctx) {
-        clover_set_error("cannot allocate the graph of a pass (ggml_init)");
-        return -1;
-    }
-    clover_pass_out o;
-    ggml_cgraph * gf = clover_build_graph(ctx.get(), *m, *c, p, o);
-    if (!gf || !ggml_gallocr_alloc_graph(m->galloc, gf)) {
-        clover_set_error("cannot allocate the graph of a pass");
-        return -1;
-    }
-    fill_inputs(*m, p, o, commit, denoise);
-    if (ggml_backend_graph_compute(m->backend, gf) != GGML_STATUS_SUCCESS) {
-        clover_set_error("ggml failed to compute the pass");
-        return -1;
-    }
-    if (n_c) commit_outputs(*m, *c, p, o);
-    read_logits(*m, *c, p, o, logits);
+    clover_built_pass pass;
+    pass.build(*m, *c, n_c, n_d, bs);
+    pass.run(*m, *c, commit, denoise, logits);
     return 0;
 }
 

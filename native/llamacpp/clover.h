@@ -55,6 +55,28 @@ CLOVER_API int64_t clover_cache_nbytes(const clover_cache * cache);
 CLOVER_API int clover_step(clover_model * model, clover_cache * cache, const int32_t * commit, int64_t n_commit,
                            const int32_t * denoise, int64_t n_denoise, int64_t block_size, float * logits);
 
+// the policies the block loop below implements (clover/engine/policies.py)
+enum { CLOVER_POLICY_AR = 0, CLOVER_POLICY_PREFIX = 1, CLOVER_POLICY_THRESHOLD = 2 };
+
+// one block decoded to its end, greedily, with no return to the caller between passes: the first
+// pass commits `commit` (whole blocks; n_commit may be 0) and denoises the block x [n], each later
+// pass denoises x. After each pass every open position needed gets the most likely token other
+// than the mask token (its probability, without the mask token, is the confidence) and the policy
+// chooses which to commit: AR the leftmost, PREFIX the leftmost and each next while its
+// confidence >= threshold, THRESHOLD each >= threshold (else the most confident). The confidence
+// is computed in the float32 steps of the engine's sampler (torch's logsumexp), but its sums in
+// another order: ranking many confidences (the engine's "fixed") could tie-break otherwise, so
+// that policy is not here. open [n]: 1 where x holds a mask still to fill; wanted [n]: 1 where the request
+// needs the position; a wanted position after a committed token of stop [n_stop] is not needed.
+// The loop ends when no needed position is open. x is updated in place, pass_of [n] gets the pass
+// (0-based) that committed each position (-1: none this call). Returns the passes run, -1 on error;
+// compute_s (may be NULL) gets the calling thread's CPU seconds in the passes themselves (with one
+// thread, all of ggml's work; the rest of the call is the loop's own).
+CLOVER_API int clover_denoise_block(clover_model * model, clover_cache * cache, const int32_t * commit,
+                                    int64_t n_commit, int32_t * x, const uint8_t * open, const uint8_t * wanted,
+                                    int64_t n, int64_t block_size, const int32_t * stop, int64_t n_stop, int policy,
+                                    float threshold, int32_t * pass_of, double * compute_s);
+
 // ggml's quantizer: nrows rows of n_per_row floats into dst (type by name: "q4_k", "q8_0", ...);
 // returns the bytes written, 0 on error
 CLOVER_API size_t clover_quantize(const char * type, const float * src, void * dst, int64_t nrows,

@@ -8,6 +8,7 @@
 #include "ggml-backend.h"
 #include "gguf.h"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -93,6 +94,37 @@ inline size_t clover_graph_size(int64_t n_layer, int64_t n_blocks) {
 }
 
 void clover_set_error(const std::string & msg);
+
+// every function of the C API runs its body through guard: a C++ exception (std::bad_alloc on a
+// huge request, a bug) becomes the function's error value and clover_last_error, never an
+// exception crossing extern "C" (which would terminate the host process)
+template <typename T, typename F> T guard(T on_error, F && body) {
+    try {
+        return body();
+    } catch (const std::exception & e) {
+        clover_set_error(e.what());
+    } catch (...) {
+        clover_set_error("unknown C++ exception");
+    }
+    return on_error;
+}
+
+// why a pass cannot run ("" when it can): the checks of clover_step
+std::string clover_check_pass(const clover_model & m, const clover_cache & c, const int32_t * commit, int64_t n_c,
+                              const int32_t * denoise, int64_t n_d, int64_t bs);
+
+// the graph of one pass, built and allocated over the cache as it is now (clover.cpp). `run` fills
+// the inputs, computes, writes a commit into the cache and the denoise logits into `logits`. A
+// denoise-only pass leaves the cache as it was, so the same built pass runs again with other
+// denoise tokens (the passes of one block); after a commit it must be built afresh. Throws on error.
+struct clover_built_pass {
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> ctx{nullptr, ggml_free};
+    ggml_cgraph * gf = nullptr;
+    clover_pass p;
+    clover_pass_out o;
+    void build(clover_model & m, clover_cache & c, int64_t n_commit, int64_t n_denoise, int64_t block_size);
+    void run(clover_model & m, clover_cache & c, const int32_t * commit, const int32_t * denoise, float * logits);
+};
 
 // a file that cannot be loaded; the message names the key or tensor at fault
 struct load_error : std::runtime_error {

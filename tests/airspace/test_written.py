@@ -6,12 +6,13 @@ import json
 import random
 
 import pytest
+import regex
 
 from clover.airspace import chats as corpus
 from clover.airspace.calls import gold_calls
 from clover.airspace.compare import in_metres_calls
 from clover.airspace.evaluate import ungrounded_args
-from clover.airspace.extraction_tools import EXTRACTION_TOOLS, WRITTEN_TOOLS, written_form
+from clover.airspace.extraction_tools import EXTRACTION_TOOLS, PATTERNS, WRITTEN_TOOLS, written_form
 from clover.airspace.replies import declined
 from clover.airspace.tool_lists import called, drawn_tools
 from clover.airspace.values import as_written
@@ -48,6 +49,8 @@ def test_every_gold_value_as_written_is_a_span_the_world_reads_to_the_old_gold(t
                     assert isinstance(new[k], str) and new[k] in (said if k == "drone_id" else user), (k, new, user)
                     written += 1
                 assert "radius_unit" not in new and "altitude_unit" not in new
+                for k in set(WRITTEN_KEYS) & new.keys():  # the pattern a copy is held to takes it
+                    assert regex.search(PATTERNS[k], new[k], regex.ASCII), (k, new[k])
                 read, problem = as_written(name, new)
                 assert problem is None, (name, new, problem)
                 assert in_metres_calls([{"name": name, "arguments": new}]) == in_metres_calls(
@@ -96,6 +99,17 @@ def test_the_written_tools_take_lengths_times_and_ids_as_grounded_strings():
     assert "altitude_unit" not in by["update_waypoint"]["properties"]
     for name in ("recall_drone", "get_drone_status", "assign_mission", "update_waypoint"):
         assert by[name]["properties"]["drone_id"]["x-grounded"] == "user"
+    time = zone["properties"]["end_time"]["pattern"]
+    for good in ("0030", "0045 hrs", "9 am", "6:30 p.m.", "18h30", "noon", "half past eight in the evening"):
+        assert regex.search(time, good, regex.ASCII), good
+    for bad in ("0030 PLEASE", "0:55 - over", "11 kilometres", "0000 and 5", "Stadium"):
+        assert not regex.search(time, bad, regex.ASCII), bad
+    length = zone["properties"]["radius"]["pattern"]
+    assert all(regex.search(length, x, regex.ASCII) for x in ("2.5 km", "1,500 ft", "400-foot", ".5 nmi", "2 miles"))
+    assert not any(regex.search(length, x, regex.ASCII) for x in ("2.5", "3 km radius", "two km"))
+    drone = by["recall_drone"]["properties"]["drone_id"]["pattern"]
+    assert all(regex.search(drone, x, regex.ASCII) for x in ("drone 17", "#901", "uav-941", "UAV 23", "d17", "D-17"))
+    assert not any(regex.search(drone, x, regex.ASCII) for x in ("drone", "the big one", "d-849 return"))
 
 
 # validation and test chats (and their multi-turn and greeting sets) as they were before the

@@ -199,3 +199,41 @@ def test_generate_ends_its_text_with_a_newline_and_counts_in_words(checkpoint, c
     assert "1 pass," in err and "1 passes" not in err and ("1 token," in err or "0 tokens," in err)
     assert clover.commands.common.count(1, "pass", "passes") == "1 pass"
     assert clover.commands.common.count(2, "model call") == "2 model calls"
+
+
+def test_cuda_graphs_are_refused_off_a_gpu(checkpoint, capsys):
+    """``--cuda-graphs`` with the model on the CPU: a one-line exit naming the flag, before loading."""
+    from clover.cli import main as clover_main
+
+    d, _ = checkpoint
+    for argv in (["generate", "hi", "--model", str(d)], ["bench", "decode", "--random", "--no-hf"], ["serve"]):
+        with pytest.raises(SystemExit) as e:
+            clover_main(argv + ["--cuda-graphs", "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "--cuda-graphs: CUDA graphs need --device cuda (the model runs on cpu)" in err
+    for cmd in ("generate", "serve"):
+        with pytest.raises(SystemExit):
+            clover_main([cmd, "--help"])
+        assert "--cuda-graphs, --no-cuda-graphs" in capsys.readouterr().out
+
+
+def test_bench_decode_graph_figures(checkpoint, monkeypatch):
+    """``clover bench decode --cuda-graphs``' figures, the graphs replayed by their CPU stand-in:
+    the default policy at each batch size, against the eager run's tokens."""
+    import clover.engine.engine
+    from clover.bench.decode import DEFAULT_NAME, graph_figures, run_engine
+    from clover.engine import SamplingParams
+    from clover.engine.graphs import DecodeGraphs, EagerGraph
+    from clover.model.io import load_model
+
+    d, tok = checkpoint
+    model = load_model(d)
+    stand_in = lambda m, rows: DecodeGraphs(m, rows, min_width=16, capture=EagerGraph)
+    monkeypatch.setattr(clover.engine.engine, "DecodeGraphs", stand_in)
+    cases = [(tok.encode(f"hello drone {i}"), None) for i in range(3)]
+    configs = {DEFAULT_NAME: SamplingParams(max_tokens=12, ignore_eos=True)}
+    by_batch = {b: {DEFAULT_NAME: run_engine(model, tok, cases[: max(b, 1)], configs[DEFAULT_NAME], b)} for b in (1, 3)}
+    fig = graph_figures(model, tok, cases, configs, by_batch, [1, 3], speed_prompts=1)
+    assert set(fig) == {1, 3}
+    for r in fig.values():
+        assert r["same_tokens"] == 1.0 and r["graph_passes"] > 0 and r["eager_passes"] == 0 and r["speedup"] > 0

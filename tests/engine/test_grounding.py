@@ -241,6 +241,20 @@ def test_enum_and_pattern_both_hold():
     assert not g.accepts('{"id": "D-19"}')
 
 
+def test_a_pattern_ends_a_copy_where_its_value_ends_and_without_a_match_drops_the_tool():
+    time = {"type": "string", "pattern": "^(?i:[0-9]{4}(?: ?hrs)?|noon)$", "x-grounded": "user"}
+    schema = {"type": "object", "properties": {"end": time}, "required": ["end"]}
+    g = json_grammar(schema).with_sources({"user": "closed from noon to 0030 PLEASE - over"})
+    assert g.accepts('{"end": "0030"}') and g.accepts('{"end": "noon"}')
+    assert not g.accepts('{"end": "0030 PLEASE"}') and not g.accepts('{"end": "noon to 0030"}')
+    tools = {"close": schema}
+    call = tool_call_grammar(tools, "<tool_call>", "</tool_call>", '{"name": "', auto=True)
+    assert call.with_sources({"user": "close it until 0030"}).can_call()
+    none = call.with_sources({"user": "close it until half past twelve"})  # spans, but none a time here
+    assert not none.can_call() and none.accepts("Until when?")
+    assert none.advance(none.start_state, b"<tool_call>") is None
+
+
 def test_empty_source_leaves_words_and_drops_the_tool():
     tools = {
         "recall": {

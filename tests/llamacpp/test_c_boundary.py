@@ -24,6 +24,9 @@ assert lib.clover_cache_length(None) == -1 and lib.clover_cache_nbytes(None) == 
 assert lib.clover_model_get(None, b"n_vocab") == -1 and math.isnan(lib.clover_model_get_float(None, b"eps"))
 assert lib.clover_model_meta(None, b"clover.config") is None
 assert lib.clover_step(None, None, None, 4, None, 0, 4, None) == -1 and "null" in _error(lib)
+x, flags = np.zeros(4, dtype=np.int32), np.ones(4, dtype=np.uint8)
+assert lib.clover_denoise_block(None, None, None, 0, x.ctypes.data, flags.ctypes.data, flags.ctypes.data, 4, 4,
+                                None, 0, 1, 0.9, x.ctypes.data, None) == -1 and "null" in _error(lib)
 rows = np.ones((2, 256), dtype=np.float32)
 out = np.empty(4096, dtype=np.uint8)
 src, dst = rows.ctypes.data_as(f32), out.ctypes.data_as(ctypes.c_void_p)

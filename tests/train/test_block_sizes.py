@@ -108,3 +108,19 @@ def test_the_recipe_option_is_set_and_turned_off_by_config():
     assert r.train.block_size_range is None and r.train.block_size_at(5) == 32
     with pytest.raises(SetupError, match="train field 'lr' must be float"):
         apply_overrides(r, {"train": {"lr": None}}, "cfg.json")
+
+
+def test_a_masking_override_changes_only_the_fields_it_names():
+    from clover.airspace.diffusion_recipe import Airspace2Recipe
+    from clover.train.setup import SetupError, apply_overrides
+
+    r = Airspace2Recipe()
+    before = r.train.masking
+    assert before.samples == 2 and before.confidence == 0.0  # the recipe's own, not MaskingConfig's defaults
+    apply_overrides(r, {"train": {"masking": {"confidence": 1.0}}}, "cfg.json")
+    m = r.train.masking
+    assert m.confidence == 1.0 and (m.samples, m.t_min, m.weighting, m.complementary) == (2, 0.05, "elbo", True)
+    with pytest.raises(SetupError, match="unknown masking field"):
+        apply_overrides(r, {"train": {"masking": {"lambda": 1.0}}}, "cfg.json")
+    with pytest.raises(SetupError, match="samples must be >= 1"):
+        apply_overrides(r, {"train": {"masking": {"samples": 0}}}, "cfg.json")

@@ -16,6 +16,8 @@ import json
 from fractions import Fraction
 from functools import lru_cache
 
+import regex
+
 from clover.engine.grammar.frames import (
     Alt,
     Arr,
@@ -139,7 +141,9 @@ class Grammar:
                     continue
                 if "grounded" in n:
                     other = n["kinds"] - {"string", "number", "integer"}
-                    ok = other or self._grounded_strings(i) or self._grounded_numbers(i)
+                    strings = self._grounded_strings(i)
+                    strings = strings and (not isinstance(strings, SpanIndex) or self._pattern_in_source(i, strings))
+                    ok = other or strings or self._grounded_numbers(i)
                 else:
                     ok = not ("props" in n and any(n["props"][k] in dead for k in n.get("required", ())))
                     ok = ok and not (n.get("min_items", 0) > 0 and n.get("items") in dead)
@@ -158,6 +162,18 @@ class Grammar:
                 self._options[nid] = tuple(o for o in node["str_enum"] if ix.contains(json.loads(b'"' + o + b'"')))
             return self._options[nid]
         return self.spans[node["grounded"]] if "string" in node["kinds"] else ()
+
+    def _pattern_in_source(self, nid: int, ix: SpanIndex) -> bool:
+        """A grounded string whose schema has a ``pattern`` has something to copy only where the
+        source holds a match: a pattern anchored at both ends (``^...$``) is searched for without
+        its anchors. A search that runs out of time counts as found (the copy may still find none)."""
+        rx = self.nodes[nid].get("pattern")
+        if rx is None:
+            return True
+        try:
+            return timed_match(_unanchored(rx).search, ix.text, False) is not None
+        except TimeoutError:
+            return True
 
     def _grounded_numbers(self, nid: int) -> tuple[bytes, ...]:
         """A grounded number node's possible values, as JSON literals: written numbers (either
@@ -579,3 +595,13 @@ class Grammar:
             child = Val(node["items"])
             return self._stack_after((*rest, Arr(nid, "after", count + 1), child), b)
         return None
+
+
+@lru_cache(maxsize=256)
+def _unanchored(rx):
+    """``rx`` without the ``^`` and ``$`` that anchor a whole-string pattern (itself otherwise):
+    what a span matching it looks like inside a longer text."""
+    p = rx.pattern
+    if p.startswith("^") and p.endswith("$") and not p.endswith("\\$"):
+        return regex.compile(p[1:-1], rx.flags)
+    return rx
