@@ -83,7 +83,7 @@ def _span_ok(text: str, i: int, j: int) -> bool:
             and after.startswith(".")
             and not re.search(r"[\w&\-'\u2019]\Z", span[: -len(w)] if len(w) < len(span) else before)
             or _joined_left(text, j)
-            or w.lower() in {"of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"}
+            or w in {"of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"}
             or re.fullmatch(r"\d+(st|nd|rd|th)", w, re.I)
             and re.match(r" \w", after)
         )
@@ -166,6 +166,7 @@ EDGES = [
         ["Old Sevilla Wyr of"],
     ),
     ("Gate D3 needs a survey", ["Gate D3 needs a survey", "Gate D3"], ["Gate D3 needs a"]),
+    ("call it [Sector 8-A] now", ["Sector 8-A", "Sector 8"], []),  # a capital "A" is no article
     ("radius .5 nm around", [".5 nm", "5 nm"], ["radius ."]),
 ]
 

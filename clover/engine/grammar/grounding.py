@@ -91,7 +91,7 @@ JOINERS = frozenset("&-'’")
 SINGLE_QUOTES = frozenset("'‘’`")
 CLAUSE_ENDS = frozenset(";:!?,")  # followed by a space or the end: a clause ends there
 CLAUSE_DASHES = frozenset("-–—/")  # between spaces: a clause break (" - ", " — ", " / ")
-# a span never ends on one of these words: a name goes on after "of", "and", "the", ...
+# a span never ends on one of these words (in lower case: "Sector 8-A" ends on its "A"): a name goes on after "of", ...
 NOT_LAST = frozenset(("of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"))
 TIME_WORDS = frozenset(("am", "pm", "hrs", "hr", "h", "noon", "midnight", "midday"))  # "6 pm-8 pm" is two times
 _ORDINAL = regex.compile(r"(?<!\w)\d+(?:st|nd|rd|th)$", regex.I)
@@ -171,7 +171,7 @@ def span_edges(text: str) -> tuple[list[bool], list[bool], list[bool]]:
             ends[j] = not (
                 initial(k)
                 or joined(k)
-                or w.lower() in NOT_LAST
+                or w in NOT_LAST
                 or _ORDINAL.search(w) is not None
                 and at(j) == " "
                 and wd(j + 1)
