@@ -198,3 +198,13 @@ def test_soak_runs_its_mix_against_a_server_of_its_own(tmp_path):
     assert d["errors"] == 0 and d["server_alive"], d["first_errors"]
     assert d["short_p99_ms"] > 0 and d["rss_before_mib"] > 0
     assert sum(sum(v.values()) for v in d["outcomes"].values()) > 5
+
+
+def test_bench_span_ends_writes_its_figures(tmp_path):
+    out = tmp_path / "span-ends.json"
+    r = _script("bench_span_ends.py", "--n", "3", "--rounds", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    f, (table,) = res["figures"], res["tables"]
+    assert set(f) == {"token", "span"} and f["token"]["choices"] == 0 and f["span"]["cpu_s"] > 0
+    assert [row[0] for row in table["rows"]] == ["token", "span", "span over token"]
