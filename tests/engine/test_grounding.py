@@ -181,6 +181,26 @@ def test_each_edge_of_the_span_rule(text, good, bad):
         assert not ix.contains(s) and s not in spans, s
 
 
+def test_every_copy_under_way_can_still_end():
+    """No byte the grammar takes inside a copy leads where no span ends: after "Caipibe" of
+    "Caipibe — CENTRE" (a clause break) the copy may end, not go on into the space before the
+    dash; and from every range a narrowing reaches, some span ends."""
+    g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": "zone South Caipibe — CENTRE 4"})
+    assert g.advance(g.start_state, b'"Caipibe ') is None and g.accepts(b'"South Caipibe"')
+    rng = random.Random(2)
+    for _ in range(200):
+        text = "".join(
+            rng.choice(["ab", "A", " ", " - ", "; ", "of ", "(", "W. ", "5th ", "x&", ","]) for _ in range(8)
+        )
+        ix = SpanIndex(text)
+        stack = [(0, len(ix), 0)] if len(ix) else []
+        while stack:
+            lo, hi, depth = stack.pop()
+            assert ix.can_end(lo, hi, depth) or ix.shortest_rest(lo, hi, depth, float("inf")) is not None, (text, depth)
+            for c in {ix.byte_at(s, depth) for s in ix.starts[lo:hi]} - {-1}:
+                stack.append((*ix.narrow(lo, hi, depth, c), depth + 1))
+
+
 def test_random_texts_agree_with_brute_force():
     rng = random.Random(0)
     alphabet = "ab A1.-, \n\"()'_"

@@ -205,13 +205,20 @@ class SpanIndex:
         for j, e in enumerate(ends_at):
             if e:
                 self.ends[offsets[j]] = 1
+        last_end = [0] * (len(data) + 1)  # the last offset <= p where a span may end
+        for p in range(1, len(data) + 1):
+            last_end[p] = p if self.ends[p] else last_end[p - 1]
         starts, limit, seg_end = [], {}, len(data)
         for i in range(len(text) - 1, -1, -1):  # backwards: the next barrier is known at each start
             if barrier[i]:
                 seg_end = offsets[i]
             elif starts_at[i]:
-                starts.append(offsets[i])
-                limit[offsets[i]] = min(seg_end, offsets[i] + MAX_SPAN_BYTES)
+                # a copy reaches no further than the last end before the barrier: the bytes after it
+                # ("Caipibe " of "Caipibe — CENTRE") would lead where no span ends (a dead end)
+                end = last_end[min(seg_end, offsets[i] + MAX_SPAN_BYTES)]
+                if end > offsets[i]:
+                    starts.append(offsets[i])
+                    limit[offsets[i]] = end
         self.limit = limit
         self.starts = sorted(starts, key=lambda s: data[s : limit[s]])
 
