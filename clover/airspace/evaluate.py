@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from clover.airspace.calls import answers, field_scores, gold_calls, plain_call, score_tool_calls
 from clover.airspace.decision_groups import load_groups
 from clover.airspace.extraction_tools import EXTRACTION_TOOLS
+from clover.airspace.replies import reply_vocabulary
 from clover.api.structured import tools_grammar
 from clover.data.chat import TOOL_OPEN, is_answer, parse_assistant, render_chat
 from clover.data.decision_chat import decision_messages, parse_joint
@@ -155,7 +156,7 @@ def evaluate_airspace(
     continuation (tasks whose ``scoring`` has ``plain``). ``scoring``: the task's by default.
 
     ``grounded_reply`` (with ``grammar``): every chat's reply in words held to its conversation's
-    numbers, ids and names, as a request with ``grounded_reply`` (``clover.engine.reply_grounding``).
+    numbers, ids, names and words, as a request with ``grounded_reply`` (``clover.engine.reply_grounding``).
     ``reply_judge(reply, messages)`` (``clover.bench.replies.reply_check`` with a vocabulary):
     the conversations whose last turn follows tool results and is answered in words are judged
     by it (``replies_after_tools``: ids grounded, words well formed, both).
@@ -223,19 +224,21 @@ def _requests(
 ) -> tuple[list, list]:
     """The prompts of the chats, the plain texts, then the decision groups, and each one's
     sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (``tools_grammar``
-    compiles each tool set once), with ``grounded_reply`` its words too (``ReplyGrammar``)."""
+    compiles each tool set once), with ``grounded_reply`` its words too (``ReplyGrammar``, the word
+    rule with the task's reply vocabulary)."""
     template = getattr(tok, "chat_template", None)
     prompts = [tok.encode(render_chat(prompt_of(e), e["tools"], True, template)) for e in chats]
     prompts += [tok.encode(p["prompt"]) for p in plains]
     prompts += [tok.encode(render_chat(decision_messages(g, "joint")[:1], None, True, template)) for g in groups]
     plist = [params] * len(prompts)
+    vocabulary = reply_vocabulary() if grounded_reply else None  # the task's, as the server's default
     if grammar:
         for i, e in enumerate(chats):
             g = tools_grammar(e["tools"])
             if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
                 g = g.with_sources(source_texts(prompt_of(e)), ends=ends)
             if grounded_reply:  # as the server with grounded_reply: around the calls, or alone without tools
-                g = ReplyGrammar(reply_sources(prompt_of(e)), g, TOOL_OPEN if g is not None else "")
+                g = ReplyGrammar(reply_sources(prompt_of(e)), g, TOOL_OPEN if g is not None else "", vocabulary)
             plist[i] = dataclasses.replace(params, grammar=g)
     return prompts, plist
 

@@ -1,12 +1,16 @@
 """What the airspace assistant says in words, shared by the corpora: a plausible result of each
-tool call and its one-sentence summary, small talk and out-of-scope answers, and the decline of a
-request whose tool is not offered."""
+tool call and its one-sentence summary, small talk and out-of-scope answers, the decline of a
+request whose tool is not offered, and the task's reply vocabulary (the words of its corpus)."""
 
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 from clover.airspace.phrasing import CITIES, Ctx, _fill, _pool, _style, coord_pair
+
+VOCABULARY_CHATS = 20000  # training chats whose words make the reply vocabulary
+VOCABULARY_EXTRAS = 2000  # and as many greetings and multi-turn conversations (the recipe trains on both)
 
 _STATES = ["en route", "hovering", "on the ground", "returning to base", "charging", "holding"]
 
@@ -91,3 +95,23 @@ _CAPABILITY = {
 def declined(tool: str) -> str:
     """The answer to a request whose tool is not offered."""
     return f"Sorry, I can't {_CAPABILITY[tool]}: no tool for that is available."
+
+
+@lru_cache(maxsize=4)
+def reply_vocabulary(n: int = VOCABULARY_CHATS, extras: int = VOCABULARY_EXTRAS) -> frozenset[str]:
+    """The task's reply vocabulary (``clover.data.task.Task.reply_vocabulary``): the words, lower
+    case, of what the task's recipe trains on, every role's (the templates, the replies, the tool
+    results and the names' pools as the generator draws them): the first ``n`` chats of the train
+    split, and ``extras`` greetings and ``extras`` multi-turn conversations of it."""
+    from clover.airspace.chats import generate, greeting, multi_turn  # deferred: the corpus is large to import
+    from clover.engine.reply_grounding import words  # deferred: the engine package loads torch
+
+    rng = random.Random("clover-reply-vocabulary")
+    chats = generate("train", n, seed=0)
+    chats += [greeting(rng, "train", 0.5, 0.5) for _ in range(extras)]
+    chats += [multi_turn(rng, "train") for _ in range(extras)]
+    out: set[str] = set()
+    for ex in chats:
+        for m in ex["messages"]:
+            out.update(w.lower() for w in words(m.get("content") or ""))
+    return frozenset(out)

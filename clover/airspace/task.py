@@ -64,6 +64,12 @@ def _agent_demo(complete, n: int = 20, **kwargs) -> dict:
     return zone_demo(complete, n, load=_eval_split, **kwargs)
 
 
+def _reply_vocabulary() -> frozenset[str]:
+    from clover.airspace.replies import reply_vocabulary  # deferred: the corpus is large to import
+
+    return reply_vocabulary()
+
+
 def _tokenizer(vocab_size: int = 3072, **kwargs):
     from clover.airspace.tokenizer import build_default_tokenizer  # deferred: tokenizers, not for clover --help
 
@@ -84,4 +90,5 @@ TASK = Task(
     recipes=_recipes,
     tokenizer=_tokenizer,
     agent_demo=_agent_demo,
+    reply_vocabulary=_reply_vocabulary,
 )

@@ -20,7 +20,9 @@ constrains the answer the same way, on chat and text completions alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -29,6 +31,7 @@ from clover.api.schemas import ChatRequest, CompletionRequest, NamedToolChoice, 
 from clover.api.settings import block_size_problem, decoding_values
 from clover.api.structured import NAME_OPEN, modern_message, request_grammar, tools_grammar
 from clover.data.chat import IM_END, TOOL_CLOSE, TOOL_OPEN, render_chat
+from clover.data.task import reply_vocabulary as task_reply_vocabulary
 from clover.engine import SamplingParams
 from clover.engine.grammar import Grammar
 from clover.engine.grammar.grounding import source_texts
@@ -45,6 +48,8 @@ class Limits:
     max_tools: int = 128
     default_max_tokens: int = 256
     max_token_bytes: int = 0  # the longest token's bytes (0: not known): a text over the limit is refused unread
+    # () -> the model's task's reply vocabulary, or None where it has none (grounded replies' words)
+    reply_vocabulary: Callable[[], frozenset[str] | None] | None = None
 
 
 @dataclass
@@ -123,16 +128,35 @@ def grounded(req: ChatRequest, grammar: Grammar | None, prefill: str) -> Grammar
     return grammar
 
 
-def reply_grammar(grammar: Grammar | None, messages: list[dict], prefill: str, structured: str | None):
+def reply_grammar(grammar: Grammar | None, messages: list[dict], prefill: str, structured: str | None, vocabulary=None):
     """``grounded_reply``: the reply's id runs held to those of the user turns and tool results
-    (``clover.engine.reply_grounding``), around the calls of ``tool_choice: auto``'s grammar. A
-    turn that must call (``tool_choice`` required or named) has no reply in words to hold: as it
-    was. Structured output is JSON, not a reply in words: a 400."""
+    (``clover.engine.reply_grounding``), and with a ``vocabulary`` its words to it and theirs,
+    around the calls of ``tool_choice: auto``'s grammar. A turn that must call (``tool_choice``
+    required or named) has no reply in words to hold: as it was. Structured output is JSON, not a
+    reply in words: a 400."""
     if structured is not None:
         raise bad_request(f"grounded_reply holds a reply in words; it cannot be combined with {structured}", structured)
     if prefill:
         return grammar
-    return ReplyGrammar(reply_sources(messages), grammar, TOOL_OPEN if grammar is not None else "")
+    return ReplyGrammar(reply_sources(messages), grammar, TOOL_OPEN if grammar is not None else "", vocabulary)
+
+
+def reply_vocabulary(req: ChatRequest, limits: Limits) -> frozenset[str] | list[str] | None:
+    """The words a grounded reply may write besides the conversation's (None: any word): the
+    request's ``reply_words`` list; true, or left out, the model's task's reply vocabulary (left
+    out, none where the task ships none; true, a 400 then); false, None."""
+    if req.reply_words is False:
+        return None
+    if isinstance(req.reply_words, list):
+        return req.reply_words
+    task_words = limits.reply_vocabulary() if limits.reply_vocabulary is not None else None
+    if task_words is None and req.reply_words is True:
+        raise bad_request(
+            "reply_words: true asks for the model's task's reply vocabulary, and this model's task ships none; "
+            "send the words (a list) or leave the field out",
+            "reply_words",
+        )
+    return task_words
 
 
 def encode_prompt(text: str, tokenizer, limits: Limits, param: str) -> list[int]:
@@ -195,7 +219,10 @@ def prepare_chat(req: ChatRequest, tokenizer, limits: Limits, stop_token_ids: li
     prep.prefill, prep.tool_names, prep.legacy = prefill, tool_names, req.legacy_functions
     grammar = grounded(req, grammar, prefill)
     if req.grounded_reply:
-        grammar = reply_grammar(grammar, chat_messages(req), prefill, request_grammar(req)[1])
+        vocabulary = reply_vocabulary(req, limits)
+        grammar = reply_grammar(grammar, chat_messages(req), prefill, request_grammar(req)[1], vocabulary)
+    elif req.reply_words is not None:
+        raise bad_request("reply_words holds a grounded reply's words: it needs grounded_reply: true", "reply_words")
     with_grammar(prep, grammar)
     if prep.parse_tools and req.parallel_tool_calls is False:  # one call: stop right after it
         prep.max_calls = 1
@@ -258,6 +285,7 @@ def model_limits(
         max_tools=max_tools,
         default_max_tokens=default_max_tokens,
         max_token_bytes=longest_token_bytes(tokenizer) if tokenizer is not None else 0,
+        reply_vocabulary=partial(task_reply_vocabulary, config),
     )
 
 

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from clover.api.settings import BLOCK_SETTINGS, DECODING, Setting
 
 _NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+_WORD = r"^[A-Za-z]{1,64}$"  # a word of reply_words: a run of ASCII letters
+MAX_REPLY_WORDS = 65536
 
 
 class _Open(BaseModel):
@@ -108,6 +110,12 @@ class Sampling(Decoding):
     # Clover's: true holds a reply's numbers and ids to those of the user turns and tool results
     # (docs/grounding.md, Grounded replies)
     grounded_reply: bool | None = None
+    # Clover's, with grounded_reply: the words a reply may write besides the conversation's (a list
+    # of words), the model's task's reply vocabulary (true, or absent where the task ships one), or
+    # any word (false) (docs/grounding.md, Grounded replies)
+    reply_words: (
+        bool | Annotated[list[Annotated[str, Field(pattern=_WORD)]], Field(max_length=MAX_REPLY_WORDS)] | None
+    ) = None
 
 
 class ChatRequest(Sampling):

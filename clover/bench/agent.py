@@ -20,7 +20,7 @@ DECODERS = ("ar", "default")  # the default: clover.engine.policies.DEFAULT_POLI
 
 def run_policy(model, tasks, max_steps: int, vocabulary: frozenset[str] | None = None) -> dict:
     """Every task through the loop with one model side; success, time and passes per task; with
-    the task's ``vocabulary`` (``replies.corpus_vocabulary``), the final replies' faithfulness too."""
+    the task's ``vocabulary`` (``replies.task_vocabulary``), the final replies' faithfulness too."""
     rows, checks = [], []
     for task in tasks:
         r = run_agent(model, task.messages, task.world, task.tools, max_steps=max_steps)

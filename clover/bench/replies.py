@@ -8,8 +8,9 @@ A reply is judged on two things, each strict:
   as written there: "D-26" in a reply needs "D-26" in the conversation ("drone 26" gives "26"),
   "2.0" needs "2.0" (a tool's ``2`` gives "2"), and a part of a run ("D-2" of "D-26") does not count;
 * **its words are well formed**: every word (a run of ASCII letters) is, ignoring case, a word of
-  the task's corpus (its training chats: templates, replies, the names' pools) or of the
-  conversation itself. "minutesa" or "HospititHay" is a broken word.
+  the task's reply vocabulary (``Task.reply_vocabulary``; for ``airspace`` the words of its
+  training chats: templates, replies, the names' pools) or of the conversation itself.
+  "minutesa" or "HospititHay" is a broken word.
 
 A reply is **faithful** when both hold. ``reply_check`` judges one; ``reply_figures`` sums the
 final replies of a run of agent tasks (a task stopped at the step limit has none and is not counted).
@@ -17,33 +18,15 @@ final replies of a run of agent tasks (a task stopped at the step limit has none
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
-from clover.engine.reply_grounding import id_runs, reply_sources
-
-_WORD = re.compile(r"[A-Za-z]+")
-VOCABULARY_CHATS = 20000  # training chats of the task's corpus whose words make its vocabulary
+from clover.engine.reply_grounding import id_runs, reply_sources, words
 
 
-def words(text: str) -> list[str]:
-    return _WORD.findall(text or "")
-
-
-@lru_cache(maxsize=4)
-def _vocabulary(corpus, n: int) -> frozenset[str]:
-    out: set[str] = set()
-    for ex in corpus("train", n, 0):
-        for m in ex["messages"]:
-            out.update(w.lower() for w in words(m.get("content") or ""))
-    return frozenset(out)
-
-
-def corpus_vocabulary(task, n: int = VOCABULARY_CHATS) -> frozenset[str]:
-    """The words (lower case) of ``n`` training chats of ``task``'s corpus, every role's."""
-    if task is None or task.corpus is None:
-        raise ValueError("the model's task has no corpus to take a vocabulary from")
-    return _vocabulary(task.corpus, n)
+def task_vocabulary(task) -> frozenset[str]:
+    """The words (lower case) ``task``'s replies are judged by: its reply vocabulary
+    (``clover.data.task.Task.reply_vocabulary``), the one grounded replies hold a reply's words to."""
+    if task is None or task.reply_vocabulary is None:
+        raise ValueError("the model's task has no reply vocabulary to judge a reply's words by")
+    return task.reply_vocabulary()
 
 
 def reply_check(reply: str, messages: list[dict], vocabulary: frozenset[str]) -> dict:
@@ -72,26 +55,32 @@ def reply_figures(checks: list[dict | None]) -> dict:
     }
 
 
-SETTINGS = (("off", False), ("on", True))  # grounded_reply in each request of the loop
+# each request of the loop: grounded_reply off; on with words free (reply_words false); on, the
+# default (words held to the task's reply vocabulary and the conversation)
+SETTINGS = (
+    ("off", {"grounded_reply": False}),
+    ("words_free", {"grounded_reply": True, "reply_words": False}),
+    ("on", {"grounded_reply": True}),
+)
 
 
 def measure_replies(llm, n: int, split: str, demo: int, max_steps: int) -> dict:
     """The first ``n`` operator tasks of ``split`` of ``llm``'s own task, and ``demo`` messages
     that each ask for a no-fly zone, through the agent loop under the engine's default policy,
-    each with ``grounded_reply`` off and on (the same chats) → per setting: the final replies'
+    under each of ``SETTINGS`` (the same chats) → per setting: the final replies'
     ``reply_figures``, task success and seconds per task."""
     from clover.airspace.tasks import operator_tasks, zone_tasks  # deferred: the task, for clover --help
     from clover.bench.agent import local_model, run_policy
     from clover.data.task import model_task
 
     task = model_task(llm.config, default=True)
-    vocabulary = corpus_vocabulary(task)
+    vocabulary = task_vocabulary(task)
     sets = {"tasks": operator_tasks(n, split, load=task.eval_split)}
     if demo:
         sets["demo"] = zone_tasks(demo, split, load=task.eval_split)
-    out: dict = {"split": split, "vocabulary_words": len(vocabulary), "vocabulary_chats": VOCABULARY_CHATS}
-    for name, on in SETTINGS:
-        model = local_model(llm, "default", None, grounded_reply=on)
+    out: dict = {"split": split, "vocabulary_words": len(vocabulary)}
+    for name, request in SETTINGS:
+        model = local_model(llm, "default", None, **request)
         model.chat([{"role": "user", "content": "hello"}], sets["tasks"][0].tools)  # warm-up, not timed
         for what, tasks in sets.items():
             r = run_policy(model, tasks, max_steps, vocabulary)

@@ -39,7 +39,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
-    from clover.bench.replies import corpus_vocabulary  # deferred: the task and the engine
+    from clover.bench.replies import task_vocabulary  # deferred: the task and the engine
     from clover.data.task import model_task
     from clover.engine.policies import DEFAULT_POLICY  # deferred: loads torch, not for clover --help
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     llm = LLM(args.model, threads=args.threads, device=args.device, dtype=args.dtype, compile=args.compile)
     args.threads = apply_threads(llm.engine.model, args.threads)
-    vocabulary = corpus_vocabulary(model_task(llm.config, default=True))  # replies' words are judged against it
+    vocabulary = task_vocabulary(model_task(llm.config, default=True))  # replies' words are judged against it
     figures, per, load = measure_agent(llm, args.n, args.threshold, args.max_steps, vocabulary=vocabulary)
     figures.update(threads=args.threads, model=args.model or "bundled")
     if args.demo:

@@ -1,7 +1,7 @@
 """``clover bench replies``: the agent loop's final replies, judged for faithfulness
 (``clover.bench.replies``: every number and id from the user turns or tool results, every word
-well formed), with ``grounded_reply`` off and on, on the same chats. This module keeps the flags
-and the tables."""
+well formed), with ``grounded_reply`` off, on with words free, and on, on the same chats. This
+module keeps the flags and the tables."""
 
 from __future__ import annotations
 
@@ -24,9 +24,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="write the figures here")
 
 
+LABELS = {"off": "grounded_reply off", "words_free": "grounded_reply on, words free", "on": "grounded_reply on"}
+
+
 def run(args: argparse.Namespace) -> int:
     from clover.api.llm import LLM  # deferred: loads torch, not for clover --help
-    from clover.bench.replies import measure_replies  # deferred: the task and the engine
+    from clover.bench.replies import SETTINGS, measure_replies  # deferred: the task and the engine
 
     rec = recorder(args)
     if args.n < 1:
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         d = out[what]
         rows = [
             [
-                f"grounded_reply {name}",
+                LABELS[name],
                 d[name]["replies"],
                 f"{100 * d[name]['ids_grounded']:.1f} %",
                 f"{100 * d[name]['well_formed']:.1f} %",
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{100 * d[name]['success']:.1f} %",
                 f"{d[name]['s_per_task']:.3f}",
             ]
-            for name in ("off", "on")
+            for name, _ in SETTINGS
         ]
         print_table(
             rec,
@@ -69,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
             rows,
             [
                 "ids grounded: every number and id of the reply is one of the user turns or tool results, as written",
-                f"well formed: every word is one of {out['vocabulary_words']} words of {out['vocabulary_chats']} "
-                "training chats, or of the conversation",
+                f"well formed: every word is one of the {out['vocabulary_words']} words of the task's reply "
+                "vocabulary (its training chats), or of the conversation",
+                "words free: grounded_reply with reply_words false (numbers, ids and names held, words not)",
             ],
         )
     write_json(rec, args.json, out)

@@ -141,8 +141,8 @@ def _reply_table(results: list[dict], grounded_reply: bool) -> tuple[str, list[s
 
 def _reply_judge(args: argparse.Namespace, cases):
     """The judge of the conversations' replies after tool results (``clover.bench.replies``), its
-    vocabulary the evaluated task's corpus's; None without conversations or a corpus."""
-    from clover.bench.replies import corpus_vocabulary, reply_check  # deferred: the task's corpus
+    vocabulary the evaluated task's reply vocabulary; None without conversations or a vocabulary."""
+    from clover.bench.replies import reply_check, task_vocabulary  # deferred: the task's corpus
     from clover.data.task import get_task
 
     if args.grounded_reply and args.grammar != "on":
@@ -150,9 +150,9 @@ def _reply_judge(args: argparse.Namespace, cases):
             "clover eval: --grounded-reply holds the text around the tool-call grammar: needs --grammar on"
         )
     t = get_task(args.task)
-    if not args.multiturn or cases is not None or t.corpus is None:
+    if not args.multiturn or cases is not None or t.reply_vocabulary is None:
         return None
-    vocabulary = corpus_vocabulary(t)
+    vocabulary = task_vocabulary(t)
     return lambda reply, messages: reply_check(reply, messages, vocabulary)
 
 

@@ -67,6 +67,10 @@ class Task:
     # ``complete(messages, tools=..., **request) -> chat.completion`` as the model of ``config`` (clover bench
     # agent --demo and the playground's demo button run this one function)
     agent_demo: Callable[..., dict] | None = None
+    # () -> the words (lower case, runs of ASCII letters) a reply of the task's model may write
+    # besides the conversation's: grounded replies hold a reply's words to them, and ``clover bench
+    # replies`` judges a reply's words by them (docs/grounding.md, Grounded replies)
+    reply_vocabulary: Callable[[], frozenset[str]] | None = None
 
     def offered(self, config=None) -> list[dict]:
         """The tools a chat offers a model of ``config`` (None: the bundled model): ``tools(config)``
@@ -136,6 +140,13 @@ def model_task(config, default: bool = False) -> Task | None:
     if named is not None and canonical(named) in TASKS:
         return get_task(named)
     return get_task(DEFAULT_TASK) if default else None
+
+
+def reply_vocabulary(config) -> frozenset[str] | None:
+    """The reply vocabulary of the task a model's config names (``Task.reply_vocabulary``), or
+    None where it names no task (a converted checkpoint) or its task ships none."""
+    task = model_task(config)
+    return task.reply_vocabulary() if task is not None and task.reply_vocabulary is not None else None
 
 
 def all_recipes() -> dict[str, type]:

@@ -8,7 +8,10 @@ the reply must be an id run of the sources (``id_runs``), whole and as written: 
 "drone 26", "2" is not "2.0", and "D-2" is not a part of "D-26". And a **name** the reply repeats
 is copied whole: a word (ASCII letters) that begins with a capital inside a sentence, and whose
 first ``NAME_PREFIX`` letters begin a capitalised word of the sources (``name_words``), must be
-that word ("Kingsway", not "Kingsec"). Other words are free.
+that word ("Kingsway", not "Kingsec"). Other words are free, unless a **vocabulary** is given:
+then every word of the reply (a run of ASCII letters, ignoring case) is a word of the vocabulary
+or of the sources (``words``), and may end only where one ends ("minutes", not "minutesa" or
+"utes").
 
 It is a grammar over the reply's bytes (:class:`ReplyGrammar`), so the engine enforces it as any
 other: a token is allowed where its bytes keep every id run possible, EOS where the text may end.
@@ -19,7 +22,10 @@ end only where one ends. Where every id run still possible goes on the same way 
 yet, the next bytes are forced (``forced``): the copy has one spelling in tokens, and the engine
 commits it without asking the model. A run that no source id run begins with collapses to one
 state (a digit may no longer join it), so the states, and the allowed-token sets cached for
-them, stay few.
+them, stay few. The word rule keeps the letters of the word under way (lower case) while they
+begin an allowed word, and refuses a letter that would begin none, or a word's end where no
+allowed word ends; it never forces bytes (the model picks among the allowed words). The letters
+of the call's opening tag (``<tool_call>``) are exempt while they spell it.
 
 With tools offered (``tool_choice: auto``) it wraps the tool-call grammar: the rule holds in the
 free text around the calls, and inside a call (from the opening tag to where the call grammar is
@@ -30,6 +36,8 @@ one frame of this module's at the bottom of its stack.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
+from functools import lru_cache
 
 import regex
 
@@ -37,10 +45,11 @@ from clover.engine.grammar import Grammar
 from clover.engine.grammar.frames import State, frame_type
 from clover.engine.grammar.lru import LRU
 
-__all__ = ["NAME_PREFIX", "ReplyGrammar", "id_runs", "name_words", "reply_sources", "runs"]
+__all__ = ["NAME_PREFIX", "ReplyGrammar", "id_runs", "name_words", "reply_sources", "runs", "words"]
 
 _RUN = regex.compile(r"[A-Za-z0-9_]+(?:[-.:][A-Za-z0-9_]+)*")
 _NAME = regex.compile(r"(?<![A-Za-z])[A-Z][A-Za-z]*")
+_LETTERS = regex.compile(r"[A-Za-z]+")
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _DIGIT = frozenset(b"0123456789")
 _JOIN = frozenset(b"-.:")
@@ -49,15 +58,23 @@ _UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _SENTENCE_END = frozenset(b".!?\n>")  # the next word begins a sentence (">": after a call's closing tag)
 _KEEP = frozenset(b" \t\"'([")  # bytes that leave whether the next word begins a sentence as it was
 NAME_PREFIX = 3  # letters a capitalised word shares with a name of the sources before it must be that name
-_KIND = "reply"  # this module's frame: Reply(in_call, matched, run, word), matched: of the call trigger
+_KIND = "reply"  # this module's frame: Reply(in_call, matched, run, word, letters), matched: of the call trigger
 # run: None (between runs); ("w", joiner) a run no id run begins with (joiner: it ends in one);
 # ("p", text, digit) a run that begins some id run(s), digit: it holds one; ("e",) an id run just
 # ended before a joiner ("D-26."), which a letter or digit may not follow.
 # word: ("b", initial) between words, initial: the next word begins a sentence; ("f",) a free word;
 # ("u", text) a capitalised word inside a sentence, its first letters (a name once NAME_PREFIX of
 # them begin a name of the sources)
+# letters: with a vocabulary, the letters of the word under way in lower case (None: between
+# words, or no vocabulary); ("rest", bytes): closing's stand-in for a word under way, the letters
+# it still needs (``closing_state``)
 _START_WORD = ("b", True)
-Reply = frame_type("Reply", _KIND, "in_call matched run word")
+Reply = frame_type("Reply", _KIND, "in_call matched run word letters")
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text`` in order: runs of ASCII letters ("ETA", "minutes", "D" of "D-26")."""
+    return _LETTERS.findall(text or "")
 
 
 def name_words(text: str) -> list[str]:
@@ -93,11 +110,25 @@ def reply_sources(messages: list[dict]) -> str:
 class ReplyGrammar(Grammar):
     """Free text whose id runs are id runs of ``source`` and whose names are its names (see the
     module docstring), around the calls of ``inner`` (a ``tool_call_grammar(..., auto=True)``,
-    whose calls open with ``call_open``) or alone (``inner`` None: text only)."""
+    whose calls open with ``call_open``) or alone (``inner`` None: text only). With a
+    ``vocabulary`` (words: runs of ASCII letters), every word of the text is one of it or of
+    ``source``, ignoring case; None: words are free."""
 
-    def __init__(self, source: str, inner: Grammar | None = None, call_open: str = ""):
+    def __init__(
+        self, source: str, inner: Grammar | None = None, call_open: str = "", vocabulary: Iterable[str] | None = None
+    ):
         if inner is not None and not call_open:
             raise ValueError("a wrapped tool-call grammar needs the text that opens a call (call_open)")
+        # the allowed words, lower case, sorted: the vocabulary's (built once per vocabulary) and the sources'
+        self.words: tuple[bytes, ...] | None = None
+        if vocabulary is not None:
+            self.words, self._word_set = _vocabulary_index(
+                vocabulary if isinstance(vocabulary, frozenset) else frozenset(vocabulary)
+            )
+            own = {w.lower().encode() for w in words(source)}
+            self.source_words = tuple(sorted(own))
+            self._source_set = frozenset(own)
+            self._rests = LRU(65536)
         self.inner = inner
         self.trigger = call_open.encode()
         self.allowed_runs = tuple(sorted({r.encode() for r in id_runs(source)}))
@@ -105,7 +136,7 @@ class ReplyGrammar(Grammar):
         self.names = tuple(sorted({w.encode() for w in name_words(source)}))
         self._name_set = frozenset(self.names)
         base = inner.start_state if inner is not None else State((), 0)
-        self.start_state = State((Reply(False, 0, None, _START_WORD), *base.stack), base.ws)
+        self.start_state = State((Reply(False, 0, None, _START_WORD, None), *base.stack), base.ws)
         # what the engine and ``closing`` read of a grammar, the wrapped one's where it has them
         self.tables = inner.tables if inner is not None else []
         self.regexes = inner.regexes if inner is not None else []
@@ -148,7 +179,7 @@ class ReplyGrammar(Grammar):
         if own is None:  # a state of the wrapped grammar alone (``closing`` asks about parts of one)
             return self.inner is not None and self.inner.complete(inner)
         in_call, run, word = own.in_call, own.run, own.word
-        if not in_call and not (self._may_end(run) and self._word_may_end(word)):
+        if not in_call and not (self._may_end(run) and self._word_may_end(word) and self._letters_may_end(own.letters)):
             return False
         return self.inner.complete(inner) if self.inner is not None else True
 
@@ -174,6 +205,36 @@ class ReplyGrammar(Grammar):
                 return out[:i]
         return out
 
+    def closing_state(self, state):
+        """The state budget-aware closing (``grammar.closing``) works an ending out from: this one
+        with the word under way replaced by what is left of it (the rest of the shortest allowed
+        word it begins), so the many words a reply writes do not multiply the states it costs."""
+        own, inner = self._split(state)
+        if own is None or own.letters is None or isinstance(own.letters, tuple):
+            return state
+        rest = self._rest(own.letters)
+        if rest is None:  # the letters of a call's opening tag: as they are
+            return state
+        letters = None if not rest else ("rest", rest)
+        return State((own._replace(letters=letters), *inner.stack), inner.ws)
+
+    def ending_head(self, state) -> bytes:
+        """The bytes an ending of ``state`` begins with: the rest of the word under way (closing)."""
+        own, _ = self._split(state)
+        if own is None or own.letters is None:
+            return b""
+        return own.letters[1] if isinstance(own.letters, tuple) else self._rest(own.letters) or b""
+
+    def _rest(self, letters: bytes) -> bytes | None:
+        """What the shortest allowed word that begins with ``letters`` has after them (None: no
+        allowed word begins so, as inside a call's opening tag)."""
+        out = self._rests.get(letters, _REFUSED)
+        if out is _REFUSED:
+            options = _prefixed(self.words, letters) + _prefixed(self.source_words, letters)
+            out = min(options, key=len)[len(letters) :] if options else None
+            self._rests[letters] = out
+        return out
+
     # -- the automaton --------------------------------------------------------------------------
     def _split(self, state):
         """(this module's frame or None, the wrapped grammar's state)."""
@@ -193,7 +254,7 @@ class ReplyGrammar(Grammar):
                 return None
         if in_call:
             back = inner == self.inner.start_state  # the call grammar is in free text again
-            return State((Reply(not back, 0, None, _START_WORD), *inner.stack), inner.ws)
+            return State((Reply(not back, 0, None, _START_WORD, None), *inner.stack), inner.ws)
         run, word = self._run_step(run, b), self._word_step(word, b)
         if run is _REFUSED or word is _REFUSED:
             return None
@@ -201,8 +262,41 @@ class ReplyGrammar(Grammar):
             t = self.trigger
             matched = matched + 1 if t[matched] == b else int(t[0] == b)
             if matched == len(t):  # a call opens: its text is the call grammar's
-                return State((Reply(True, 0, None, _START_WORD), *inner.stack), inner.ws)
-        return State((Reply(False, matched, run, word), *inner.stack), inner.ws)
+                return State((Reply(True, 0, None, _START_WORD, None), *inner.stack), inner.ws)
+        letters = self._letters_step(own.letters, b, matched)
+        if letters is _REFUSED:
+            return None
+        return State((Reply(False, matched, run, word, letters), *inner.stack), inner.ws)
+
+    def _letters_step(self, letters, b: int, matched: int):
+        """The word rule's state after byte ``b`` (``matched``: the text so far ends in that many
+        bytes of the call's opening tag; a word inside them is exempt while they spell it).
+        ``("rest", bytes)``: a word that must go on with those letters (``closing_state``'s)."""
+        if self.words is None:
+            return None
+        if isinstance(letters, tuple):  # closing's: only the word's rest, then its end
+            rest = letters[1]
+            if b in _LETTER:
+                return ("rest", rest[1:]) if rest and b | 0x20 == rest[0] else _REFUSED
+            return None if not rest else _REFUSED
+        if b in _LETTER:
+            text = (letters or b"") + bytes([b | 0x20])  # lower case
+            return text if len(text) < matched or self._begins(text) else _REFUSED
+        if letters is None or len(letters) < matched or self._is_word(letters):
+            return None
+        return _REFUSED  # a word ends where no allowed word ends
+
+    def _letters_may_end(self, letters) -> bool:
+        if isinstance(letters, tuple):
+            return not letters[1]
+        return letters is None or self._is_word(letters)
+
+    def _begins(self, text: bytes) -> bool:
+        """Some allowed word begins with ``text``."""
+        return bool(_prefixed(self.words, text) or _prefixed(self.source_words, text))
+
+    def _is_word(self, text: bytes) -> bool:
+        return text in self._word_set or text in self._source_set
 
     def _word_step(self, word, b: int):
         """The capitalised-word rule's state after byte ``b``."""
@@ -268,6 +362,17 @@ class ReplyGrammar(Grammar):
 
 
 _REFUSED = object()
+
+
+@lru_cache(maxsize=8)
+def _vocabulary_index(vocabulary: frozenset[str]) -> tuple[tuple[bytes, ...], frozenset[bytes]]:
+    """A vocabulary's words in lower case, sorted, and as a set (a ValueError for one that is not
+    a run of ASCII letters): built once per vocabulary, not per request."""
+    given = {w.lower() for w in vocabulary}
+    if bad := sorted(w for w in given if not _LETTERS.fullmatch(w))[:3]:
+        raise ValueError(f"a vocabulary holds words (runs of ASCII letters), not {bad}")
+    out = tuple(sorted(w.encode() for w in given))
+    return out, frozenset(out)
 
 
 def _prefixed(options: tuple[bytes, ...], text: bytes) -> tuple[bytes, ...]:

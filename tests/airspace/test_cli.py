@@ -115,9 +115,10 @@ def test_bench_replies_writes_its_figures(tmp_path):
     figures = json.loads(path.read_text())["figures"]
     assert figures["split"] == "validation" and figures["tasks"]["n"] == 2 and figures["demo"]["n"] == 1
     for what in ("tasks", "demo"):
-        for setting in ("off", "on"):
+        for setting in ("off", "words_free", "on"):
             r = figures[what][setting]
             assert r["replies"] <= figures[what]["n"] and 0 <= r["faithful"] <= min(r["ids_grounded"], r["well_formed"])
+        assert figures[what]["on"]["well_formed"] == 1.0  # the word rule: no broken word
     assert figures["tasks"]["on"]["ids_grounded"] == 1.0  # every reply under grounded_reply holds only the chat's ids
 
 

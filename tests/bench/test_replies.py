@@ -1,7 +1,7 @@
 """Reply faithfulness (``clover.bench.replies``) on hand-made replies: a faithful one, one with a
 wrong number, one with a broken word, and the task's vocabulary."""
 
-from clover.bench.replies import corpus_vocabulary, reply_check, reply_figures
+from clover.bench.replies import reply_check, reply_figures, task_vocabulary
 from clover.data.task import get_task
 
 MSGS = [
@@ -42,7 +42,11 @@ def test_figures():
     assert (f["ids_grounded"], f["well_formed"], f["faithful"]) == (2 / 3, 2 / 3, 1 / 3)
 
 
-def test_the_corpus_vocabulary_holds_its_replies_words():
-    v = corpus_vocabulary(get_task("airspace2"), 2000)
+def test_the_task_vocabulary_holds_its_replies_words():
+    """The measure's vocabulary is the task's reply vocabulary, the one grounded replies hold words to."""
+    from clover.airspace.replies import reply_vocabulary
+
+    v = task_vocabulary(get_task("airspace2"))
+    assert v is reply_vocabulary()
     assert {"returning", "base", "eta", "minutes", "lifted", "zone"} <= v
-    assert "minutesa" not in v and "hospitithay" not in v
+    assert "minutesa" not in v and "hospitithay" not in v and "utes" not in v

@@ -268,6 +268,13 @@ def test_a_pattern_ends_a_copy_where_its_value_ends_and_without_a_match_drops_th
     g = json_grammar(schema).with_sources({"user": "closed from noon to 0030 PLEASE - over"})
     assert g.accepts('{"end": "0030"}') and g.accepts('{"end": "noon"}')
     assert not g.accepts('{"end": "0030 PLEASE"}') and not g.accepts('{"end": "noon to 0030"}')
+    # a byte that matches the pattern so far but leads to no end is refused: after "0030" only the
+    # closing quote (" hrs" could follow a time, but this source goes on " PLEASE")
+    at = g.advance(g.start_state, b'{"end": "0030')
+    assert at is not None and g.advance(at, b" ") is None and g.advance(at, b'"') is not None
+    drone = {"type": "string", "pattern": "^(?i:(?:drone )?#?[0-9]+)$", "x-grounded": "user"}
+    d = json_grammar(drone).with_sources({"user": "recall drones #861 and drone 12"})
+    assert d.accepts('"drone 12"') and d.accepts('"861"') and d.advance(d.start_state, b'"drones') is None
     tools = {"close": schema}
     call = tool_call_grammar(tools, "<tool_call>", "</tool_call>", '{"name": "', auto=True)
     assert call.with_sources({"user": "close it until 0030"}).can_call()

@@ -137,7 +137,8 @@ def test_free_text_without_numbers_decodes_as_without_the_option(llm):
              ("can you book me a flight to Paris?", tools), ("good morning team", tools)]  # fmt: skip
     for text, offered in chats:
         msgs = [{"role": "user", "content": text}]
-        a, b = (llm.chat(msgs, tools=offered, max_tokens=64, temperature=0, grounded_reply=on) for on in (False, True))
+        kw = dict(tools=offered, max_tokens=64, temperature=0)
+        a, b = llm.chat(msgs, **kw), llm.chat(msgs, **kw, grounded_reply=True, reply_words=False)  # words: below
         ma, mb = a["choices"][0]["message"], b["choices"][0]["message"]
         assert not id_runs(ma["content"] or "") and not ma.get("tool_calls"), ma  # the case this test is about
         assert (mb["content"], b["usage"]["completion_tokens"]) == (ma["content"], a["usage"]["completion_tokens"])
@@ -170,3 +171,167 @@ def test_a_model_pushed_towards_made_up_numbers_writes_none(llm):
 def test_structured_output_with_the_option_is_refused(llm):
     with pytest.raises(RequestError, match="grounded_reply"):
         llm.chat([{"role": "user", "content": "hi"}], response_format={"type": "json_object"}, grounded_reply=True)
+
+
+# -- the word rule (a vocabulary) --------------------------------------------------------------------
+VOCAB = ["is", "returning", "to", "base", "eta", "minutes", "minute", "the", "a", "at", "near", "golf", "zone"]
+WORD_PIECES = ["is", "return", "ing", "to", "base", "minutes", "minute", "minutesa", "utes", "ETA", "Eta", "the",
+               "a", "at", "near", "neat", "Kings", "way", "Hospital", "drone", "zz", " ", ",", ".", "D-26", "-", "'",
+               "é", "2", "Golf-3"]  # fmt: skip
+
+
+def word_reference(text: str, source: str, vocabulary) -> bool:
+    """The word rule read plainly, on top of the rest: every run of ASCII letters of the text is,
+    ignoring case, a word of the vocabulary or of the source."""
+    allowed = {w.lower() for w in vocabulary} | {w.lower() for w in re.findall(r"[A-Za-z]+", source)}
+    return reference(text, source) and all(w.lower() in allowed for w in re.findall(r"[A-Za-z]+", text))
+
+
+def test_the_word_rule_agrees_with_its_reading_on_random_texts():
+    """Whole texts accepted exactly where the rule holds; a prefix refused on the way only where
+    no continuation holds it (a word that begins no allowed word, or ends where none ends)."""
+    g, rng = ReplyGrammar(SOURCE, vocabulary=VOCAB), random.Random(2)
+    refused = accepted = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(WORD_PIECES) for _ in range(rng.randint(1, 6)))
+        ok = word_reference(text, SOURCE, VOCAB)
+        assert g.accepts(text) == ok, text
+        accepted += ok
+        state, data = g.start_state, text.encode()
+        for i in range(len(data)):
+            state = g.advance(state, data[i : i + 1])
+            if state is None:
+                assert not ok, text
+                refused += 1
+                for _ in range(5):
+                    tail = "".join(rng.choice(WORD_PIECES) for _ in range(rng.randint(0, 3))).encode()
+                    assert not word_reference((data[: i + 1] + tail).decode(errors="replace"), SOURCE, VOCAB)
+                break
+    assert refused > 300 and accepted > 300
+
+
+def test_word_rule_hand_cases():
+    g = ReplyGrammar(SOURCE, vocabulary=VOCAB)
+    ok = ["D-26 is returning to base, ETA 2 minutes.", "Golf-3 near Kingsway Hospital", "The zone.", "MINUTES",
+          "recall drone 26", ""]  # fmt: skip
+    bad = ["ETA 2 minutesa.", "ETA 2  utes.", "minut", "the zon", "Kingsway Hosp", "neat", "D-26 is returningx"]
+    assert all(g.accepts(t) for t in ok) and not any(g.accepts(t) for t in bad)
+    assert ReplyGrammar(SOURCE).accepts("ETA 2 minutesa.")  # without a vocabulary, words are free
+    with pytest.raises(ValueError, match="runs of ASCII letters"):
+        ReplyGrammar(SOURCE, vocabulary=["ok", "d-26"])
+
+
+def test_the_word_rule_leaves_the_call_tag_and_calls_alone():
+    """The letters of ``<tool_call>`` are no reply words; inside a call the call grammar alone decides."""
+    tools = [{"type": "function", "function": {"name": "recall_drone", "parameters": {
+        "type": "object", "properties": {"drone_id": {"type": "string"}}, "required": ["drone_id"]}}}]  # fmt: skip
+    g = ReplyGrammar("bring drone 26 home", tools_grammar(tools), TOOL_OPEN, vocabulary=VOCAB)
+    call = f'{TOOL_OPEN}{{"name": "recall_drone", "arguments": {{"drone_id": "D-99"}}}}</tool_call>'
+    assert g.accepts(call) and g.accepts("the " + call + " drone 26 is returning")
+    assert not g.accepts("the<tool the") and not g.accepts("abc" + call) and not g.accepts(call + " zzz")
+
+
+def test_the_word_rule_against_a_slow_reference_token_by_token():
+    """The grammar's allowed tokens (its sorted-prefix lookups, cached per state) against a plain
+    scan: a token may come next exactly where the text with it still begins a text the rule holds,
+    read by a linear search of the allowed words."""
+    from clover.data.tokenizer import CloverTokenizer
+    from clover.engine.grammar import TokenGrammar, TokenTable
+
+    tok = CloverTokenizer.load(BUNDLED)
+    source = "please bring the drone home near the old harbour"  # no digit, no capital: the word rule alone
+    vocab = ["is", "returning", "to", "base", "minutes", "home", "harbor", "done", "ok"]
+    allowed = {w.lower() for w in vocab} | set(source.split())
+
+    def viable(text: bytes) -> bool:
+        if any(c in b"0123456789" for c in text):
+            return False  # the source holds no number
+        t = text.decode("latin-1")
+        done, last = re.findall(r"[A-Za-z]+", t), re.search(r"[A-Za-z]+\Z", t)
+        if last:
+            done = done[:-1]
+        if not all(w.lower() in allowed for w in done):
+            return False
+        return last is None or any(w.startswith(last.group().lower()) for w in allowed)
+
+    table = TokenTable(tok)
+    tg = TokenGrammar(ReplyGrammar(source, vocabulary=vocab), table, tok.eos_token_ids)
+    for prefix in ["", "the", "the dro", "home.", "ok, harb", "returning to ba", "done "]:
+        state = tg.g.advance(tg.start, prefix.encode())
+        fast = set(tg.allowed(state)) - set(tg.eos)
+        slow = {i for i, bs in enumerate(table.bytes) if bs is not None and i not in table.atomic
+                and viable(prefix.encode() + bs)}  # fmt: skip
+        assert fast == slow, prefix
+        assert bool(set(tg.allowed(state)) & set(tg.eos)) == tg.g.complete(state)
+
+
+def test_free_text_of_vocabulary_words_decodes_as_without_the_word_rule(llm):
+    """Replies whose words are all allowed come out token for token as with the word rule off."""
+    from clover.data.task import model_task
+
+    task = model_task(llm.config, default=True)
+    vocab = task.reply_vocabulary()
+    msgs = [{"role": "user", "content": "how is drone 95 doing?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function", "function": {
+                "name": "get_drone_status", "arguments": '{"drone_id": "D-95"}'}}]},
+            {"role": "tool", "tool_call_id": "c0",
+             "content": '{"drone_id": "D-95", "battery_pct": 41, "state": "hovering"}'}]  # fmt: skip
+    tools = task.offered(llm.config)
+    chats = [([{"role": "user", "content": t}], tools) for t in ("hello", "thanks, that's all", "who are you?")]
+    chats += [(msgs, None), (msgs, tools)]
+    narrowed = 0
+    for m, offered in chats:
+        kw = dict(tools=offered, max_tokens=48, temperature=0, grounded_reply=True)
+        free, held = llm.chat(m, reply_words=False, **kw), llm.chat(m, **kw)
+        only = llm.chat(m, reply_words=["ok"], **kw)  # the conversation's words and "ok": the rule is on
+        narrowed += only["choices"][0]["message"] != free["choices"][0]["message"]
+        text = free["choices"][0]["message"]["content"] or ""
+        said = set(re.findall(r"[a-z]+", reply_sources(m).lower()))
+        assert all(w in vocab or w in said for w in re.findall(r"[a-z]+", text.lower())), text  # this test's case
+        assert held["choices"][0]["message"] == free["choices"][0]["message"]
+        assert held["usage"]["completion_tokens"] == free["usage"]["completion_tokens"]
+    assert narrowed >= 3
+
+
+def test_a_model_pushed_towards_garbled_words_writes_none(llm):
+    """Letter tokens biased far up: with words free the reply writes words of neither the
+    vocabulary nor the conversation; with the word rule (the task's vocabulary, the default) none,
+    also where the reply runs to ``max_tokens`` (closing finishes the word under way)."""
+    from clover.bench.replies import reply_check
+    from clover.data.task import model_task
+
+    vocab = model_task(llm.config, default=True).reply_vocabulary()
+    tok = llm.tokenizer
+    pieces = [i for i in range(tok.vocab_size) if (b := tok.token_bytes(i)) and b.isalpha() and 1 < len(b) < 4]
+    rng = random.Random(3)
+    msgs = [{"role": "user", "content": "bring drone 26 home"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function", "function": {
+                "name": "recall_drone", "arguments": '{"drone_id": "D-26"}'}}]},
+            {"role": "tool", "tool_call_id": "c0",
+             "content": '{"drone_id": "D-26", "status": "returning", "eta_min": 2}'}]  # fmt: skip
+    broken = 0
+    for _ in range(6):
+        bias = {str(i): 14.0 for i in rng.sample(pieces, 6)}
+        for words_free in (True, False):
+            kw = dict(max_tokens=40, temperature=0, logit_bias=bias, grounded_reply=True)
+            r = llm.chat(msgs, **kw, **({"reply_words": False} if words_free else {}))
+            c = reply_check(r["choices"][0]["message"]["content"] or "", msgs, vocab)
+            if words_free:
+                broken += bool(c["broken"])
+            else:
+                assert c["broken"] == [] and c["ungrounded"] == [], c
+    assert broken >= 2  # the bias does push the model to broken words
+
+
+def test_reply_words_requests(llm):
+    """A caller's own words; false turns the rule off; without grounded_reply, or with a word that is
+    not a run of letters, a 400 (RequestError)."""
+    msgs = [{"role": "user", "content": "status of drone 26"}]
+    own = ["ok", "done"]
+    r = llm.chat(msgs, max_tokens=24, temperature=0, grounded_reply=True, reply_words=own)
+    text = r["choices"][0]["message"]["content"] or ""
+    assert set(re.findall(r"[a-z]+", text.lower())) <= {"ok", "done", "status", "of", "drone"}, text
+    with pytest.raises(RequestError, match="grounded_reply"):
+        llm.chat(msgs, max_tokens=4, reply_words=own)
+    with pytest.raises(RequestError, match="reply_words"):
+        llm.chat(msgs, max_tokens=4, grounded_reply=True, reply_words=["ok", "d-26"])

@@ -253,3 +253,25 @@ def test_grounded_reply_holds_numbers_and_ids_to_the_conversation(client):
         off = client.chat.completions.create(**kw)
         made_up += not set(id_runs(off.choices[0].message.content or "")) <= held
     assert made_up >= 2
+
+
+def test_reply_words_over_http(client):
+    """A model whose config names no task has no reply vocabulary: ``grounded_reply`` alone leaves
+    words free, ``reply_words: true`` is a 400; a list holds the sampled replies' words to it and
+    the conversation's."""
+    import re
+
+    msgs = [{"role": "user", "content": "status of drone 26 please"}]
+    own, free = {"ok", "done", "status", "of", "drone", "please"}, 0
+    for seed in range(6):
+        kw = dict(model="clover", messages=msgs, max_tokens=24, temperature=1.0, seed=seed)
+        on = client.chat.completions.create(**kw, extra_body={"grounded_reply": True, "reply_words": ["ok", "Done"]})
+        assert set(re.findall(r"[a-z]+", (on.choices[0].message.content or "").lower())) <= own
+        alone = client.chat.completions.create(**kw, extra_body={"grounded_reply": True})
+        free += not set(re.findall(r"[a-z]+", (alone.choices[0].message.content or "").lower())) <= own
+    assert free >= 2
+    for body, param in (({"grounded_reply": True, "reply_words": True}, "reply_words"),
+                        ({"reply_words": ["ok"]}, "reply_words"),
+                        ({"grounded_reply": True, "reply_words": ["ok", "d-26"]}, "reply_words")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError, match=param):
+            client.chat.completions.create(model="clover", messages=msgs, max_tokens=4, extra_body=body)

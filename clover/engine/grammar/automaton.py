@@ -103,6 +103,7 @@ class Grammar:
         self.endings = LRU(65536)  # state -> shortest ending bytes (or None)
         self.smallest: dict[int, bytes | None] = {}  # node -> smallest value (one per node at most)
         self.costs = LRU(65536)  # (token table, eos ids, state) -> tokens of the shortest ending
+        self.completes = LRU(65536)  # a patterned copy's (node, spans, typed) -> whether it can still end
         self.ranks = LRU(4096)  # (token table, eos ids, state) -> allowed tokens by ending cost
 
     def with_sources(self, texts: dict[str, str], ends: str | None = None) -> Grammar:
@@ -478,7 +479,35 @@ class Grammar:
             typed += bytes([b])
             if not self._pattern_ok(nid, typed, partial=True):
                 return None
+            if esc == 0 and not self._completes(nid, ix, lo, hi, depth, typed):
+                return None
         return (*rest, GStr(nid, f.key, lo, hi, depth, esc, hexbuf if esc >= 2 else "", typed, f.until))
+
+    def _completes(self, nid: int, ix: SpanIndex, lo: int, hi: int, depth: int, typed: bytes) -> bool:
+        """Some span still possible (``ix``'s spans ``lo:hi``, ``depth`` bytes copied, ``typed`` as
+        written so far) goes on to an end where the whole copy meets its pattern and bounds: a
+        pattern's partial match alone would let a copy into "drones #861" for ``drone 17``'s
+        pattern, or "0030 PLEASE" for a time's, and find no end. At most ``COMPLETION_CHECKS``
+        candidate ends are tried; past that the copy is taken to complete."""
+        key = (nid, ix.key, lo, hi, depth, typed)
+        hit = self.completes.get(key)
+        if hit is not None:
+            return hit
+        tried, found = 0, False
+        for s in ix.starts[lo:hi]:
+            base = s + depth
+            for e in range(base, ix.limit[s] + 1):
+                if not ix.ends[e]:
+                    continue
+                rest = json.dumps(ix.data[base:e].decode("utf-8", "replace"), ensure_ascii=False)[1:-1].encode()
+                tried += 1
+                if self._pattern_ok(nid, typed + rest, partial=False) or tried >= COMPLETION_CHECKS:
+                    found = True
+                    break
+            if found:
+                break
+        self.completes[key] = found
+        return found
 
     def _string(self, f: Str | Key, rest, b):
         is_key = f.kind == "key"
@@ -595,6 +624,9 @@ class Grammar:
             child = Val(node["items"])
             return self._stack_after((*rest, Arr(nid, "after", count + 1), child), b)
         return None
+
+
+COMPLETION_CHECKS = 512  # candidate ends a patterned copy tries per step before it is taken to complete
 
 
 @lru_cache(maxsize=256)

@@ -16,7 +16,9 @@ finish it at least cost), each piece checked by the grammar itself (``Grammar.ad
 string under a pattern or format, a bounded number and a regular expression are searched byte by
 byte (``_search``, bounded). A state whose ending is not found (an unknown frame kind, a search
 past its bound) is left unconstrained, as before. ``tests/engine/test_closing.py`` compares the
-ending with a brute-force breadth-first search over every byte.
+ending with a brute-force breadth-first search over every byte. A grammar may name the bytes an
+ending begins with (``ending_head``) and the state an ending is costed from (``closing_state``):
+a grounded reply's word under way (``clover.engine.reply_grounding``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ def shortest_ending(g, state) -> bytes | None:
     if out is not _UNKNOWN:
         return out
     out, st = b"", state
+    head = getattr(g, "ending_head", None)  # bytes an ending begins with (a reply's word under way)
+    if head is not None and (out := head(state)):
+        st = g.advance(state, out)
     for _ in range(MAX_PIECES):
+        if st is None:
+            out = None
+            break
         if g.complete(st):
             break
         for piece in _pieces(g, st):
@@ -328,13 +336,21 @@ def _fewest_tokens(table, text: bytes) -> list[int] | None:
     return None if left[0] >= inf else left
 
 
+def _costed(g, state):
+    """The state whose ending stands for ``state``'s: a grammar's ``closing_state`` where it has
+    one (a state less what no ending is worked out from, such as a reply's word under way)."""
+    f = getattr(g, "closing_state", None)
+    return state if f is None else f(state)
+
+
 def known(tg, state) -> bool:
     """``cost(tg, state)`` is already worked out."""
-    return (tg.t, tg.key, state) in tg.g.costs
+    return (tg.t, tg.key, _costed(tg.g, state)) in tg.g.costs
 
 
 def cost(tg, state) -> int | None:
     """Tokens the shortest ending of ``state`` takes, the stop token included (None: not known)."""
+    state = _costed(tg.g, state)
     key = (tg.t, tg.key, state)
     out = tg.g.costs.get(key, _UNKNOWN)
     if out is _UNKNOWN:
