@@ -1,5 +1,5 @@
 """The bundled model's accuracy on the test split, as README.md, the model card and
-docs/benchmarks.md show it: one command, one result file, three tables.
+docs/benchmarks.md show it: one command, one result file, five tables.
 
     python benchmarks/accuracy_tables.py --json benchmarks/results/accuracy.json
     python benchmarks/accuracy_tables.py --n 2 --text 1 --multiturn 1 --plain 1 --groups 1   # a smoke run
@@ -15,8 +15,10 @@ run apart from the others so that their tokens per pass are their own.
 Tables: 0, README.md's "what to expect" (the kinds of turn as rows, ``ar`` and the default as
 columns); 1, docs/benchmarks.md's grounded arguments on the test split (one row per decoding);
 2, the model card's accuracy (the tool-call figures, one column per decoding); 3, the model
-card's replies in words and conversations per kind. Replies in words, a conversation's last turn
-in words and plain text are judged by what they say (``clover.airspace.textscore``).
+card's replies in words and conversations per kind; 4, the gold names per family by where the
+default's name ends (right, cut short, run long, another span: ``clover eval``'s table).
+Replies in words, a conversation's last turn in words and plain text are judged by what they say
+(``clover.airspace.textscore``).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _invented(r: dict) -> str:
 
 
 def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, columns, rows) of the three tables, from ``measure``'s figures."""
+    """(title, columns, rows) of the five tables, from ``measure``'s figures."""
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: torch
 
     ar, d, alone = f["ar calls"], f["default calls"], f["default calls alone"]
@@ -185,7 +187,21 @@ def tables(f: dict[str, dict]) -> list[tuple[str, list[str], list[list[str]]]]:
             ["kind", "turns", "ar", f"default ({default})"],
             per_kind,
         ),
+        _edges(d),
     ]
+
+
+def _edges(r: dict) -> tuple[str, list[str], list[list[str]]]:
+    """Table 4: the test split's gold names per family under the default as the server decodes
+    them, by where the answer's name ends (``clover eval``'s table of them, one run)."""
+    from clover.commands.eval import edge_table
+
+    title, columns, rows = edge_table([r])
+    return (
+        f"gold names by where the answer's name ends ({r['n']} turns of the test split, default, server's decoding)",
+        columns[1:],
+        [row[1:] for row in rows],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

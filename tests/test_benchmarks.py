@@ -59,13 +59,13 @@ def _script(name: str, *args: str, timeout: int = 300):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
-def test_accuracy_tables_prints_the_four_tables_the_docs_quote(tmp_path):
+def test_accuracy_tables_prints_the_five_tables_the_docs_quote(tmp_path):
     out = tmp_path / "accuracy.json"
     small = ["--n", "2", "--text", "1", "--multiturn", "1", "--plain", "0", "--groups", "1"]
     r = _script("accuracy_tables.py", *small, "--json", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
-    f, (readme, grounded, card, kinds) = res["figures"], res["tables"]
+    f, (readme, grounded, card, kinds, edges) = res["figures"], res["tables"]
     assert set(f) == {"ar calls", "default calls", "default calls alone", "ar rest", "default rest"}
     assert f["ar calls"]["n"] == 2 and f["ar rest"]["n"] == 0 and f["ar rest"]["decision_groups"] == 1
     assert f["default calls"]["policy"].endswith("+grammar") and "+" not in f["default calls alone"]["policy"]
@@ -92,6 +92,9 @@ def test_accuracy_tables_prints_the_four_tables_the_docs_quote(tmp_path):
     # the model card's per kind: one row per kind asked, then the share that called no tool (not a score)
     assert len(kinds["rows"]) == 3 and kinds["rows"][-1][0].endswith("(not a score)")
     assert kinds["rows"][-1][2:] == [f"{100 * f[k]['text_no_call']:.0f} %" for k in ("ar rest", "default rest")]
+    # the gold names by where the default's name ends: one row per family, then all of them
+    names = sum(sum(c.values()) for c in d["name_edges"].values())
+    assert edges["columns"][:3] == ["name family", "names", "right"] and edges["rows"][-1][:2] == ["all", str(names)]
 
 
 def test_accuracy_tables_refuses_a_run_with_nothing_but_tool_calls():
@@ -195,3 +198,13 @@ def test_soak_runs_its_mix_against_a_server_of_its_own(tmp_path):
     assert d["errors"] == 0 and d["server_alive"], d["first_errors"]
     assert d["short_p99_ms"] > 0 and d["rss_before_mib"] > 0
     assert sum(sum(v.values()) for v in d["outcomes"].values()) > 5
+
+
+def test_bench_span_ends_writes_its_figures(tmp_path):
+    out = tmp_path / "span-ends.json"
+    r = _script("bench_span_ends.py", "--n", "3", "--rounds", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    f, (table,) = res["figures"], res["tables"]
+    assert set(f) == {"token", "span"} and f["token"]["choices"] == 0 and f["span"]["cpu_s"] > 0
+    assert [row[0] for row in table["rows"]] == ["token", "span", "span over token"]

@@ -128,6 +128,7 @@ def evaluate_airspace(
     scoring: Scoring | None = None,
     grounded_reply: bool = False,
     reply_judge: Callable[[str, list[dict]], dict] | None = None,
+    ends: str | None = None,
 ) -> dict:
     """Exact match and decision-group accuracy on ``split``, plus where tool-call misses come from
     (``by_kind``: exact match per message kind; ``fields``: accuracy per tool / argument of the
@@ -158,7 +159,10 @@ def evaluate_airspace(
     numbers, ids, names and words, as a request with ``grounded_reply`` (``clover.engine.reply_grounding``).
     ``reply_judge(reply, messages)`` (``clover.bench.replies.reply_check`` with a vocabulary):
     the conversations whose last turn follows tool results and is answered in words are judged
-    by it (``replies_after_tools``: ids grounded, words well formed, both)."""
+    by it (``replies_after_tools``: ids grounded, words well formed, both).
+
+    ``ends`` (with ``grammar``): where a grounded string ends, ``"token"`` by token or ``"span"``
+    chosen whole (``Grammar.with_sources``; None: the grammar's default)."""
     from clover.engine import Engine, SamplingParams  # deferred: torch, not for clover --help
     from clover.engine.policies import DEFAULT_POLICY, DEFAULT_THRESHOLD  # deferred: loads torch, not for clover --help
 
@@ -174,11 +178,15 @@ def evaluate_airspace(
     groups = load_groups(split, n_groups)
     if grounded_reply and not grammar:
         raise ValueError("grounded_reply holds the text around the tool-call grammar: it needs grammar")
-    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains, grounded_reply)
+    prompts, plist = _requests(tok, exs + texts + convs, groups, params, grammar, plains, grounded_reply, ends)
     t0 = time.perf_counter()
     outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
     wall = time.perf_counter() - t0
     head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
+    if grammar is True:  # where grounded strings end (``Grammar.with_sources``)
+        from clover.engine.grammar.automaton import DEFAULT_ENDS
+
+        head["ends"] = ends or DEFAULT_ENDS
     out = {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
     if reply_judge is not None:
         at = len(exs) + len(texts)
@@ -205,7 +213,14 @@ def _replies_after_tools(outs, convs: list[dict], judge) -> dict:
 
 
 def _requests(
-    tok, chats: list[dict], groups, params, grammar: bool, plains: list[dict] = (), grounded_reply: bool = False
+    tok,
+    chats: list[dict],
+    groups,
+    params,
+    grammar: bool,
+    plains: list[dict] = (),
+    grounded_reply: bool = False,
+    ends: str | None = None,
 ) -> tuple[list, list]:
     """The prompts of the chats, the plain texts, then the decision groups, and each one's
     sampling parameters: with ``grammar`` a chat's are held to its tools' grammar (``tools_grammar``
@@ -221,7 +236,7 @@ def _requests(
         for i, e in enumerate(chats):
             g = tools_grammar(e["tools"])
             if g is not None and grammar is True:  # as the server: x-grounded values from this conversation
-                g = g.with_sources(source_texts(prompt_of(e)))
+                g = g.with_sources(source_texts(prompt_of(e)), ends=ends)
             if grounded_reply:  # as the server with grounded_reply: around the calls, or alone without tools
                 g = ReplyGrammar(reply_sources(prompt_of(e)), g, TOOL_OPEN if g is not None else "", vocabulary)
             plist[i] = dataclasses.replace(params, grammar=g)
@@ -296,6 +311,7 @@ def _figures(outs: list, sets, groups, label: str, errors: list | None, wall: fl
     if scoring.names is not None:  # names copied exactly, in the tool-call turns and the conversations
         out["names_copied"] = names_copied(part(0) + part(2), exs + convs, scoring)
         out["name_edges"] = name_edges(part(0) + part(2), exs + convs, scoring)
+        out["held_out_families"] = sorted(f for f in out["name_edges"] if scoring.held_out(f))
     return out
 
 

@@ -85,6 +85,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             n_plain=args.plain,
             grounded_reply=args.grounded_reply,
             reply_judge=judge,
+            ends=args.ends,
         )
         for g, p, t in settings
     ]
@@ -201,13 +202,14 @@ def _add_aup(results: list[dict]) -> None:
 
 
 def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, columns, rows) of the three tables: the headline figures, one column per run, then
-    where the tool-call misses come from, then one row per run (``run_table``)."""
+    """(title, columns, rows) of the tables: the headline figures, one column per run, then
+    where the tool-call misses come from, then one row per run (``run_table``), then, for a
+    task with name families, the gold names by where the answer's name ends (``edge_table``)."""
     head = ["metric", *map(_column, results)]
     figures = [
         [k, *[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for r in results]]
         for k in results[0]
-        if k != "policy" and k not in BREAKDOWNS and not isinstance(results[0][k], dict)  # counts per kind
+        if k != "policy" and k not in BREAKDOWNS and not isinstance(results[0][k], (dict, list))  # counts per kind
     ]
     misses = [
         [f"{label}: {k}", *[f"{100 * r[group].get(k, 0):.1f} %" for r in results]]
@@ -215,7 +217,36 @@ def result_tables(results: list[dict], title: str) -> list[tuple[str, list[str],
         for k in results[0].get(group, {})  # each task reports the breakdowns it has
     ]
     where = "where tool-call misses come from (accuracy per message kind, tool and argument)"
-    return [(title, head, figures), (where, ["", *head[1:]], misses), run_table(results)]
+    tables = [(title, head, figures), (where, ["", *head[1:]], misses), run_table(results)]
+    if any(r.get("name_edges") for r in results):
+        tables.append(edge_table(results))
+    return tables
+
+
+def edge_table(results: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """(title, columns, rows) of the gold names per family and run, by how the answer's name
+    compares (``evaluate.name_edge``: right, cut short, run long, overlapping, another span of
+    the message, missing), with a total row per run."""
+    from clover.airspace.evaluate import EDGE_KINDS
+
+    columns = ["run", "name family", "names", *[k.replace("_", " ") for k in EDGE_KINDS]]
+    rows = []
+    for r in results:
+        edges, held = r.get("name_edges") or {}, set(r.get("held_out_families", ()))
+        total = dict.fromkeys(EDGE_KINDS, 0)
+        for family, counts in sorted(edges.items(), key=lambda kv: (kv[0] in held, kv[0])):
+            rows.append(
+                [
+                    _column(r),
+                    family + (" (held out)" if family in held else ""),
+                    str(sum(counts.values())),
+                    *[str(counts.get(k, 0)) for k in EDGE_KINDS],
+                ]
+            )
+            for k in EDGE_KINDS:
+                total[k] += counts.get(k, 0)
+        rows.append([_column(r), "all", str(sum(total.values())), *[str(total[k]) for k in EDGE_KINDS]])
+    return "gold names of the tool calls by where the answer's name ends (counts)", columns, rows
 
 
 # the per-run table's accuracy columns: (result key, the key counting its answers, heading, decimals)
@@ -325,6 +356,12 @@ def register(sub) -> None:
         action="store_true",
         help="hold every reply in words to its conversation's numbers, ids and names, as a request with "
         "grounded_reply (docs/grounding.md, Grounded replies; needs --grammar on)",
+    )
+    p.add_argument(
+        "--ends",
+        choices=["token", "span"],
+        help="where a grounded string ends (--grammar on): token, the model's next token; span, the ways it may "
+        "go on scored whole (docs/grounding.md, Where a span ends); default: the grammar's",
     )
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument(

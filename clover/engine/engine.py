@@ -29,6 +29,7 @@ from clover.engine.request import Request
 from clover.engine.runner import Runner
 from clover.engine.sampler import adjust_logits, choose_selected, logit_bias_vector
 from clover.engine.scheduler import Scheduler
+from clover.engine.span_choice import choose_end
 from clover.engine.stages import (
     APPLY,
     FINISH,
@@ -225,6 +226,7 @@ class Engine:
         for r, req in constrained:
             open_ = cand[r].nonzero()
             if len(open_):
+                self._choose_span(batch, r, req, int(open_[0]))
                 ids = req.grammar.allowed(req.gstate) or req.grammar.eos
                 near = closing.restrict(req.grammar, req.gstate, closing.tokens_left(req, int(open_[0])), ids)
                 ok = set(ids)  # closing only narrows what the grammar allows (or the slot could take nothing)
@@ -264,6 +266,15 @@ class Engine:
         clk and clk.lap(APPLY)
         return events
 
+    def _choose_span(self, batch: Batch, r: int, req: Request, slot: int) -> None:
+        """A grammar whose grounded strings end by a whole-span choice (``with_sources(...,
+        ends="span")``): where the slot is a copy's end decision, choose it now
+        (``clover.engine.span_choice``), with every token before the slot as context."""
+        if getattr(req.grammar.g, "ends", "token") != "span" or req.grammar.g.span_ends(req.gstate) is None:
+            return
+        before = (req.prompt + req.text.tokens)[: req.block_start] + batch.x[r, :slot].tolist()
+        req.gstate = choose_end(self.model, req.grammar, req.gstate, before, req.block_size)
+
     @staticmethod
     def _ban_stops(logits: torch.Tensor, req: Request, slots: dict) -> None:
         """``ignore_eos``: the model's EOS ids at every position; ``min_tokens``: every stop id at
@@ -300,6 +311,7 @@ class Engine:
         if True not in c:
             return out
         state, g, first = req.gstate, req.grammar, c.index(True)
+        spans = getattr(g.g, "ends", "token") == "span"  # a copy's end is decided at a slot (_choose_span)
         own = True  # every token of the run so far is the model's own choice (so its next guesses hold)
         for q in range(first, len(c)):
             if not c[q]:
@@ -319,7 +331,7 @@ class Engine:
                     out[q] = True
                 break
             out[q], state = True, nxt
-            if t[q] in g.eos:
+            if t[q] in g.eos or spans and g.g.span_ends(state) is not None:
                 break
         req.gstate = state
         return out

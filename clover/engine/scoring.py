@@ -106,3 +106,119 @@ def prompt_logprobs_reference(model, ids: list[int], block_size: int, top: int =
         logits = model.step(cache, denoise=_variant(x0, i, bs, cfg.mask_token_id)[None], block_size=bs)
         out += _entries(logits[0, i % bs][None], x0[i : i + 1], top, cfg.mask_token_id)
     return out
+
+
+def _log_probs(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """``[N, V]`` log-probabilities over the tokens a decode may choose (the mask token left out)."""
+    lg = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lg[:, mask_id] = -float("inf")
+    return torch.log_softmax(lg, -1)
+
+
+def _scored(lp: torch.Tensor, token: int, any_of: list[int] | None) -> float:
+    """One position's score: its token's log-probability, or the total of ``any_of``'s."""
+    if any_of is None:
+        return float(lp[token])
+    return float(torch.logsumexp(lp[torch.tensor(any_of, device=lp.device)], 0))
+
+
+@torch.inference_mode()
+def continuation_logprobs(
+    model,
+    context: list[int],
+    conts: list[list[int]],
+    block_size: int,
+    last: list[list[int]] | None = None,
+    final_only: bool = False,
+) -> list[list[float]]:
+    """Per continuation, the log-probability of each of its tokens after ``context`` and its own
+    tokens before it, in the order ``prompt_logprobs`` scores a text (``context + cont`` scored
+    whole gives the same numbers at those positions): every continuation in one model call (the
+    training forward, one clean stream per continuation, one noisy block per scored token), in
+    chunks past ``MAX_NOISY_TOKENS``. ``last``: per continuation, token ids whose total
+    probability is scored after it, as one more entry (any of the ways a text may go on there:
+    a closing quote alone, or with the JSON after it). ``final_only``: the final entry alone (one
+    noisy block per continuation). ``continuation_logprobs_reference`` is the slow reference."""
+    if not hasattr(model, "forward_blocks"):  # a back end with the incremental API only
+        return continuation_logprobs_reference(model, context, conts, block_size, last, final_only)
+    cfg = model.config
+    bs = cfg.check_block_size(block_size)
+    if not context:
+        raise ValueError("continuation_logprobs: the context is empty (the first token has nothing before it)")
+    device = model_place(model)[0]
+    seqs = _with_last(conts, last)
+    C, K = len(context), len(seqs)
+    if K == 0:
+        return []
+    T = -(-max(C + len(c) for c in seqs) // bs) * bs
+    full = torch.full((K, T), cfg.mask_token_id, dtype=torch.long, device=device)  # past a continuation: masked
+    for k, c in enumerate(seqs):
+        full[k, : C + len(c)] = torch.tensor(context + c, dtype=torch.long, device=device)
+    # a noisy block sees the clean stream's blocks before its own only: continuations that end
+    # in the same block share one clean stream (those inside the context's last block, the
+    # context's), so the context is read once, not once per continuation
+    row_of: dict[tuple, int] = {}
+    rows_k = []
+    for k, c in enumerate(seqs):
+        seen = (C + len(c) - 1) // bs * bs  # the clean tokens its last position sees
+        rows_k.append(row_of.setdefault(tuple(full[k, :seen].tolist()), len(row_of)))
+    x0 = full[[rows_k.index(r) for r in range(len(row_of))]]
+    jobs = [(k, C + i) for k, c in enumerate(seqs) for i in range(len(c) - 1 if final_only else 0, len(c))]
+    out: list[list[float]] = [[] for _ in seqs]
+    per_call = max(1, MAX_NOISY_TOKENS // bs)
+    for lo in range(0, len(jobs), per_call):
+        part = jobs[lo : lo + per_call]
+        xt = torch.stack([_variant(full[k], i, bs, cfg.mask_token_id) for k, i in part])
+        rows = torch.tensor([rows_k[k] for k, _ in part], device=device)
+        blks = torch.tensor([i // bs for _, i in part], device=device)
+        at = torch.zeros(len(part), bs, dtype=torch.bool, device=device)
+        at[torch.arange(len(part)), torch.tensor([i % bs for _, i in part], device=device)] = True
+        end = (max(i for _, i in part) // bs + 1) * bs  # later blocks do not reach these positions
+        res = model.forward_blocks(x0[:, :end], None, xt, rows, blks, bs, logits_at=at)
+        lp = _log_probs(res.logits, cfg.mask_token_id)
+        for n, (k, i) in enumerate(part):
+            any_of = last[k] if last is not None and i == C + len(seqs[k]) - 1 else None
+            out[k].append(_scored(lp[n], int(full[k, i]), any_of))
+    return out
+
+
+def _with_last(conts: list[list[int]], last: list[list[int]] | None) -> list[list[int]]:
+    """The continuations, each with a stand-in for its ``last`` entry (the first of its ids)."""
+    if last is None:
+        return [list(c) for c in conts]
+    if len(last) != len(conts) or not all(last):
+        raise ValueError("continuation_logprobs: last needs a non-empty list of ids per continuation")
+    return [list(c) + [ids[0]] for c, ids in zip(conts, last)]
+
+
+@torch.inference_mode()
+def continuation_logprobs_reference(
+    model,
+    context: list[int],
+    conts: list[list[int]],
+    block_size: int,
+    last: list[list[int]] | None = None,
+    final_only: bool = False,
+) -> list[list[float]]:
+    """``continuation_logprobs`` one continuation and one position per call through the
+    incremental API, as ``prompt_logprobs_reference`` scores a prompt: slow, for tests and back
+    ends without the training forward."""
+    cfg = model.config
+    bs = cfg.check_block_size(block_size)
+    device = model_place(model)[0]
+    out = []
+    for k, c in enumerate(_with_last(conts, last)):
+        ids = context + c
+        x0 = torch.full((-(-len(ids) // bs) * bs,), cfg.mask_token_id, dtype=torch.long, device=device)
+        x0[: len(ids)] = torch.tensor(ids, dtype=torch.long, device=device)
+        lps = []
+        for i in range(len(ids) - 1 if final_only else len(context), len(ids)):
+            cache = model.new_cache(1)
+            start = i // bs * bs
+            if start:
+                model.step(cache, commit=x0[None, :start], block_size=bs)
+            logits = model.step(cache, denoise=_variant(x0, i, bs, cfg.mask_token_id)[None], block_size=bs)
+            any_of = last[k] if last is not None and i == len(ids) - 1 else None
+            lps.append(_scored(_log_probs(logits[0, i % bs][None], cfg.mask_token_id)[0], ids[i], any_of))
+        out.append(lps)
+    return out

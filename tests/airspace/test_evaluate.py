@@ -52,11 +52,13 @@ def test_eval_writes_a_result_file_with_the_tables_it_would_print(tmp_path):
     assert res["figures"] == json.loads(r.stdout)
     typed = "clover eval airspace --n 3 --groups 1 --text 0 --multiturn 0 --plain 0 --json --policy ar --results"
     assert res["command"] == scrub(f"{typed} {path}")  # the temporary folder written as $TMPDIR
-    head, misses, runs = res["tables"]
+    head, misses, runs, edges = res["tables"]
     assert head["columns"] == ["metric", "ar+grammar"] and ["n", "3"] in head["rows"]
     assert misses["columns"] == ["", "ar+grammar"] and any(row[0].startswith("field: ") for row in misses["rows"])
     # one row per run, only the kinds of turn asked (no words, no conversations here)
     assert runs["columns"] == ["policy", "τ", "tool calls (3)", "decision groups (1)", "all turns", "TPF", "AUP"]
+    # the gold names by where the answer's name ends: one row per family, then all of them
+    assert edges["columns"][:4] == ["run", "name family", "names", "right"] and edges["rows"][-1][1] == "all"
     f = res["figures"]
     assert runs["rows"] == [
         [

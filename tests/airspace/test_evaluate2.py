@@ -108,3 +108,30 @@ def test_eval_airspace2_reports_the_second_corpus_figures():
         assert 0 <= res[k] <= 1
     assert set(res["names_copied"]) <= {"held out", "trained"} and res["tpf"] <= 1.0
     assert all(set(k.split("+")) <= {"m", "km", "ft", "nm", "none"} for k in res["by_unit_arithmetic"])
+
+
+def test_the_eval_reports_each_name_by_where_it_ends_per_family():
+    """``name_edges`` in the figures and ``clover eval``'s table of them: gold answers give every
+    name right; the same answers with each name of several words cut to its first word give
+    those names cut short, in the family's row and the total."""
+    from clover.commands.eval import edge_table
+
+    exs = eval_chats2("validation", 40)[0]
+    gold = [_gold_text(e) for e in exs]
+    res = _figures([_out(t) for t in gold], (exs, [], [], []), [], "ar", None, 1.0, SCORING)
+    total = sum(sum(c.values()) for c in res["name_edges"].values())
+    assert total > 20 and sum(c["right"] for c in res["name_edges"].values()) == total
+    cut, n_cut = [], 0
+    for e, t in zip(exs, gold):
+        for _, name in SCORING.names(e):
+            if " " in name and json.dumps(name, ensure_ascii=False) in t:
+                t = t.replace(json.dumps(name, ensure_ascii=False), json.dumps(name.split()[0], ensure_ascii=False))
+                n_cut += 1
+        cut.append(_out(t))
+    res2 = _figures(cut, (exs, [], [], []), [], "ar", None, 1.0, SCORING)
+    assert n_cut > 5 and sum(c["cut_short"] for c in res2["name_edges"].values()) == n_cut
+    assert set(res2["held_out_families"]) <= set(res2["name_edges"])
+    title, columns, rows = edge_table([{**res2, "policy": "ar+grammar", "threshold": 0.97}])
+    assert columns[2:5] == ["names", "right", "cut short"]
+    assert rows[-1][1] == "all" and rows[-1][2] == str(total) and rows[-1][4] == str(n_cut)
+    assert any("(held out)" in r[1] for r in rows) == bool(res2["held_out_families"])

@@ -11,10 +11,12 @@ import regex
 from clover.airspace import chats as corpus
 from clover.airspace.calls import gold_calls
 from clover.airspace.compare import in_metres_calls
+from clover.airspace.evaluate import ungrounded_args
 from clover.airspace.extraction_tools import EXTRACTION_TOOLS, PATTERNS, WRITTEN_TOOLS, written_form
 from clover.airspace.replies import declined
 from clover.airspace.tool_lists import called, drawn_tools
 from clover.airspace.values import as_written
+from clover.engine.grammar.grounding import source_texts
 
 WRITTEN_KEYS = ("drone_id", "start_time", "end_time", "radius", "altitude")
 
@@ -55,6 +57,28 @@ def test_every_gold_value_as_written_is_a_span_the_world_reads_to_the_old_gold(t
                     [{"name": name, "arguments": old}]
                 )
     assert written > 2000
+
+
+def test_every_gold_value_as_written_is_a_span_of_its_grounded_source(train_chats):
+    """The written tools' grounded arguments ("#16", ".5 nm", "1250 hrs" of "1250 hrs-0045", "St.
+    Tar's Pyna") are spans of their sources under the span rule (``grounding.span_edges``), and the
+    grounded grammar accepts each gold call as written."""
+    from clover.engine.grammar import json_grammar
+
+    grammars: dict[str, object] = {}
+    checked = 0
+    for ex in train_chats:
+        w = corpus.written_chat(ex)
+        tools = {t["function"]["name"]: t for t in w["tools"] or []}
+        for i, m in enumerate(w["messages"]):
+            for name, args in _calls(m):
+                src = source_texts(w["messages"][:i])
+                n, bad = ungrounded_args([{"name": name, "arguments": args}], [tools[name]], src)
+                assert bad == 0, (name, args, src["user"])
+                g = grammars.setdefault(name, json_grammar(tools[name]["function"]["parameters"]))
+                assert g.with_sources(src).accepts(json.dumps(args, ensure_ascii=False)), (name, args, src["user"])
+                checked += n
+    assert checked > 5000
 
 
 def test_written_chat_offers_the_written_tools_in_the_chats_order():

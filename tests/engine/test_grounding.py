@@ -4,6 +4,7 @@ decoding under grounding."""
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -32,24 +33,79 @@ def _word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
+def _crosses(text: str, i: int, j: int) -> bool:
+    """``text[i:j]`` holds a character no span crosses (the rule in words: docs/grounding.md)."""
+    pad = " " + text + " "  # so each character has two neighbours; the ends count as spaces only for barriers
+    for k in range(i, j):
+        ch, before, after = text[k], pad[k], pad[k + 2]
+        if ch in BARRIERS:
+            return True
+        if ch in ";:!?," and (k + 1 == len(text) or after.isspace()):
+            return True
+        if ch in "-/" and before == " " and after == " " or ch in "\u2013\u2014" and " " in (before, after):
+            return True
+        if ch in "'\u2018\u2019`" and not (k > 0 and _word(text[k - 1]) and k + 1 < len(text) and _word(text[k + 1])):
+            return True
+    return False
+
+
+_TIMES = {"am", "pm", "hrs", "hr", "h", "noon", "midnight", "midday"}
+
+
+def _joined_left(text: str, j: int) -> bool:
+    """The word ending at ``j`` is joined to the next by ``&``, ``-`` or an apostrophe, holds no
+    digit and is no time word."""
+    m = re.search(r"(\w+)\Z", text[:j])
+    return bool(
+        m
+        and re.match(r"[&\-'\u2019]\w", text[j:])
+        and not re.search(r"\d", m.group(1))
+        and m.group(1).lower() not in _TIMES
+    )
+
+
+def _span_ok(text: str, i: int, j: int) -> bool:
+    span, before, after = text[i:j], text[:i], text[j:]
+    if re.match(r"[#.]\d", span) and not re.search(r"[\w.]\Z", before):
+        start = True  # "#16", ".5 nm"
+    else:
+        start = _word(span[0]) and not (before and _word(before[-1]))
+        start = start and not (len(before) >= 2 and _joined_left(text, i - 1))
+        start = start and not re.search(r"(?<!\w)\d+(st|nd|rd|th) \Z", before, re.I)
+        start = start and not re.search(r"(?<![\w&\-'\u2019])[A-Z]\. \Z", before)
+    if not start:
+        return False
+    last = re.search(r"(\w+)\Z", span)
+    if last and not (after and _word(after[0])):
+        w = last.group(1)
+        end = not (
+            re.fullmatch(r"[A-Z]", w)
+            and after.startswith(".")
+            and not re.search(r"[\w&\-'\u2019]\Z", span[: -len(w)] if len(w) < len(span) else before)
+            or _joined_left(text, j)
+            or w in {"of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"}
+            or re.fullmatch(r"\d+(st|nd|rd|th)", w, re.I)
+            and re.match(r" \w", after)
+        )
+    elif re.search(r"(?<![\w&\-'\u2019])[A-Za-z]\.\Z", text[:j]) and not (after and _word(after[0])):
+        letter = text[j - 2]
+        end = (letter.isupper() or text[j - 3 : j - 2] == ".") and not (letter.isupper() and re.match(r" [A-Z]", after))
+    else:
+        end = False
+    return end and not _crosses(text, i, j)
+
+
 def brute_spans(text: str) -> set[str]:
     """Every span the module docstring's rule allows, by enumeration (ASCII and Latin text: no
     script without spaces, no combining marks)."""
     out = set()
     n = len(text)
     for i in range(n):
-        if not _word(text[i]) or i > 0 and _word(text[i - 1]):
-            continue
         for j in range(i + 1, n + 1):
-            span = text[i:j]
-            if any(ch in BARRIERS for ch in span) or len(span.encode()) > MAX_SPAN_BYTES:
+            if len(text[i:j].encode()) > MAX_SPAN_BYTES:
                 break
-            last = text[j - 1]
-            word_end = _word(last) and (j == n or not _word(text[j]))
-            after_ok = j == n or not _word(text[j])
-            abbrev = last == "." and j >= 3 and _word(text[j - 2]) and text[j - 3] == "." and after_ok
-            if word_end or abbrev:
-                out.add(span)
+            if _span_ok(text, i, j):
+                out.add(text[i:j])
     return out
 
 
@@ -72,6 +128,77 @@ def test_span_index_agrees_with_brute_force(text):
     g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": text})
     for s in list(subs)[:400] + sorted(spans):
         assert g.accepts(json.dumps(s, ensure_ascii=False)) == (s in spans), s
+
+
+# (text, spans it must give, strings it must not give): one row per edge of the rule
+EDGES = [
+    # sentence punctuation before a space, and a clause break, end a span's reach
+    ("lift Kilo; then Bravo", ["Kilo"], ["Kilo; then", "Kilo;"]),
+    ("zone name: Old Pier", ["Old Pier", "zone name"], ["name: Old", "name:"]),
+    ("lift Kilo! Bravo? yes", ["Kilo", "Bravo"], ["Kilo! Bravo", "Bravo? yes"]),
+    ("SAR of new water tank, Unit 864 please", ["new water tank", "Unit 864"], ["new water tank, Unit 864"]),
+    ("radius 1,500 ft", ["1,500 ft"], []),  # a comma inside a number is no break
+    ("18:00 to 20:30", ["18:00", "20:30", "18:00 to 20:30"], []),  # a colon inside a time is no break
+    ("NFZ Old Dres / S34.9 W130 - 6nm — now", ["Old Dres", "S34.9 W130"], ["Old Dres / S34.9", "W130 - 6nm"]),
+    ("a survey of '65th Way Pizoul' now", ["65th Way Pizoul"], ["of '65th Way Pizoul", "Pizoul' now"]),
+    ("O'Neil's Yard", ["O'Neil's Yard", "O'Neil's"], ["O", "Neil", "O'Neil"]),  # an apostrophe inside a word
+    # an initial and its full stop
+    ("remove W. Faizind Embassy", ["W. Faizind Embassy"], ["W", "W.", "Faizind Embassy"]),
+    ("survey of T.C. Dakar water tank", ["T.C. Dakar water tank"], ["T", "T.C", "T.C.", "Dakar water tank"]),
+    ("from 6 p.m. until 9", ["6 p.m.", "p.m."], []),
+    ("alt 270 m. next", ["270 m"], []),  # a unit at a sentence's end is no initial
+    ("call it Plan B. then go", ["Plan B."], ["Plan B"]),
+    ("call it Plan B. Then go", ["Plan"], ["Plan B", "Plan B."]),  # a capital after: the name would go on
+    ("Zone Alpha-B. now", ["Alpha-B"], []),
+    # right after "&" or "-": a joined word goes on
+    ("an inspection of E&K rean please", ["E&K rean", "E&K"], ["E", "K rean"]),
+    ("lift Lima-5 now", ["Lima-5"], ["Lima", "5"]),
+    ("recall uav-941 and #901.", ["uav-941", "#901", "901"], ["uav"]),
+    ("valid 1250 hrs-0045 and 12 PM-00:35", ["1250 hrs", "0045", "12 PM", "00:35"], []),
+    ("active 12:03am-12pm", ["12:03am", "12pm"], []),
+    # an ordinal and its noun
+    ("restrict [5th Way Rodi] now", ["5th Way Rodi", "5th Way"], ["5th", "Way Rodi", "Way"]),
+    ("the 5th, then 6th", ["5th", "6th"], []),
+    # a name goes on after "of" and "and"
+    (
+        "named Old Sevilla Wyr of Fynu and Denver",
+        ["Old Sevilla Wyr of Fynu", "Old Sevilla Wyr"],
+        ["Old Sevilla Wyr of"],
+    ),
+    ("Gate D3 needs a survey", ["Gate D3 needs a survey", "Gate D3"], ["Gate D3 needs a"]),
+    ("call it [Sector 8-A] now", ["Sector 8-A", "Sector 8"], []),  # a capital "A" is no article
+    ("radius .5 nm around", [".5 nm", "5 nm"], ["radius ."]),
+]
+
+
+@pytest.mark.parametrize("text, good, bad", EDGES)
+def test_each_edge_of_the_span_rule(text, good, bad):
+    ix = SpanIndex(text)
+    spans = brute_spans(text)
+    for s in good:
+        assert ix.contains(s) and s in spans, s
+    for s in bad:
+        assert not ix.contains(s) and s not in spans, s
+
+
+def test_every_copy_under_way_can_still_end():
+    """No byte the grammar takes inside a copy leads where no span ends: after "Caipibe" of
+    "Caipibe — CENTRE" (a clause break) the copy may end, not go on into the space before the
+    dash; and from every range a narrowing reaches, some span ends."""
+    g = json_grammar({"type": "string", "x-grounded": True}).with_sources({"user": "zone South Caipibe — CENTRE 4"})
+    assert g.advance(g.start_state, b'"Caipibe ') is None and g.accepts(b'"South Caipibe"')
+    rng = random.Random(2)
+    for _ in range(200):
+        text = "".join(
+            rng.choice(["ab", "A", " ", " - ", "; ", "of ", "(", "W. ", "5th ", "x&", ","]) for _ in range(8)
+        )
+        ix = SpanIndex(text)
+        stack = [(0, len(ix), 0)] if len(ix) else []
+        while stack:
+            lo, hi, depth = stack.pop()
+            assert ix.can_end(lo, hi, depth) or ix.shortest_rest(lo, hi, depth, float("inf")) is not None, (text, depth)
+            for c in {ix.byte_at(s, depth) for s in ix.starts[lo:hi]} - {-1}:
+                stack.append((*ix.narrow(lo, hi, depth, c), depth + 1))
 
 
 def test_random_texts_agree_with_brute_force():

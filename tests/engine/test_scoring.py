@@ -95,3 +95,37 @@ def test_outputs_name_what_stopped_them():
     assert out.stop_logprob.token_id == 5 and out.logprobs == []
     plain = engine.generate([1, 2, 3], SamplingParams(max_tokens=4, logit_bias={5: -100}))  # runs to max_tokens
     assert plain.stop_reason is None and plain.stop_logprob is None
+
+
+@pytest.mark.parametrize("shift", [True, False])
+@pytest.mark.parametrize("bs", [4, 8])
+def test_continuations_scored_in_one_call_equal_the_reference_and_the_whole_text(shift, bs, monkeypatch):
+    """``continuation_logprobs`` (all continuations at once, ragged, crossing blocks) gives each
+    token what the incremental reference gives it, and what ``prompt_logprobs`` gives the same
+    token scored as part of context + continuation."""
+    from clover.engine.scoring import continuation_logprobs, continuation_logprobs_reference
+
+    model = peaky_model(shift=shift)
+    monkeypatch.setattr(scoring, "MAX_NOISY_TOKENS", 2 * bs)  # several model calls
+    for context in prompts([1, bs - 1, bs, 2 * bs + 3], seed=4):
+        conts = prompts([1, 2, bs + 1, 3], seed=len(context))
+        fast = continuation_logprobs(model, context, conts, bs)
+        slow = continuation_logprobs_reference(model, context, conts, bs)
+        assert [len(f) for f in fast] == [len(c) for c in conts] == [len(s) for s in slow]
+        for f, s, c in zip(fast, slow, conts):
+            whole = [e.logprob for e in prompt_logprobs(model, context + c, bs)[len(context) :]]
+            assert all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(f, s)), (f, s)
+            assert all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(f, whole)), (f, whole)
+        # ``last``: one more entry, the total probability of any of its ids there
+        last = [[3, 5], [7], [3, 5, 7, 9], [2]][: len(conts)]
+        fast, slow = (
+            f(model, context, conts, bs, last) for f in (continuation_logprobs, continuation_logprobs_reference)
+        )
+        for f, s, c, ids in zip(fast, slow, conts, last):
+            assert len(f) == len(c) + 1 and all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(f, s))
+            each = [continuation_logprobs(model, context, [c + [i]], bs)[0][-1] for i in ids]
+            assert math.isclose(f[-1], math.log(sum(math.exp(x) for x in each)), abs_tol=1e-5)
+        # ``final_only``: that final entry alone, the same number
+        for f in (continuation_logprobs, continuation_logprobs_reference):
+            finals = f(model, context, conts, bs, last, final_only=True)
+            assert all(len(x) == 1 and math.isclose(x[0], y[-1], abs_tol=1e-5) for x, y in zip(finals, fast))

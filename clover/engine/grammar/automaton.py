@@ -59,6 +59,8 @@ MAX_WS = 8  # consecutive whitespace bytes between JSON tokens (a model could pa
 # newlines until max_tokens, the padding Outlines' and xgrammar's compact modes also refuse
 CALL_WS, CALL_MAX_WS = frozenset(b" "), 1
 ALLOWED_CACHED = 16384  # allowed-token sets one grammar keeps (least recently used out first)
+ENDS = ("token", "span")  # where a grounded string ends (``with_sources``)
+DEFAULT_ENDS = "span"  # measured on the validation split: docs/grounding.md, "Where a span ends"
 MARKUP_KINDS = frozenset(("lit", "alt", "more", "free"))  # frames where a markup token (<tool_call>) may come
 
 
@@ -88,6 +90,7 @@ class Grammar:
         self.numbers: dict[str, tuple[bytes, ...]] = {}
         self.dead: frozenset[int] = frozenset()  # nodes no value can satisfy under these sources
         self._options: dict[int, tuple] = {}
+        self.ends = "token"  # where a grounded string ends: "token" by token, or "span" chosen whole
 
     def _new_caches(self) -> None:
         """This grammar's own memories, bounded, least recently used out first: a state's next
@@ -103,15 +106,21 @@ class Grammar:
         self.completes = LRU(65536)  # a patterned copy's (node, spans, typed) -> whether it can still end
         self.ranks = LRU(4096)  # (token table, eos ids, state) -> allowed tokens by ending cost
 
-    def with_sources(self, texts: dict[str, str]) -> Grammar:
+    def with_sources(self, texts: dict[str, str], ends: str | None = None) -> Grammar:
         """This grammar with its ``x-grounded`` values drawn from ``texts`` (``{"user": ...,
         "conversation": ...}``, ``grounding.source_texts``): a copy for one request, with caches
         of its own (``_new_caches``). Itself when no property is grounded. A tool whose required
         grounded argument has no possible value cannot be called (the model answers in words
-        instead)."""
+        instead). ``ends``: where a grounded string ends, ``"token"`` (the model's next token,
+        as any other choice) or ``"span"`` (the engine weighs the ways it may go on whole, once
+        per string: ``clover.engine.span_choice``); None: ``DEFAULT_ENDS``."""
+        ends = DEFAULT_ENDS if ends is None else ends
+        if ends not in ENDS:
+            raise ValueError(f"ends must be one of {', '.join(ENDS)}, got {ends!r}")
         if not self.grounded:
             return self
         g = copy.copy(self)
+        g.ends = ends
         g._new_caches()
         wanted = {self.nodes[i]["grounded"] for i in self.grounded}
         g.spans = {k: SpanIndex(texts.get(k, "")) for k in wanted}
@@ -194,11 +203,49 @@ class Grammar:
         if not stack or stack[-1].kind != "gstr" or stack[-1].esc != 0:
             return b""
         f = stack[-1]
-        common = self.by_key[f.key].common_bytes(f.lo, f.hi, f.depth, most)
+        ix = self.by_key[f.key]
+        if f.until >= 0:  # its end was chosen (``hold``): the rest of that span
+            common = ix.copied(f.lo, f.until)[f.depth :][:most]
+        else:
+            common = ix.common_bytes(f.lo, f.hi, f.depth, most)
         for n, c in enumerate(common):
             if c < 0x20 or c in b'"\\':  # a byte written as an escape is never forced
                 return common[:n]
         return common
+
+    def span_ends(self, state, most_bytes: int = 64, most: int = 32) -> list[bytes] | None:
+        """Where a copy from the source (a grounded string) may first end and its end is not yet
+        chosen: the ways it may go on to an end (``b""``: it ends here), for a caller that
+        weighs them whole (``hold`` then keeps the one chosen). None elsewhere, where only one
+        way is left, or where there are more than ``most`` (``SpanIndex.rests``)."""
+        stack = state.stack
+        if not stack or stack[-1].kind != "gstr":
+            return None
+        f = stack[-1]
+        if (
+            f.esc != 0
+            or f.until >= 0
+            or f.depth == 0
+            or {"pattern", "format", "min_len", "max_len"} & self.nodes[f.node].keys()
+        ):
+            return None
+        ix = self.by_key[f.key]
+        if not ix.can_end(f.lo, f.hi, f.depth):
+            return None
+        rests = ix.rests(f.lo, f.hi, f.depth, most_bytes, most)
+        return rests if rests is not None and len(rests) > 1 else None
+
+    def hold(self, state, rest: bytes):
+        """``state`` (where ``span_ends`` gave ``rest``) with its copy held to end after ``rest``:
+        the bytes of ``rest`` are then forced (``forced``) and the closing quote follows."""
+        f = state.stack[-1] if state.stack else None
+        r = None
+        if f is not None and f.kind == "gstr" and f.until < 0 and f.esc == 0:
+            r = self.by_key[f.key].rest_range(f.lo, f.hi, f.depth, rest)
+        if r is None or not self.by_key[f.key].can_end(r[0], r[1], f.depth + len(rest)):
+            raise ValueError("hold: not a copy whose end is open, or not a way it goes on to an end")
+        held = GStr(f.node, f.key, r[0], r[1], f.depth, f.esc, f.hexbuf, f.typed, f.depth + len(rest))
+        return State((*state.stack[:-1], held), state.ws)
 
     def copied(self, state) -> bytes:
         """Inside a copy from the source (a grounded string): the source's bytes copied so far;
@@ -381,7 +428,7 @@ class Grammar:
             opts = self._grounded_strings(nid)
             return (*rest, Str(opts, b"", 0)) if opts else None
         ix = self.spans[node["grounded"]]
-        return (*rest, GStr(nid, ix.key, 0, len(ix), 0, 0, "", b"")) if len(ix) else None
+        return (*rest, GStr(nid, ix.key, 0, len(ix), 0, 0, "", b"", -1)) if len(ix) else None
 
     def _grounded_string(self, f: GStr, rest, b):
         """A byte inside a grounded string: what it decodes to must continue one of the spans."""
@@ -391,7 +438,9 @@ class Grammar:
         if esc == 0 and b == ord('"'):
             if not ix.can_end(lo, hi, depth) or checked and not self._pattern_ok(nid, typed, partial=False):
                 return None
-            return rest
+            return rest if f.until < 0 or depth == f.until else None
+        if f.until >= 0 and depth >= f.until:
+            return None  # its end was chosen: only the closing quote
         decoded = b""
         if esc == 0:
             if b < 0x20:
@@ -432,7 +481,7 @@ class Grammar:
                 return None
             if esc == 0 and not self._completes(nid, ix, lo, hi, depth, typed):
                 return None
-        return (*rest, GStr(nid, f.key, lo, hi, depth, esc, hexbuf if esc >= 2 else "", typed))
+        return (*rest, GStr(nid, f.key, lo, hi, depth, esc, hexbuf if esc >= 2 else "", typed, f.until))
 
     def _completes(self, nid: int, ix: SpanIndex, lo: int, hi: int, depth: int, typed: bytes) -> bool:
         """Some span still possible (``ix``'s spans ``lo:hi``, ``depth`` bytes copied, ``typed`` as

@@ -151,7 +151,11 @@ def _grounded_ending(g, f: GStr) -> list[bytes]:
     long source has many spans): past it, the shortest found so far (a valid ending)."""
     if f.esc:
         return []  # inside an escape: no ending claimed
-    best = g.by_key[f.key].shortest_rest(f.lo, f.hi, f.depth, work_time() + SEARCH_BUDGET_S)
+    ix = g.by_key[f.key]
+    if f.until >= 0:  # its end was chosen (``Grammar.hold``): the rest of that span
+        best = ix.copied(f.lo, f.until)[f.depth :]
+    else:
+        best = ix.shortest_rest(f.lo, f.hi, f.depth, work_time() + SEARCH_BUDGET_S)
     if best is None:
         return []
     body = b"".join(b"\\\\" if c == 0x5C else b"\\u%04x" % c if c < 0x20 else bytes([c]) for c in best)

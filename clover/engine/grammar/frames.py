@@ -47,6 +47,7 @@ FNum = frame_type("FNum", "fnum", "bounds typed")  # a number within bounds (lo,
 INum = frame_type("INum", "inum", "bounds typed")  # the same for an integer (no point either)
 # inside a grounded string: the span starts [lo, hi) of span index ``key`` (``grounding.SpanIndex``)
 # all begin with the depth bytes decoded so far; esc 0 plain, 1 after a backslash, 2-5 inside
-# \uXXXX (hexbuf its digits); typed: the raw text, kept where a pattern or length bound is checked
-GStr = frame_type("GStr", "gstr", "node key lo hi depth esc hexbuf typed")
+# \uXXXX (hexbuf its digits); typed: the raw text, kept where a pattern or length bound is checked;
+# until: -1, or the depth the copy must end at (its end chosen whole: ``Grammar.hold``)
+GStr = frame_type("GStr", "gstr", "node key lo hi depth esc hexbuf typed until")
 FRAMES = (Lit, Val, Str, Key, Num, Lits, Obj, Arr, Alt, More, Free, Re, PStr, LStr, FNum, INum, GStr)

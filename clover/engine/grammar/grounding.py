@@ -6,7 +6,9 @@ A **string** is a span of the source: it starts where a word starts and ends whe
 (a word: letters, digits, ``_`` and combining marks; each Han, kana or Thai character is a word of
 its own, since those scripts put no spaces between words; a final ``.`` is kept after a one-letter
 abbreviation such as "p.m."), and holds no quote mark, bracket, tab or line break. So "Area 51."
-gives "Area 51", and "“Lima-5”" gives "Lima-5". Copied text is written as JSON requires and no
+gives "Area 51", and "“Lima-5”" gives "Lima-5". A name's own edges are kept whole and a clause's
+end is not crossed (``span_edges``: "Lima" of "Lima-5", "W" of "W. Hill" or "Kilo; then" is no
+span). Copied text is written as JSON requires and no
 more: a quote mark and a backslash escaped, control characters escaped, everything else (``/``,
 letters of any script) as it is, so each copy has one spelling.
 
@@ -83,6 +85,102 @@ def _kind(ch: str) -> str:
     return "o"
 
 
+# a name's own joints: a word joined to the next by one of these (no space) goes on into it
+# ("E&K", "Lima-5", "O'Neil", "Basel's"), unless it holds a digit ("12:03am-12pm", "D-17's")
+JOINERS = frozenset("&-'’")
+SINGLE_QUOTES = frozenset("'‘’`")
+CLAUSE_ENDS = frozenset(";:!?,")  # followed by a space or the end: a clause ends there
+CLAUSE_DASHES = frozenset("-–—/")  # between spaces: a clause break (" - ", " — ", " / ")
+# a span never ends on one of these words (in lower case: "Sector 8-A" ends on its "A"): a name goes on after "of", ...
+NOT_LAST = frozenset(("of", "and", "the", "a", "an", "de", "at", "to", "for", "in", "on", "with", "from", "by"))
+TIME_WORDS = frozenset(("am", "pm", "hrs", "hr", "h", "noon", "midnight", "midday"))  # "6 pm-8 pm" is two times
+_ORDINAL = regex.compile(r"(?<!\w)\d+(?:st|nd|rd|th)$", regex.I)
+
+
+def span_edges(text: str) -> tuple[list[bool], list[bool], list[bool]]:
+    """Where a span of ``text`` may start (per character), end (per offset, 0 to ``len(text)``),
+    and which characters no span crosses (docs/grounding.md has the rule in words).
+
+    A span starts where a word starts and ends where a word ends (or after an initial's full
+    stop), and never crosses a barrier: a quote mark, a bracket, a tab or line break, ``;`` ``:``
+    ``!`` ``?`` before a space, a dash or slash between spaces, a single quote that is not an
+    apostrophe inside a word. A name's edges are kept whole: no span ends inside a joined word
+    ("E" of "E&K", "Lima" of "Lima-5", "O" of "O'Neil"; unless the word holds a digit), between an
+    initial and its full stop ("W" of "W. Hill"), after a capital's initial that the next
+    capitalised word continues ("W." of "W. Hill"), on an ordinal before its noun ("5th" of "5th
+    Way"), or on a word such as "of" or "and" (``NOT_LAST``); nor does one start on the part after
+    a joint, or on the word after an ordinal or a capital's initial. A ``#`` or ``.`` before a digit
+    starts one too ("#16", ".5 nm")."""
+    n = len(text)
+    kinds = [_kind(ch) for ch in text]
+    word = [k != "o" for k in kinds]
+    wd = lambda i: 0 <= i < n and word[i]
+    at = lambda i: text[i] if 0 <= i < n else ""
+    # the word (run of word characters) each character is in: its first index
+    first = [0] * n
+    for i in range(n):
+        first[i] = first[i - 1] if i and kinds[i] == "w" and kinds[i - 1] == "w" else i
+    has_digit = [False] * n  # the word up to and including i holds a digit
+    for i in range(n):
+        has_digit[i] = text[i].isdigit() or (first[i] < i and has_digit[i - 1])
+
+    def letter_stop(k: int) -> bool:
+        """A one-letter word followed by a full stop ("W." , "p" of "p.m.")."""
+        return 0 <= k < n and text[k].isalpha() and at(k + 1) == "." and not wd(k - 1) and at(k - 1) not in JOINERS
+
+    def initial(k: int) -> bool:
+        """A capital's initial: an upper-case ``letter_stop`` ("W. Hill", "T.C."; "270 m." is a unit)."""
+        return letter_stop(k) and text[k].isupper()
+
+    def capital_initial_before(i: int) -> bool:
+        """Text before ``i`` ends with a capital's initial, its stop and one space ("W. ")."""
+        return i >= 3 and at(i - 1) == " " and at(i - 2) == "." and initial(i - 3) and text[i - 3].isupper()
+
+    def ordinal_before(i: int) -> bool:
+        """Text before ``i`` ends with an ordinal and one space ("5th ")."""
+        return i >= 2 and at(i - 1) == " " and bool(_ORDINAL.search(text[max(0, i - 12) : i - 1]))
+
+    def joined(k: int) -> bool:
+        """The word ending at ``k`` goes on through a joiner into the next word ("E&K", "Lima-5")."""
+        return (
+            at(k + 1) in JOINERS and wd(k + 2) and not has_digit[k] and text[first[k] : k + 1].lower() not in TIME_WORDS
+        )
+
+    barrier = [False] * n
+    for i, ch in enumerate(text):
+        if ch in BARRIERS:
+            barrier[i] = True
+        elif ch in CLAUSE_ENDS:
+            barrier[i] = i + 1 == n or text[i + 1].isspace()
+        elif ch in CLAUSE_DASHES:
+            barrier[i] = at(i - 1) == " " and at(i + 1) == " " or ch in "–—" and " " in (at(i - 1), at(i + 1))
+        elif ch in SINGLE_QUOTES:
+            barrier[i] = not (wd(i - 1) and wd(i + 1))
+    starts = [False] * n
+    for i in range(n):
+        if kinds[i] == "c" or kinds[i] == "w" and not wd(i - 1):
+            after_joint = i >= 2 and wd(i - 2) and joined(i - 2)
+            starts[i] = not (after_joint or ordinal_before(i) or capital_initial_before(i))
+        elif text[i] in "#." and wd(i + 1) and text[i + 1].isdigit() and not wd(i - 1) and at(i - 1) != ".":
+            starts[i] = True  # "#16", ".5"
+    ends = [False] * (n + 1)
+    for j in range(1, n + 1):
+        k = j - 1  # the last character
+        if kinds[k] == "c" or kinds[k] == "w" and not wd(j):
+            w = text[first[k] : j]
+            ends[j] = not (
+                initial(k)
+                or joined(k)
+                or w in NOT_LAST
+                or _ORDINAL.search(w) is not None
+                and at(j) == " "
+                and wd(j + 1)
+            )
+        elif text[k] == "." and letter_stop(k - 1) and (initial(k - 1) or at(k - 2) == ".") and not wd(j):
+            ends[j] = not (initial(k - 1) and at(j) == " " and at(j + 1).isupper())  # "W.", "p.m.", "U.S."
+    return starts, ends, barrier
+
+
 class SpanIndex:
     """The spans of one source text a grounded string may copy (see the module docstring).
 
@@ -102,23 +200,25 @@ class SpanIndex:
             offsets.append(pos)
             pos += len(ch.encode())
         offsets.append(pos)
-        kinds = [_kind(ch) for ch in text]
+        starts_at, ends_at, barrier = span_edges(text)
         self.ends = bytearray(len(data) + 1)
+        for j, e in enumerate(ends_at):
+            if e:
+                self.ends[offsets[j]] = 1
+        last_end = [0] * (len(data) + 1)  # the last offset <= p where a span may end
+        for p in range(1, len(data) + 1):
+            last_end[p] = p if self.ends[p] else last_end[p - 1]
         starts, limit, seg_end = [], {}, len(data)
         for i in range(len(text) - 1, -1, -1):  # backwards: the next barrier is known at each start
-            ch, k = text[i], kinds[i]
-            if ch in BARRIERS:
+            if barrier[i]:
                 seg_end = offsets[i]
-                continue
-            nxt = kinds[i + 1] if i + 1 < len(text) else "o"
-            prev = kinds[i - 1] if i > 0 else "o"
-            if k == "c" or k == "w" and nxt != "w":
-                self.ends[offsets[i + 1]] = 1
-            elif ch == "." and i >= 2 and kinds[i - 1] == "w" and text[i - 2] == "." and nxt != "w":
-                self.ends[offsets[i + 1]] = 1  # "p.m.", "U.S."
-            if k == "c" or k == "w" and prev != "w":
-                starts.append(offsets[i])
-                limit[offsets[i]] = min(seg_end, offsets[i] + MAX_SPAN_BYTES)
+            elif starts_at[i]:
+                # a copy reaches no further than the last end before the barrier: the bytes after it
+                # ("Caipibe " of "Caipibe — CENTRE") would lead where no span ends (a dead end)
+                end = last_end[min(seg_end, offsets[i] + MAX_SPAN_BYTES)]
+                if end > offsets[i]:
+                    starts.append(offsets[i])
+                    limit[offsets[i]] = end
         self.limit = limit
         self.starts = sorted(starts, key=lambda s: data[s : limit[s]])
 
@@ -175,6 +275,28 @@ class SpanIndex:
                         best = self.data[s + depth : e]
                     break
         return best
+
+    def rests(self, lo: int, hi: int, depth: int, most_bytes: int, most: int) -> list[bytes] | None:
+        """The distinct ways the spans of the range go on from ``depth`` to an end (``b""``: one
+        ends here), each at most ``most_bytes`` long, shortest first; None where there are more
+        than ``most`` (too many to weigh one by one)."""
+        out: set[bytes] = set()
+        for s in itertools.islice(self.starts, lo, hi):
+            for e in range(s + depth, min(self.limit[s], s + depth + most_bytes) + 1):
+                if self.ends[e] and e > s:
+                    out.add(self.data[s + depth : e])
+                    if len(out) > most:
+                        return None
+        return sorted(out, key=lambda r: (len(r), r))
+
+    def rest_range(self, lo: int, hi: int, depth: int, rest: bytes) -> tuple[int, int] | None:
+        """The range after the bytes ``rest`` (``narrow`` byte by byte), or None."""
+        for c in rest:
+            r = self.narrow(lo, hi, depth, c)
+            if r is None:
+                return None
+            (lo, hi), depth = r, depth + 1
+        return lo, hi
 
     def next_chars(self, lo: int, hi: int, depth: int) -> set[int]:
         """Code points that may come next in the range (for ``\\uXXXX`` escapes)."""
