@@ -182,16 +182,22 @@ def evaluate_airspace(
     t0 = time.perf_counter()
     outs = _generate(Engine(model, tok, max_batch_size=batch_size), prompts, plist, batch_size, label, progress)
     wall = time.perf_counter() - t0
-    head = {"split": split if cases is None else "cases", "policy": label, "threshold": threshold}
-    if grammar is True:  # where grounded strings end (``Grammar.with_sources``)
-        from clover.engine.grammar.automaton import DEFAULT_ENDS
-
-        head["ends"] = ends or DEFAULT_ENDS
+    head = _head(split if cases is None else "cases", label, threshold, grammar, ends)
     out = {**head, **_figures(outs, (exs, texts, convs, plains), groups, label, errors, wall, scoring)}
     if reply_judge is not None:
         at = len(exs) + len(texts)
         out["replies_after_tools"] = _replies_after_tools(outs[at : at + len(convs)], convs, reply_judge)
     return out
+
+
+def _head(split: str, label: str, threshold: float, grammar, ends: str | None) -> dict:
+    """What was run: the split, the decoding, and where grounded strings end (``Grammar.with_sources``)."""
+    head = {"split": split, "policy": label, "threshold": threshold}
+    if grammar is True:
+        from clover.engine.grammar.automaton import DEFAULT_ENDS  # deferred: the engine
+
+        head["ends"] = ends or DEFAULT_ENDS
+    return head
 
 
 def _replies_after_tools(outs, convs: list[dict], judge) -> dict:

@@ -297,6 +297,39 @@ def _column(r: dict) -> str:
     return r["policy"] + (f" τ {r['threshold']:g}" if POLICIES[name].reads_threshold else "")
 
 
+def _add_decoding_args(p) -> None:
+    """How the turns are decoded and asked: the grammar, the tool lists, grounded replies, span ends."""
+    p.add_argument(
+        "--grammar",
+        choices=["on", "off", "both", "ungrounded"],
+        default="on",
+        help="on (default): decode the tool-call turns as the server does, under the tool-call grammar of their "
+        "tools with x-grounded arguments copied from the conversation; off: the model alone; both: each policy "
+        "both ways; ungrounded: the grammar without grounding",
+    )
+    p.add_argument(
+        "--tool-lists",
+        choices=["standard", "varied"],
+        default="standard",
+        help="varied: also ask each tool-call turn with its tool list as agent frameworks send it "
+        "(a subset, another order, held-out descriptions, schema details, all at once, the needed tool missing), "
+        "exact match per kind beside the standard list's",
+    )
+    p.add_argument("--tool-seed", type=int, default=0, help="the seed the varied tool lists are drawn from")
+    p.add_argument(
+        "--grounded-reply",
+        action="store_true",
+        help="hold every reply in words to its conversation's numbers, ids and names, as a request with "
+        "grounded_reply (docs/grounding.md, Grounded replies; needs --grammar on)",
+    )
+    p.add_argument(
+        "--ends",
+        choices=["token", "span"],
+        help="where a grounded string ends (--grammar on): token, the model's next token; span, the ways it may "
+        "go on scored whole (docs/grounding.md, Where a span ends); default: the grammar's",
+    )
+
+
 def register(sub) -> None:
     _count = int_at_least(0)
 
@@ -334,35 +367,7 @@ def register(sub) -> None:
     p.add_argument("--plain", type=_count, default=20, help="plain-text prompts continued without the chat template")
     add_threads_arg(p)
     add_device_args(p)
-    p.add_argument(
-        "--grammar",
-        choices=["on", "off", "both", "ungrounded"],
-        default="on",
-        help="on (default): decode the tool-call turns as the server does, under the tool-call grammar of their "
-        "tools with x-grounded arguments copied from the conversation; off: the model alone; both: each policy "
-        "both ways; ungrounded: the grammar without grounding",
-    )
-    p.add_argument(
-        "--tool-lists",
-        choices=["standard", "varied"],
-        default="standard",
-        help="varied: also ask each tool-call turn with its tool list as agent frameworks send it "
-        "(a subset, another order, held-out descriptions, schema details, all at once, the needed tool missing), "
-        "exact match per kind beside the standard list's",
-    )
-    p.add_argument("--tool-seed", type=int, default=0, help="the seed the varied tool lists are drawn from")
-    p.add_argument(
-        "--grounded-reply",
-        action="store_true",
-        help="hold every reply in words to its conversation's numbers, ids and names, as a request with "
-        "grounded_reply (docs/grounding.md, Grounded replies; needs --grammar on)",
-    )
-    p.add_argument(
-        "--ends",
-        choices=["token", "span"],
-        help="where a grounded string ends (--grammar on): token, the model's next token; span, the ways it may "
-        "go on scored whole (docs/grounding.md, Where a span ends); default: the grammar's",
-    )
+    _add_decoding_args(p)
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     p.add_argument(
         "--results",

@@ -52,8 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.dtype,
             args.compile,
             args.backend,
-            args.prefill_chunk,
-            args.cuda_graphs,
+            prefill_chunk=args.prefill_chunk,
+            cuda_graphs=args.cuda_graphs,
         )
         apply_threads(engine.model, args.threads)  # before the engine's thread starts, which takes the count
         app = create_app(

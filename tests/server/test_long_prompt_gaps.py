@@ -14,8 +14,8 @@ def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
 
     seen = {}
 
-    def fake_load_engine(*args):
-        seen["args"] = args
+    def fake_load_engine(*args, **kwargs):
+        seen["args"] = {**dict(enumerate(args)), **kwargs}
         raise ValueError("stop here")  # cmd_serve reports it and returns 2, before any server starts
 
     monkeypatch.setattr(serve, "load_engine", fake_load_engine)
@@ -26,7 +26,7 @@ def test_serve_passes_prefill_chunk_to_the_engine(monkeypatch):
     ):
         args = build_parser().parse_args(argv)
         assert args.func(args) == 2
-        assert seen["args"][-1] == want
+        assert seen["args"]["prefill_chunk"] == want
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--prefill-chunk", "-1"])
 

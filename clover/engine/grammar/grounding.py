@@ -97,6 +97,24 @@ TIME_WORDS = frozenset(("am", "pm", "hrs", "hr", "h", "noon", "midnight", "midda
 _ORDINAL = regex.compile(r"(?<!\w)\d+(?:st|nd|rd|th)$", regex.I)
 
 
+def _barriers(text: str, word: list[bool]) -> list[bool]:
+    """Per character, whether no span crosses it (``span_edges``; ``word``: a word character)."""
+    n = len(text)
+    wd = lambda i: 0 <= i < n and word[i]
+    at = lambda i: text[i] if 0 <= i < n else ""
+    barrier = [False] * n
+    for i, ch in enumerate(text):
+        if ch in BARRIERS:
+            barrier[i] = True
+        elif ch in CLAUSE_ENDS:
+            barrier[i] = i + 1 == n or text[i + 1].isspace()
+        elif ch in CLAUSE_DASHES:
+            barrier[i] = at(i - 1) == " " and at(i + 1) == " " or ch in "–—" and " " in (at(i - 1), at(i + 1))
+        elif ch in SINGLE_QUOTES:
+            barrier[i] = not (wd(i - 1) and wd(i + 1))
+    return barrier
+
+
 def span_edges(text: str) -> tuple[list[bool], list[bool], list[bool]]:
     """Where a span of ``text`` may start (per character), end (per offset, 0 to ``len(text)``),
     and which characters no span crosses (docs/grounding.md has the rule in words).
@@ -146,16 +164,7 @@ def span_edges(text: str) -> tuple[list[bool], list[bool], list[bool]]:
             at(k + 1) in JOINERS and wd(k + 2) and not has_digit[k] and text[first[k] : k + 1].lower() not in TIME_WORDS
         )
 
-    barrier = [False] * n
-    for i, ch in enumerate(text):
-        if ch in BARRIERS:
-            barrier[i] = True
-        elif ch in CLAUSE_ENDS:
-            barrier[i] = i + 1 == n or text[i + 1].isspace()
-        elif ch in CLAUSE_DASHES:
-            barrier[i] = at(i - 1) == " " and at(i + 1) == " " or ch in "–—" and " " in (at(i - 1), at(i + 1))
-        elif ch in SINGLE_QUOTES:
-            barrier[i] = not (wd(i - 1) and wd(i + 1))
+    barrier = _barriers(text, word)
     starts = [False] * n
     for i in range(n):
         if kinds[i] == "c" or kinds[i] == "w" and not wd(i - 1):
