@@ -255,7 +255,7 @@ def test_the_model_as_a_positional_like_vllm_serve(tmp_path, capsys, monkeypatch
 
     load = clover.api.loading.load_engine
     monkeypatch.setattr(
-        "clover.commands.serve.load_engine", lambda model, *a: seen.setdefault("model", model) and load()
+        "clover.commands.serve.load_engine", lambda model, *a, **kw: seen.setdefault("model", model) and load()
     )
     monkeypatch.setattr("clover.server.app.create_app", lambda engine, **kw: None)
     monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: None)
