@@ -21,6 +21,7 @@ import copy
 import json
 import re
 from decimal import ROUND_HALF_UP, Decimal
+from functools import lru_cache
 
 from clover.airspace.tools import AIRSPACE_TOOLS
 from clover.data import default_model_dir
@@ -190,8 +191,10 @@ def values_form(config) -> str:
     return (getattr(config, "extra", None) or {}).get("values") or "units"
 
 
+@lru_cache(maxsize=1)
 def bundled_values_form() -> str:
-    """The form of values the bundled model (``clover/assets/default``) was trained on."""
+    """The form of values the bundled model (``clover/assets/default``) was trained on, read once
+    per process (the agent loop asks for it per task, ``Task.offered()`` per call)."""
     try:
         extra = json.loads((default_model_dir() / "config.json").read_text()).get("extra") or {}
     except FileNotFoundError:
